@@ -1,0 +1,70 @@
+// Package rewrite turns SQL text into SQL text that hides expired rows of TTL
+// tables, or rejects it. It does no I/O.
+package rewrite
+
+import "time"
+
+// Session is the per-connection state that changes what a statement means.
+// The proxy owns it; the rewriter only reads it.
+type Session struct {
+	// SearchPath is the session's effective search_path, schemas in order,
+	// "$user" already replaced; nil means ["public"].
+	SearchPath []string
+	// TTL overrides every rule's DefaultTTL for stamping (SET ttlproxy.ttl);
+	// nil means no override.
+	TTL *time.Duration
+	// Bypass disables filtering and stamping (a role in bypass_roles).
+	Bypass bool
+	// Catalog describes the TTL tables in the session's database; nil when
+	// unknown.
+	Catalog *Catalog
+}
+
+// Catalog is what the proxy learned from the server about the TTL tables.
+type Catalog struct {
+	// Tables by qualified name "schema.table".
+	Tables map[string]*TableInfo
+	// Schemas lists, for each relation name that is also a TTL table name,
+	// every schema holding a relation of that name.
+	Schemas map[string][]string
+}
+
+// TableInfo describes one table.
+type TableInfo struct {
+	// Columns in attnum order, dropped columns omitted.
+	Columns []Column
+	// UniqueKeys lists the column sets of unique indexes and constraints.
+	UniqueKeys [][]string
+}
+
+// Column is one table column.
+type Column struct {
+	Name string
+	Type string // format_type() output, e.g. "timestamp with time zone"
+}
+
+// Result is a rewritten statement.
+type Result struct {
+	// SQL to send to the server: the input itself when Rewritten is false.
+	SQL string
+	// Rewritten reports that SQL differs from the input.
+	Rewritten bool
+	// Parsed reports that the statement went through the parser (it was not
+	// cleared by the cheap identifier check).
+	Parsed bool
+	// CacheHit reports that the result came from the rewrite cache.
+	CacheHit bool
+}
+
+// Error is a rejection: the statement touches a TTL table but cannot be made
+// safe. The proxy returns it to the client as an ErrorResponse.
+type Error struct {
+	// Code is the SQLSTATE, e.g. "0A000".
+	Code string
+	// Message names the table and the construct.
+	Message string
+	Detail  string
+	Hint    string
+}
+
+func (e *Error) Error() string { return e.Message }

@@ -1,0 +1,116 @@
+package rewrite
+
+import (
+	"fmt"
+	"time"
+)
+
+// Kind names an expiry rule (DESIGN.md §1).
+type Kind string
+
+const (
+	// KindColumn: expiry is the value of one column.
+	KindColumn Kind = "column"
+	// KindDerived: expiry is a base timestamp column plus a fixed interval
+	// (ExpireAfter) or a per-row interval column (IntervalColumn).
+	KindDerived Kind = "derived"
+	// KindSidecar: expiry lives in a registry table keyed by the base table's
+	// primary key.
+	KindSidecar Kind = "sidecar"
+)
+
+// ColumnType is the SQL type of an expiry column (KindColumn) as the rule
+// interprets it.
+type ColumnType string
+
+const (
+	TypeTimestamptz ColumnType = "timestamptz"
+	// TypeTimestamp is a timestamp without time zone, read as UTC so that the
+	// proxy and the sweeper agree whatever their sessions' TimeZone.
+	TypeTimestamp ColumnType = "timestamp"
+	// TypeDate expires at the start (00:00 UTC) of the given day.
+	TypeDate ColumnType = "date"
+	// Integer Unix time in seconds, milliseconds, microseconds, nanoseconds.
+	TypeUnixSeconds      ColumnType = "unix_s"
+	TypeUnixMilliseconds ColumnType = "unix_ms"
+	TypeUnixMicroseconds ColumnType = "unix_us"
+	TypeUnixNanoseconds  ColumnType = "unix_ns"
+)
+
+// Rule is one TTL table and its expiry rule. Names are stored as PostgreSQL
+// stores them (case-sensitive, already folded): the config layer folds
+// unquoted names to lower case.
+type Rule struct {
+	// Schema of the table; "" means "public".
+	Schema string
+	// Table name.
+	Table string
+	// Kind of expiry rule; "" means KindColumn.
+	Kind Kind
+
+	// Column is the expiry column for KindColumn; "" means "expires_at".
+	Column string
+	// ColumnType of Column; "" means TypeTimestamptz.
+	ColumnType ColumnType
+
+	// BaseColumn (KindDerived) is a timestamptz column, e.g. created_at.
+	BaseColumn string
+	// ExpireAfter (KindDerived) is the fixed lifetime added to BaseColumn.
+	ExpireAfter time.Duration
+	// IntervalColumn (KindDerived) is a per-row lifetime column used instead of
+	// ExpireAfter: an interval, or an integer number of seconds when
+	// IntervalSeconds is set.
+	IntervalColumn  string
+	IntervalSeconds bool
+
+	// SidecarSchema/SidecarTable (KindSidecar) name the registry table; it
+	// holds KeyColumns (the base table's primary key, same names) and an
+	// expires_at timestamptz column.
+	SidecarSchema string
+	SidecarTable  string
+	KeyColumns    []string
+
+	// DefaultTTL is stamped on INSERT when the statement gives no expiry;
+	// 0 means no stamping.
+	DefaultTTL time.Duration
+	// RefreshOnUpdate: an UPDATE of a live row sets expiry to now()+DefaultTTL
+	// unless it sets the expiry itself.
+	RefreshOnUpdate bool
+}
+
+// QualifiedName returns schema.table with defaults applied (unquoted).
+func (r *Rule) QualifiedName() string {
+	return r.SchemaName() + "." + r.Table
+}
+
+// SchemaName returns Schema or "public".
+func (r *Rule) SchemaName() string {
+	if r.Schema == "" {
+		return "public"
+	}
+	return r.Schema
+}
+
+// ExpiryColumn returns Column or "expires_at".
+func (r *Rule) ExpiryColumn() string {
+	if r.Column == "" {
+		return "expires_at"
+	}
+	return r.Column
+}
+
+// RuleKind returns Kind or KindColumn.
+func (r *Rule) RuleKind() Kind {
+	if r.Kind == "" {
+		return KindColumn
+	}
+	return r.Kind
+}
+
+// Validate reports a rule that cannot be used.
+func (r *Rule) Validate() error {
+	if r.Table == "" {
+		return fmt.Errorf("table name is empty")
+	}
+	return nil
+}
