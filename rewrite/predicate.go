@@ -1,0 +1,146 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The one definition of "expired" shared by the read filter and the sweeper:
+// a row is live when LiveCondition is true and expired when it is false.
+// LiveCondition is never NULL (every NULL case is spelled out), so
+// ExpiredCondition, its negation, is its exact complement. PostgreSQL pushes
+// the NOT through the OR (negate_clause), so both stay index-friendly.
+
+// LiveCondition returns a boolean SQL expression that is true when the row of
+// the rule's table, visible under qualifier (already quoted SQL such as `"s"`
+// or `public.sessions`), is live at the instant at (a timestamptz SQL
+// expression such as `now()` or `$1::timestamptz`). Expiry NULL never expires.
+func (r *Rule) LiveCondition(qualifier, at string) string {
+	q := func(col string) string { return qualifier + "." + QuoteIdent(col) }
+	switch r.RuleKind() {
+	case KindDerived:
+		base := q(r.BaseColumn)
+		if r.IntervalColumn != "" {
+			ivl := q(r.IntervalColumn)
+			if r.IntervalSeconds {
+				ivl = ivl + " * interval '1 second'"
+			}
+			return fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s + %s >= %s)", base, q(r.IntervalColumn), base, ivl, at)
+		}
+		return fmt.Sprintf("(%s IS NULL OR %s >= %s - %s)", base, base, at, IntervalLiteral(r.ExpireAfter))
+	case KindSidecar:
+		var b strings.Builder
+		fmt.Fprintf(&b, "(NOT EXISTS (SELECT 1 FROM %s AS _ttl_reg WHERE ", r.SidecarName())
+		for i, k := range r.KeyColumns {
+			if i > 0 {
+				b.WriteString(" AND ")
+			}
+			fmt.Fprintf(&b, "_ttl_reg.%s = %s", QuoteIdent(k), q(k))
+		}
+		fmt.Fprintf(&b, " AND _ttl_reg.expires_at < %s))", at)
+		return b.String()
+	}
+	col := q(r.ExpiryColumn())
+	return fmt.Sprintf("(%s IS NULL OR %s >= %s)", col, col, r.columnThreshold(at))
+}
+
+// ExpiredCondition is NOT LiveCondition: true when the row is expired at at.
+func (r *Rule) ExpiredCondition(qualifier, at string) string {
+	return "(NOT " + r.LiveCondition(qualifier, at) + ")"
+}
+
+// columnThreshold converts the timestamptz instant at into the expiry
+// column's own type, so that the column is compared without a cast and its
+// index stays usable.
+func (r *Rule) columnThreshold(at string) string {
+	switch r.ColumnType {
+	case TypeTimestamp, TypeDate:
+		return fmt.Sprintf("(%s AT TIME ZONE 'UTC')", at)
+	case TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
+		// col >= x  <=>  col >= ceil(x) for integer col.
+		return fmt.Sprintf("ceil(extract(epoch from %s)%s)::bigint", at, unixScale(r.ColumnType))
+	}
+	return at
+}
+
+func unixScale(t ColumnType) string {
+	switch t {
+	case TypeUnixMilliseconds:
+		return " * 1000"
+	case TypeUnixMicroseconds:
+		return " * 1000000"
+	case TypeUnixNanoseconds:
+		return " * 1000000000"
+	}
+	return ""
+}
+
+// StampColumn returns the column that INSERT stamping and UPDATE refresh set,
+// or "" when the rule has none (derived with a fixed lifetime, sidecar).
+func (r *Rule) StampColumn() string {
+	switch r.RuleKind() {
+	case KindColumn:
+		return r.ExpiryColumn()
+	case KindDerived:
+		return r.IntervalColumn
+	}
+	return ""
+}
+
+// StampValue returns the SQL expression stamped into StampColumn for a
+// lifetime ttl starting at now(): the expiry in the column's own type, or, for
+// a derived rule, the per-row lifetime.
+func (r *Rule) StampValue(ttl time.Duration) string {
+	if r.RuleKind() == KindDerived {
+		if r.IntervalSeconds {
+			return fmt.Sprintf("%d", int64(ttl/time.Second))
+		}
+		return IntervalLiteral(ttl)
+	}
+	return r.ExpiryValue(ttl)
+}
+
+// ExpiryValue returns the SQL expression for the instant now()+ttl in the
+// expiry column's type (also the sidecar registry's timestamptz).
+func (r *Rule) ExpiryValue(ttl time.Duration) string {
+	at := "now() + " + IntervalLiteral(ttl)
+	switch r.ColumnType {
+	case TypeTimestamp:
+		return fmt.Sprintf("((%s) AT TIME ZONE 'UTC')", at)
+	case TypeDate:
+		return fmt.Sprintf("((%s) AT TIME ZONE 'UTC')::date", at)
+	case TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
+		return fmt.Sprintf("ceil(extract(epoch from %s)%s)::bigint", at, unixScale(r.ColumnType))
+	}
+	return "(" + at + ")"
+}
+
+// SidecarName returns the quoted qualified registry table name.
+func (r *Rule) SidecarName() string {
+	s := r.SidecarSchema
+	if s == "" {
+		s = r.SchemaName()
+	}
+	return QuoteIdent(s) + "." + QuoteIdent(r.SidecarTable)
+}
+
+// QuotedName returns the quoted qualified table name, e.g. "public"."sessions".
+func (r *Rule) QuotedName() string {
+	return QuoteIdent(r.SchemaName()) + "." + QuoteIdent(r.Table)
+}
+
+// IntervalLiteral renders d as an interval literal, e.g. interval '90 seconds'
+// for whole seconds, in microseconds otherwise.
+func IntervalLiteral(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("interval '%d seconds'", int64(d/time.Second))
+	}
+	return fmt.Sprintf("interval '%d microseconds'", int64(d/time.Microsecond))
+}
+
+// QuoteIdent quotes an identifier the way PostgreSQL's quote_ident does when
+// quoting is needed: always quoting is also valid, and simpler to get right.
+func QuoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
