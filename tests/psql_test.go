@@ -1,0 +1,86 @@
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// TestPsqlTransparency runs PostgreSQL's own regression scripts with psql,
+// once directly and once through the proxy (each in a fresh database), and
+// requires identical output: statements that touch no TTL table must behave
+// exactly as on a bare server, errors, notices and COPY included.
+func TestPsqlTransparency(t *testing.T) {
+	psql := pgTool(t, "psql")
+	dir := corpusDir(t)
+	scripts := []string{"boolean.sql", "int4.sql", "strings.sql", "text.sql", "varchar.sql",
+		"delete.sql", "errors.sql", "copydml.sql", "prepare.sql", "portals.sql", "transactions.sql"}
+	// A TTL rule is configured, but for a table the scripts never name.
+	rules := []rewrite.Rule{{Table: "ttl_only_here", DefaultTTL: time.Hour}}
+	for _, name := range scripts {
+		t.Run(strings.TrimSuffix(name, ".sql"), func(t *testing.T) {
+			path := filepath.Join(dir, name)
+			if _, err := os.Stat(path); err != nil {
+				t.Fatalf("corpus script missing: %v", err)
+			}
+			run := func(via string) string {
+				s := newStack(t, stackOptions{rules: rules})
+				addr := pgtestAddr(t)
+				if via == "proxy" {
+					addr = s.proxyAdr
+				}
+				out, _ := runTool(t, withTimeout(t, 2*time.Minute), psql, addr, "-X", "-a", "-q",
+					"-v", "VERBOSITY=default", "-d", s.db, "-f", path)
+				return strings.ReplaceAll(out, s.db, "<db>")
+			}
+			direct, proxied := run("direct"), run("proxy")
+			if direct != proxied {
+				t.Fatalf("psql output differs through the proxy:\n%s", firstDiff(direct, proxied))
+			}
+			if len(direct) < 100 {
+				t.Fatalf("suspiciously short psql output: %q", direct)
+			}
+		})
+	}
+}
+
+// TestPsqlThroughProxyHidesExpired drives the proxy with psql.
+func TestPsqlThroughProxyHidesExpired(t *testing.T) {
+	psql := pgTool(t, "psql")
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+	out, err := runTool(t, withTimeout(t, time.Minute), psql, s.proxyAdr, "-X", "-A", "-t", "-d", s.db,
+		"-c", "SELECT string_agg(note, ',' ORDER BY id) FROM sessions",
+		"-c", "INSERT INTO sessions (id, owner, note) VALUES (7, 1, 'via psql')",
+		"-c", "SELECT count(*) FROM sessions")
+	if err != nil {
+		t.Fatalf("psql: %v\n%s", err, out)
+	}
+	if want := "live,forever\nINSERT 0 1\n3\n"; out != want {
+		t.Fatalf("psql output %q, want %q", out, want)
+	}
+}
+
+func pgtestAddr(t *testing.T) string { return pgtest.Server(t).Addr() }
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return "line " + strconv.Itoa(i+1) + ":\n direct: " + x + "\n  proxy: " + y
+		}
+	}
+	return "(equal)"
+}

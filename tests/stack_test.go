@@ -1,0 +1,226 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/proxy"
+	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/sweeper"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// stack is a database, a proxy in front of it, and optionally a sweeper.
+type stack struct {
+	t        *testing.T
+	db       string
+	direct   string // connection string straight to the server
+	proxied  string // connection string through the proxy
+	proxyAdr string
+	reg      *prometheus.Registry
+	sweeper  *sweeper.Sweeper
+}
+
+type stackOptions struct {
+	setup       []string // SQL run directly before the proxy starts
+	rules       []rewrite.Rule
+	bypassRoles []string
+	sweep       *sweeper.Config // nil: no sweeper; DSN and Rules are filled in
+}
+
+func newStack(t *testing.T, o stackOptions) *stack {
+	t.Helper()
+	srv := pgtest.Server(t)
+	s := &stack{t: t, db: pgtest.NewDatabase(t), reg: prometheus.NewRegistry()}
+	s.direct = srv.ConnString(s.db)
+	ctx := context.Background()
+	if len(o.setup) > 0 {
+		conn := s.connect(s.direct)
+		for _, q := range o.setup {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("setup %q: %v", q, err)
+			}
+		}
+		conn.Close(ctx)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rw, err := rewrite.New(o.rules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxy.New(proxy.Config{
+		Upstream:    srv.Addr(),
+		Rewriter:    rw,
+		BypassRoles: o.bypassRoles,
+		Logger:      logger,
+		Registerer:  s.reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.proxyAdr = ln.Addr().String()
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(pctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("proxy Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("proxy did not stop within 30s")
+		}
+	})
+	u, _ := url.Parse(s.direct)
+	u.Host = s.proxyAdr
+	s.proxied = u.String()
+
+	if o.sweep != nil {
+		cfg := *o.sweep
+		cfg.DSN = s.direct
+		cfg.Rules = o.rules
+		cfg.Logger = logger
+		cfg.Registerer = s.reg
+		if s.sweeper, err = sweeper.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.sweeper.Stop)
+	}
+	return s
+}
+
+func (s *stack) connect(connString string) *pgx.Conn {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, connString)
+	if err != nil {
+		s.t.Fatalf("connect %s: %v", redact(connString), err)
+	}
+	s.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// connectMode connects through the proxy with the given query exec mode.
+func (s *stack) connectMode(mode pgx.QueryExecMode) *pgx.Conn {
+	s.t.Helper()
+	cfg, err := pgx.ParseConfig(s.proxied)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfg.DefaultQueryExecMode = mode
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		s.t.Fatalf("connect through proxy: %v", err)
+	}
+	s.t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func redact(connString string) string {
+	u, err := url.Parse(connString)
+	if err != nil {
+		return "?"
+	}
+	return u.Redacted()
+}
+
+// metric returns the sum of all samples of the named counter or gauge whose
+// labels include want.
+func (s *stack) metric(name string, want map[string]string) float64 {
+	s.t.Helper()
+	families, err := s.reg.Gather()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !labelsMatch(m, want) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+		return sum
+	}
+	s.t.Fatalf("metric %s not registered", name)
+	return 0
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			if l.GetName() == k && l.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// sqlstate returns the SQLSTATE of a pgx error, or "".
+func sqlstate(err error) string {
+	var pgErr interface{ SQLState() string }
+	if errors.As(err, &pgErr) {
+		return pgErr.SQLState()
+	}
+	return ""
+}
+
+func ids(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var v any
+		if err := r.Scan(&v); err != nil {
+			return "", err
+		}
+		if v == nil {
+			return "NULL", nil
+		}
+		return strings.TrimSpace(strings.ReplaceAll(fmt.Sprint(v), "\n", " ")), nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return strings.Join(vals, ",")
+}
