@@ -1,0 +1,355 @@
+// Package config reads and validates the ttlproxy configuration file.
+//
+// The file is YAML. Unknown keys, repeated keys, wrong value types and keys
+// that do not belong to a table's rule kind are errors, and every error names
+// the key path, e.g. `tables[1].default_ttl: invalid duration "3x"`.
+//
+//	cfg, err := config.Load("ttlproxy.yaml")
+//	if err != nil {
+//		return err // e.g. "ttlproxy.yaml: upstream: required"
+//	}
+//	rw, err := rewrite.New(cfg.Tables, cfg.RewriteOptions())
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// Defaults applied when the file leaves a key out.
+const (
+	DefaultListen      = "127.0.0.1:6432"
+	DefaultAdminListen = "127.0.0.1:9187"
+
+	DefaultMaxStatementBytes = 1 << 20 // 1 MiB, as rewrite.Options
+	DefaultMaxNestingDepth   = 1000
+	// DefaultMaxMessageBytes bounds one protocol message from a client:
+	// 64 MiB covers large COPY rows and bulk INSERTs; the server's own
+	// limit for a query string is 1 GB.
+	DefaultMaxMessageBytes = 64 << 20
+
+	DefaultDialTimeout     = 10 * time.Second
+	DefaultShutdownTimeout = 30 * time.Second
+
+	// DefaultSweepInterval is the pause between sweep runs.
+	DefaultSweepInterval = time.Minute
+	// DefaultSweepBatchSize is rows per DELETE: small enough that each batch
+	// is a short transaction (river's job cleaner and pg_ttl_index use
+	// 10,000; a proxy in front of OLTP traffic stays lower).
+	DefaultSweepBatchSize  = 1000
+	DefaultSweepBatchPause = 50 * time.Millisecond
+	// DefaultSweepBatchTimeout bounds one DELETE batch.
+	DefaultSweepBatchTimeout = 30 * time.Second
+)
+
+// Config is a validated configuration. Every field holds its final value
+// (defaults applied).
+type Config struct {
+	// Listen is the client-facing host:port.
+	Listen string
+	// Upstream is the database server's host:port.
+	Upstream string
+	// AdminListen is the HTTP host:port for /metrics, /healthz and /readyz.
+	AdminListen string
+	// TLS enables client-facing TLS; nil means clients are told TLS is not
+	// available.
+	TLS *TLS
+	// BypassRoles are login roles whose sessions are neither filtered nor
+	// stamped, compared exactly as the client sends the user name.
+	BypassRoles []string
+	// Limits bound what one client can send.
+	Limits Limits
+	// DialTimeout bounds connecting to the upstream server.
+	DialTimeout time.Duration
+	// ShutdownTimeout bounds how long in-flight statements may run after a
+	// shutdown signal before their connections are closed.
+	ShutdownTimeout time.Duration
+	// Tables are the TTL tables, names already folded as PostgreSQL would.
+	Tables []rewrite.Rule
+	// Sweeper configures the background deletion of expired rows; nil means
+	// no sweeper runs.
+	Sweeper *Sweeper
+}
+
+// TLS names the certificate and key files (PEM) presented to clients.
+type TLS struct {
+	CertFile string
+	KeyFile  string
+}
+
+// Limits bound statement and message sizes.
+type Limits struct {
+	// MaxStatementBytes rejects longer statements on TTL tables before
+	// parsing.
+	MaxStatementBytes int
+	// MaxNestingDepth rejects more deeply nested statements before parsing:
+	// the parser can exhaust its stack on extreme nesting.
+	MaxNestingDepth int
+	// MaxMessageBytes is the largest protocol message accepted from a client.
+	MaxMessageBytes int
+}
+
+// Sweeper configures the sweeper.
+type Sweeper struct {
+	// DSN is the sweeper's own connection string; it may hold a password, so
+	// it is never logged.
+	DSN string
+	// Interval is the pause between sweep runs.
+	Interval time.Duration
+	// BatchSize is the number of rows deleted per statement.
+	BatchSize int
+	// BatchPause is the pause between two batches.
+	BatchPause time.Duration
+	// BatchTimeout bounds one batch.
+	BatchTimeout time.Duration
+}
+
+// RewriteOptions maps the limits onto the rewriter's options.
+func (c *Config) RewriteOptions() rewrite.Options {
+	return rewrite.Options{
+		MaxStatementBytes: c.Limits.MaxStatementBytes,
+		MaxNestingDepth:   c.Limits.MaxNestingDepth,
+	}
+}
+
+// Load reads and validates the file at path. Errors are prefixed with path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse validates a configuration document.
+func Parse(data []byte) (*Config, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("upstream: required (the file is empty)")
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("line %d: only one YAML document is allowed", extra.Line)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, errors.New("upstream: required (the file is empty)")
+		}
+		root = root.Content[0]
+	}
+	if isNull(resolve(root)) {
+		return nil, errors.New("upstream: required (the file is empty)")
+	}
+	return parseRoot(root)
+}
+
+func parseRoot(root *yaml.Node) (*Config, error) {
+	f, err := mapping(root, "",
+		"listen", "upstream", "admin_listen", "tls", "bypass_roles", "limits",
+		"dial_timeout", "shutdown_timeout", "tables", "sweeper")
+	if err != nil {
+		return nil, err
+	}
+	cfg := &Config{
+		Listen:          DefaultListen,
+		AdminListen:     DefaultAdminListen,
+		DialTimeout:     DefaultDialTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout,
+		Limits: Limits{
+			MaxStatementBytes: DefaultMaxStatementBytes,
+			MaxNestingDepth:   DefaultMaxNestingDepth,
+			MaxMessageBytes:   DefaultMaxMessageBytes,
+		},
+	}
+
+	if !f.has("upstream") {
+		return nil, errors.New("upstream: required")
+	}
+	if cfg.Upstream, err = address(f["upstream"], true); err != nil {
+		return nil, err
+	}
+	if v, ok := f["listen"]; ok {
+		if cfg.Listen, err = address(v, false); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["admin_listen"]; ok {
+		if cfg.AdminListen, err = address(v, false); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["tls"]; ok {
+		if cfg.TLS, err = parseTLS(v); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["bypass_roles"]; ok {
+		if cfg.BypassRoles, err = v.strings(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["limits"]; ok {
+		if err := parseLimits(v, &cfg.Limits); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["dial_timeout"]; ok {
+		if cfg.DialTimeout, err = v.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["shutdown_timeout"]; ok {
+		if cfg.ShutdownTimeout, err = v.duration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["tables"]; ok {
+		if cfg.Tables, err = parseTables(v); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["sweeper"]; ok {
+		if cfg.Sweeper, err = parseSweeper(v); err != nil {
+			return nil, err
+		}
+	}
+	return cfg, nil
+}
+
+// address checks a host:port value. The upstream needs a host; a listen
+// address may leave it empty (all interfaces).
+func address(f field, needHost bool) (string, error) {
+	s, err := f.str()
+	if err != nil {
+		return "", err
+	}
+	if err := CheckAddress(s, needHost); err != nil {
+		return "", fmt.Errorf("%s: %w", f.path, err)
+	}
+	return s, nil
+}
+
+// CheckAddress reports whether s is a usable host:port; needHost refuses an
+// empty host. Flags that override the file's addresses use it too.
+func CheckAddress(s string, needHost bool) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("invalid address %q: want host:port", s)
+	}
+	if needHost && host == "" {
+		return fmt.Errorf("invalid address %q: host is empty", s)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 || (needHost && p == 0) {
+		return fmt.Errorf("invalid address %q: bad port %q", s, port)
+	}
+	return nil
+}
+
+func parseTLS(v field) (*TLS, error) {
+	f, err := mapping(v.val, v.path, "cert_file", "key_file")
+	if err != nil {
+		return nil, err
+	}
+	t := &TLS{}
+	for _, k := range []string{"cert_file", "key_file"} {
+		if !f.has(k) {
+			return nil, fmt.Errorf("%s: required", join(v.path, k))
+		}
+	}
+	if t.CertFile, err = f["cert_file"].str(); err != nil {
+		return nil, err
+	}
+	if t.KeyFile, err = f["key_file"].str(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func parseLimits(v field, l *Limits) error {
+	f, err := mapping(v.val, v.path, "max_statement_bytes", "max_nesting_depth", "max_message_bytes")
+	if err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		key string
+		dst *int
+	}{
+		{"max_statement_bytes", &l.MaxStatementBytes},
+		{"max_nesting_depth", &l.MaxNestingDepth},
+		{"max_message_bytes", &l.MaxMessageBytes},
+	} {
+		if x, ok := f[k.key]; ok {
+			if *k.dst, err = x.positiveInt(); err != nil {
+				return err
+			}
+		}
+	}
+	if l.MaxMessageBytes < l.MaxStatementBytes {
+		return fmt.Errorf("%s.max_message_bytes: %d is smaller than max_statement_bytes (%d)",
+			v.path, l.MaxMessageBytes, l.MaxStatementBytes)
+	}
+	return nil
+}
+
+func parseSweeper(v field) (*Sweeper, error) {
+	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout")
+	if err != nil {
+		return nil, err
+	}
+	s := &Sweeper{
+		Interval:     DefaultSweepInterval,
+		BatchSize:    DefaultSweepBatchSize,
+		BatchPause:   DefaultSweepBatchPause,
+		BatchTimeout: DefaultSweepBatchTimeout,
+	}
+	if !f.has("dsn") {
+		return nil, fmt.Errorf("%s.dsn: required", v.path)
+	}
+	if s.DSN, err = f["dsn"].str(); err != nil {
+		return nil, err
+	}
+	if x, ok := f["interval"]; ok {
+		if s.Interval, err = x.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["batch_size"]; ok {
+		if s.BatchSize, err = x.positiveInt(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["batch_pause"]; ok {
+		if s.BatchPause, err = x.duration(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["batch_timeout"]; ok {
+		if s.BatchTimeout, err = x.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}

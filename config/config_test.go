@@ -1,0 +1,371 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+func TestParseFull(t *testing.T) {
+	const doc = `
+listen: 0.0.0.0:7432
+upstream: db.internal:5433
+admin_listen: :9999
+tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
+bypass_roles: [ttl_admin, Migrator]
+limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096}
+dial_timeout: 3s
+shutdown_timeout: 0s
+tables:
+  - table: public.sessions
+    rule: column
+    column: expires_at
+    column_type: timestamptz
+    default_ttl: 24h
+    refresh_on_update: true
+  - table: '"App"."Events"'
+    column: Expiry
+    column_type: unix_ms
+  - table: audit
+    rule: derived
+    base_column: created_at
+    expire_after: 90d
+  - table: tokens
+    rule: derived
+    base_column: issued_at
+    interval_column: ttl_seconds
+    interval_unit: seconds
+    default_ttl: 1d12h
+  - table: app.carts
+    rule: sidecar
+    sidecar_table: carts_ttl
+    key_columns: [tenant_id, '"CartID"']
+    default_ttl: 30m
+sweeper:
+  dsn: postgres://ttl_sweeper@127.0.0.1:5432/app
+  interval: 2m
+  batch_size: 500
+  batch_pause: 0s
+  batch_timeout: 10s
+`
+	got, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Listen:          "0.0.0.0:7432",
+		Upstream:        "db.internal:5433",
+		AdminListen:     ":9999",
+		TLS:             &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
+		BypassRoles:     []string{"ttl_admin", "Migrator"},
+		Limits:          Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096},
+		DialTimeout:     3 * time.Second,
+		ShutdownTimeout: 0,
+		Tables: []rewrite.Rule{
+			{Schema: "public", Table: "sessions", Kind: rewrite.KindColumn, Column: "expires_at",
+				ColumnType: rewrite.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},
+			{Schema: "App", Table: "Events", Kind: rewrite.KindColumn, Column: "expiry",
+				ColumnType: rewrite.TypeUnixMilliseconds},
+			{Schema: "public", Table: "audit", Kind: rewrite.KindDerived, BaseColumn: "created_at",
+				ExpireAfter: 90 * 24 * time.Hour},
+			{Schema: "public", Table: "tokens", Kind: rewrite.KindDerived, BaseColumn: "issued_at",
+				IntervalColumn: "ttl_seconds", IntervalSeconds: true, DefaultTTL: 36 * time.Hour},
+			{Schema: "app", Table: "carts", Kind: rewrite.KindSidecar, SidecarSchema: "app",
+				SidecarTable: "carts_ttl", KeyColumns: []string{"tenant_id", "CartID"}, DefaultTTL: 30 * time.Minute},
+		},
+		Sweeper: &Sweeper{
+			DSN:          "postgres://ttl_sweeper@127.0.0.1:5432/app",
+			Interval:     2 * time.Minute,
+			BatchSize:    500,
+			BatchPause:   0,
+			BatchTimeout: 10 * time.Second,
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse:\n got %+v\nwant %+v", got, want)
+		for i := range min(len(got.Tables), len(want.Tables)) {
+			if !reflect.DeepEqual(got.Tables[i], want.Tables[i]) {
+				t.Errorf("tables[%d]:\n got %+v\nwant %+v", i, got.Tables[i], want.Tables[i])
+			}
+		}
+	}
+	opts := got.RewriteOptions()
+	if opts.MaxStatementBytes != 2048 || opts.MaxNestingDepth != 50 {
+		t.Errorf("RewriteOptions = %+v", opts)
+	}
+}
+
+func TestParseDefaults(t *testing.T) {
+	got, err := Parse([]byte("upstream: localhost:5432\nsweeper: {dsn: 'postgres://x@y/z'}\ntables:\n  - table: s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Config{
+		Listen:          DefaultListen,
+		Upstream:        "localhost:5432",
+		AdminListen:     DefaultAdminListen,
+		DialTimeout:     DefaultDialTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout,
+		Limits: Limits{
+			MaxStatementBytes: DefaultMaxStatementBytes,
+			MaxNestingDepth:   DefaultMaxNestingDepth,
+			MaxMessageBytes:   DefaultMaxMessageBytes,
+		},
+		Tables: []rewrite.Rule{{Schema: "public", Table: "s", Kind: rewrite.KindColumn,
+			Column: "expires_at", ColumnType: rewrite.TypeTimestamptz}},
+		Sweeper: &Sweeper{
+			DSN:          "postgres://x@y/z",
+			Interval:     DefaultSweepInterval,
+			BatchSize:    DefaultSweepBatchSize,
+			BatchPause:   DefaultSweepBatchPause,
+			BatchTimeout: DefaultSweepBatchTimeout,
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestParseNoTablesNoSweeper(t *testing.T) {
+	for _, doc := range []string{"upstream: h:1", "upstream: h:1\ntables: []", "upstream: h:1\ntables:"} {
+		got, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if len(got.Tables) != 0 || got.Sweeper != nil || got.TLS != nil {
+			t.Errorf("%q: got %+v", doc, got)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	const up = "upstream: db:5432\n"
+	tbl := func(body string) string { return up + "tables:\n  - table: t\n" + body }
+	tests := []struct {
+		name, doc, want string
+	}{
+		// Document shape.
+		{"empty", "", "upstream: required (the file is empty)"},
+		{"only comment", "# nothing\n", "upstream: required (the file is empty)"},
+		{"not a mapping", "- a\n- b\n", `configuration: expected a mapping, got a list`},
+		{"syntax", "upstream: [\n", "yaml: line 1: did not find expected node content"},
+		{"two documents", up + "---\nlisten: :1\n", "line 2: only one YAML document is allowed"},
+		{"unknown top key", up + "listn: :1\n", "listn: unknown key (line 2)"},
+		{"repeated key", up + "upstream: other:1\n", "upstream: key given twice (line 2)"},
+
+		// Addresses.
+		{"missing upstream", "listen: :6432\n", "upstream: required"},
+		{"upstream empty", "upstream: ''\n", "upstream: must not be empty"},
+		{"upstream null", "upstream:\n", "upstream: expected a value, got nothing"},
+		{"upstream no port", "upstream: db\n", `upstream: invalid address "db": want host:port`},
+		{"upstream no host", "upstream: :5432\n", `upstream: invalid address ":5432": host is empty`},
+		{"upstream bad port", "upstream: db:http\n", `upstream: invalid address "db:http": bad port "http"`},
+		{"upstream port zero", "upstream: db:0\n", `upstream: invalid address "db:0": bad port "0"`},
+		{"upstream list", "upstream: [a]\n", `upstream: expected a value, got a list`},
+		{"listen bad", up + "listen: 6432\n", `listen: invalid address "6432": want host:port`},
+		{"admin bad port", up + "admin_listen: localhost:99999\n", `admin_listen: invalid address "localhost:99999": bad port "99999"`},
+
+		// tls, bypass_roles, limits, timeouts.
+		{"tls not mapping", up + "tls: yes\n", `tls: expected a mapping, got "yes"`},
+		{"tls missing key", up + "tls: {cert_file: c}\n", "tls.key_file: required"},
+		{"tls unknown", up + "tls: {cert_file: c, key_file: k, ca_file: x}\n", "tls.ca_file: unknown key (line 2)"},
+		{"bypass not list", up + "bypass_roles: admin\n", `bypass_roles: expected a list, got "admin"`},
+		{"bypass empty item", up + "bypass_roles: [a, '']\n", "bypass_roles[1]: must not be empty"},
+		{"limits unknown", up + "limits: {max_rows: 1}\n", "limits.max_rows: unknown key (line 2)"},
+		{"limits not int", up + "limits: {max_nesting_depth: deep}\n", `limits.max_nesting_depth: expected an integer, got "deep"`},
+		{"limits float", up + "limits: {max_statement_bytes: 1.5}\n", `limits.max_statement_bytes: expected an integer, got "1.5"`},
+		{"limits zero", up + "limits: {max_statement_bytes: 0}\n", "limits.max_statement_bytes: must be positive, got 0"},
+		{"limits message smaller", up + "limits: {max_message_bytes: 10, max_statement_bytes: 20}\n", "limits.max_message_bytes: 10 is smaller than max_statement_bytes (20)"},
+		{"dial timeout zero", up + "dial_timeout: 0s\n", `dial_timeout: must be positive, got "0s"`},
+		{"shutdown timeout bad", up + "shutdown_timeout: soon\n", `shutdown_timeout: invalid duration "soon"`},
+
+		// tables: shape and names.
+		{"tables not list", up + "tables: {table: t}\n", "tables: expected a list, got a mapping"},
+		{"table entry scalar", up + "tables: [t]\n", `tables[0]: expected a mapping, got "t"`},
+		{"table missing", up + "tables:\n  - column: x\n", "tables[0].table: required"},
+		{"table unknown key", tbl("    colum: x\n"), "tables[0].colum: unknown key (line 4)"},
+		{"table three parts", up + "tables: [{table: db.public.t}]\n", `tables[0].table: invalid table name "db.public.t": too many dotted parts: want schema.table`},
+		{"table bad char", up + "tables: [{table: 'my-table'}]\n", `tables[0].table: invalid table name "my-table": unexpected "-table" after identifier`},
+		{"table starts with digit", up + "tables: [{table: 1t}]\n", `tables[0].table: invalid table name "1t": invalid character '1' in name`},
+		{"table unterminated quote", up + "tables: [{table: '\"T'}]\n", `tables[0].table: invalid table name "\"T": unterminated quoted name`},
+		{"table empty quote", up + "tables: [{table: 'public.\"\"'}]\n", `tables[0].table: invalid table name "public.\"\"": empty quoted name`},
+		{"table trailing dot", up + "tables: [{table: 'public.'}]\n", `tables[0].table: invalid table name "public.": empty name`},
+		{"table too long", up + "tables: [{table: " + strings.Repeat("x", 64) + "}]\n", `tables[0].table: invalid table name "` + strings.Repeat("x", 64) + `": name longer than 63 bytes`},
+		{"duplicate table", up + "tables:\n  - table: sessions\n  - table: other\n  - table: PUBLIC.Sessions\n", "tables[2].table: public.sessions is already configured in tables[0]"},
+		{"quoted names differ", up + "tables:\n  - table: s\n  - table: '\"S\"'\n", ""},
+		{"unknown rule", tbl("    rule: hard\n"), `tables[0].rule: unknown rule "hard" (want column, derived or sidecar)`},
+
+		// Common keys.
+		{"default ttl bad", up + "tables:\n  - table: a\n  - table: b\n    default_ttl: 3x\n", `tables[1].default_ttl: invalid duration "3x"`},
+		{"default ttl negative", tbl("    default_ttl: -1h\n"), `tables[0].default_ttl: invalid duration "-1h"`},
+		{"default ttl zero", tbl("    default_ttl: 0s\n"), `tables[0].default_ttl: must be positive, got "0s"`},
+		{"default ttl number", tbl("    default_ttl: 24\n"), `tables[0].default_ttl: invalid duration "24"`},
+		{"refresh not bool", tbl("    default_ttl: 1h\n    refresh_on_update: sometimes\n"), `tables[0].refresh_on_update: expected true or false, got "sometimes"`},
+		{"refresh without ttl", tbl("    refresh_on_update: true\n"), "tables[0].refresh_on_update: needs default_ttl (the new expiry is now() + default_ttl)"},
+
+		// column rule.
+		{"column type unknown", tbl("    column_type: bigint\n"), `tables[0].column_type: unknown column type "bigint" (want one of timestamptz, timestamp, date, unix_s, unix_ms, unix_us, unix_ns)`},
+		{"column bad name", tbl("    column: 'a b'\n"), `tables[0].column: invalid column name "a b": unexpected " b" after identifier`},
+		{"column with base_column", tbl("    base_column: c\n"), "tables[0].base_column: not allowed with rule column (it belongs to rule derived)"},
+		{"column with sidecar", tbl("    sidecar_table: x\n"), "tables[0].sidecar_table: not allowed with rule column (it belongs to rule sidecar)"},
+
+		// derived rule.
+		{"derived no base", tbl("    rule: derived\n    expire_after: 1h\n"), "tables[0].base_column: required with rule derived"},
+		{"derived neither", tbl("    rule: derived\n    base_column: c\n"), "tables[0].expire_after: required with rule derived (or interval_column)"},
+		{"derived both", tbl("    rule: derived\n    base_column: c\n    expire_after: 1h\n    interval_column: i\n"), "tables[0].interval_column: not allowed together with expire_after (give one of them)"},
+		{"derived bad after", tbl("    rule: derived\n    base_column: c\n    expire_after: 1y\n"), `tables[0].expire_after: invalid duration "1y"`},
+		{"derived unit without column", tbl("    rule: derived\n    base_column: c\n    expire_after: 1h\n    interval_unit: seconds\n"), "tables[0].interval_unit: only allowed with interval_column"},
+		{"derived ttl with after", tbl("    rule: derived\n    base_column: c\n    expire_after: 1h\n    default_ttl: 1h\n"), "tables[0].default_ttl: not allowed with expire_after (every row lives exactly expire_after)"},
+		{"derived bad unit", tbl("    rule: derived\n    base_column: c\n    interval_column: i\n    interval_unit: minutes\n"), `tables[0].interval_unit: unknown unit "minutes" (want interval or seconds)`},
+		{"derived same columns", tbl("    rule: derived\n    base_column: c\n    interval_column: C\n"), "tables[0].interval_column: must differ from base_column"},
+		{"derived with column", tbl("    rule: derived\n    base_column: c\n    expire_after: 1h\n    column: e\n"), "tables[0].column: not allowed with rule derived (it belongs to rule column)"},
+		{"derived with key_columns", tbl("    rule: derived\n    key_columns: [id]\n"), "tables[0].key_columns: not allowed with rule derived (it belongs to rule sidecar)"},
+
+		// sidecar rule.
+		{"sidecar no table", tbl("    rule: sidecar\n    key_columns: [id]\n"), "tables[0].sidecar_table: required with rule sidecar"},
+		{"sidecar no keys", tbl("    rule: sidecar\n    sidecar_table: t_ttl\n"), "tables[0].key_columns: required with rule sidecar"},
+		{"sidecar empty keys", tbl("    rule: sidecar\n    sidecar_table: t_ttl\n    key_columns: []\n"), "tables[0].key_columns: must name at least one column"},
+		{"sidecar dup keys", tbl("    rule: sidecar\n    sidecar_table: t_ttl\n    key_columns: [id, ID]\n"), "tables[0].key_columns[1]: column id is listed twice"},
+		{"sidecar bad key", tbl("    rule: sidecar\n    sidecar_table: t_ttl\n    key_columns: ['a.b']\n"), `tables[0].key_columns[0]: invalid column name "a.b": unexpected ".b" after identifier`},
+		{"sidecar self", tbl("    rule: sidecar\n    sidecar_table: public.t\n    key_columns: [id]\n"), "tables[0].sidecar_table: must differ from table"},
+		{"sidecar is ttl table", up + "tables:\n  - table: t\n    rule: sidecar\n    sidecar_table: u\n    key_columns: [id]\n  - table: u\n", "tables[0].sidecar_table: public.u is itself a TTL table (tables[1])"},
+		{"sidecar with column_type", tbl("    rule: sidecar\n    column_type: date\n"), "tables[0].column_type: not allowed with rule sidecar (it belongs to rule column)"},
+
+		// sweeper.
+		{"sweeper no dsn", up + "sweeper: {interval: 1m}\n", "sweeper.dsn: required"},
+		{"sweeper not mapping", up + "sweeper: on\n", `sweeper: expected a mapping, got "on"`},
+		{"sweeper empty", up + "sweeper:\n", "sweeper: expected a mapping, got nothing"},
+		{"sweeper unknown", up + "sweeper: {dsn: x, workers: 2}\n", "sweeper.workers: unknown key (line 2)"},
+		{"sweeper interval", up + "sweeper: {dsn: x, interval: 0s}\n", `sweeper.interval: must be positive, got "0s"`},
+		{"sweeper batch size", up + "sweeper: {dsn: x, batch_size: -5}\n", "sweeper.batch_size: must be positive, got -5"},
+		{"sweeper batch pause", up + "sweeper: {dsn: x, batch_pause: 50}\n", `sweeper.batch_pause: invalid duration "50"`},
+		{"sweeper batch timeout", up + "sweeper: {dsn: x, batch_timeout: 0s}\n", `sweeper.batch_timeout: must be positive, got "0s"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.doc))
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Errorf("error = %q\n want   %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("upstream: db:5432\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(good); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("upstream: db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(bad)
+	if want := bad + `: upstream: invalid address "db": want host:port`; err == nil || err.Error() != want {
+		t.Errorf("Load(bad) = %v, want %s", err, want)
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); !os.IsNotExist(err) {
+		t.Errorf("Load(missing) = %v, want not-exist", err)
+	}
+}
+
+func TestExampleFile(t *testing.T) {
+	cfg, err := Load("../ttlproxy.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tables) == 0 || cfg.Sweeper == nil {
+		t.Errorf("example should show tables and a sweeper: %+v", cfg)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{in: "90s", want: 90 * time.Second},
+		{in: "1h30m", want: 90 * time.Minute},
+		{in: "90d", want: 90 * 24 * time.Hour},
+		{in: "1d12h", want: 36 * time.Hour},
+		{in: "12h1d", want: 36 * time.Hour},
+		{in: "1.5d", want: 36 * time.Hour},
+		{in: "2d30m15s", want: 48*time.Hour + 30*time.Minute + 15*time.Second},
+		{in: "0d", want: 0},
+		{in: "0", want: 0},
+		{in: "", bad: true},
+		{in: "d", bad: true},
+		{in: "3x", bad: true},
+		{in: "1dd", bad: true},
+		{in: "1d3", bad: true},
+		{in: "-1d", bad: true},
+		{in: "-5s", bad: true},
+		{in: "1..5d", bad: true},
+		{in: "200000d", bad: true},
+		{in: "106751d23h", want: 2562047 * time.Hour},
+		{in: "106751d24h", bad: true},
+	}
+	for _, tt := range tests {
+		got, err := ParseDuration(tt.in)
+		if tt.bad {
+			if err == nil {
+				t.Errorf("ParseDuration(%q) = %v, want error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestParseQualified(t *testing.T) {
+	tests := []struct{ in, schema, table string }{
+		{"sessions", "public", "sessions"},
+		{"Sessions", "public", "sessions"},
+		{"App.Sessions", "app", "sessions"},
+		{`"App"."Sessions"`, "App", "Sessions"},
+		{`"a.b".c`, "a.b", "c"},
+		{`"say ""hi"""`, "public", `say "hi"`},
+		{"t$1", "public", "t$1"},
+		{"_x", "public", "_x"},
+		{"ÜBER", "public", "Über"}, // only ASCII is folded, as the server does in UTF-8
+	}
+	for _, tt := range tests {
+		s, tb, err := parseQualified(tt.in, "public")
+		if err != nil || s != tt.schema || tb != tt.table {
+			t.Errorf("parseQualified(%q) = %q, %q, %v; want %q, %q", tt.in, s, tb, err, tt.schema, tt.table)
+		}
+	}
+}
+
+// FuzzParse checks that no document makes Parse panic and that every accepted
+// document yields rules the rewriter accepts.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("upstream: db:5432\ntables:\n  - table: s\n    default_ttl: 1d\n"))
+	f.Add([]byte("upstream: db:5432\ntables:\n  - {table: '\"A\".b', rule: derived, base_column: c, interval_column: i}\n"))
+	f.Add([]byte("upstream: &a db:1\nlisten: *a\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		if err != nil {
+			return
+		}
+		if _, err := rewrite.New(cfg.Tables, cfg.RewriteOptions()); err != nil {
+			t.Fatalf("accepted config rejected by rewrite.New: %v", err)
+		}
+	})
+}
