@@ -1,0 +1,107 @@
+package sweeper
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultInterval is the pause between the start of one run and the next.
+	DefaultInterval = time.Minute
+	// DefaultBatchSize is the number of rows one DELETE removes at most.
+	// river's job cleaner and pg_ttl_index use 10,000; a smaller batch keeps
+	// row locks and WAL bursts short, which matters more for a proxy that
+	// sits in front of foreground traffic.
+	DefaultBatchSize = 1000
+	// DefaultBatchPause is the mean pause between two batches of one table;
+	// the actual pause is jittered by ±50%. pg_ttl_index sleeps 10ms, river
+	// sleeps a random 50ms–500ms.
+	DefaultBatchPause = 50 * time.Millisecond
+	// DefaultBatchTimeout is the statement timeout of one batch.
+	DefaultBatchTimeout = 30 * time.Second
+)
+
+// Config configures a Sweeper. Zero fields take the defaults above.
+type Config struct {
+	// DSN is the sweeper's own login as a pgx connection string (URL or
+	// key=value). The password comes from the DSN, PGPASSWORD or .pgpass.
+	DSN string
+	// Rules are the TTL tables to sweep.
+	Rules []rewrite.Rule
+	// Interval is the time from the start of one run to the start of the
+	// next; default DefaultInterval.
+	Interval time.Duration
+	// BatchSize is the number of rows one DELETE removes at most; default
+	// DefaultBatchSize.
+	BatchSize int
+	// BatchPause is the mean pause between batches; default DefaultBatchPause.
+	// Negative means no pause.
+	BatchPause time.Duration
+	// BatchTimeout is the statement timeout of one batch; default
+	// DefaultBatchTimeout. After repeated timeouts on a table its batch size
+	// is halved.
+	BatchTimeout time.Duration
+	// Logger receives the sweeper's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the sweeper's metrics; nil means no metrics.
+	Registerer prometheus.Registerer
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchPause == 0 {
+		c.BatchPause = DefaultBatchPause
+	}
+	if c.BatchPause < 0 {
+		c.BatchPause = 0
+	}
+	if c.BatchTimeout <= 0 {
+		c.BatchTimeout = DefaultBatchTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// validateRule reports a rule the sweeper cannot build SQL for.
+func validateRule(r *rewrite.Rule) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	switch r.RuleKind() {
+	case rewrite.KindColumn:
+		switch r.ColumnType {
+		case "", rewrite.TypeTimestamptz, rewrite.TypeTimestamp, rewrite.TypeDate,
+			rewrite.TypeUnixSeconds, rewrite.TypeUnixMilliseconds,
+			rewrite.TypeUnixMicroseconds, rewrite.TypeUnixNanoseconds:
+		default:
+			return fmt.Errorf("table %s: unknown column type %q", r.QualifiedName(), r.ColumnType)
+		}
+	case rewrite.KindDerived:
+		if r.BaseColumn == "" {
+			return fmt.Errorf("table %s: derived rule without a base column", r.QualifiedName())
+		}
+	case rewrite.KindSidecar:
+		if r.SidecarTable == "" {
+			return fmt.Errorf("table %s: sidecar rule without a registry table", r.QualifiedName())
+		}
+		if len(r.KeyColumns) == 0 {
+			return fmt.Errorf("table %s: sidecar rule without key columns", r.QualifiedName())
+		}
+	default:
+		return fmt.Errorf("table %s: unknown rule kind %q", r.QualifiedName(), r.Kind)
+	}
+	return nil
+}

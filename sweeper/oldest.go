@@ -1,0 +1,144 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// observeOldest sets the oldest_expired_age_seconds gauge of r's table: the
+// age at the cutoff of the oldest row still present that is expired at the
+// cutoff (skipped as locked, or left by a failed sweep), 0 when none.
+//
+// It is measured only where it is cheap: a column rule, or a derived rule with
+// a fixed lifetime, on PostgreSQL, with a plain btree index led by the
+// column, where ORDER BY column LIMIT 1 over the expired predicate reads one
+// index entry. Other rules have no index that orders rows by expiry (a
+// per-row lifetime needs an expression index; a sidecar's order lives in
+// another table), so the gauge would cost a scan per run; for them, and for
+// a table without such an index, the series is removed instead.
+func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *rewrite.Rule, cutoff time.Time, d dialect) error {
+	name := r.QualifiedName()
+	col, ok := orderColumn(r)
+	if !ok || d != dialectPostgres {
+		s.m.oldestExpired.DeleteLabelValues(name)
+		return nil
+	}
+	var indexed bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_index i
+		JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+		JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = pg_catalog.to_regclass($1) AND a.attname = $2
+		  AND am.amname = 'btree' AND i.indisvalid AND i.indpred IS NULL)`,
+		r.QuotedName(), col).Scan(&indexed)
+	if err != nil {
+		return fmt.Errorf("looking for an index on %s.%s: %w", name, col, err)
+	}
+	if !indexed {
+		log.Debug("no btree index on the expiry column: oldest expired age not measured",
+			slog.String("table", name), slog.String("column", col))
+		s.m.oldestExpired.DeleteLabelValues(name)
+		return nil
+	}
+	qcol := "s." + rewrite.QuoteIdent(col)
+	sql := fmt.Sprintf("SELECT %s FROM %s AS s WHERE %s ORDER BY %s LIMIT 1",
+		qcol, r.QuotedName(), r.ExpiredCondition("s", cutoffParam), qcol)
+	expiry, err := s.oldestExpiry(ctx, r, sql, cutoff)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.m.oldestExpired.WithLabelValues(name).Set(0)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("finding the oldest expired row of %s: %w", name, err)
+	}
+	age := math.Inf(1) // -infinity
+	if !expiry.IsZero() {
+		age = max(cutoff.Sub(expiry).Seconds(), 0)
+	}
+	s.m.oldestExpired.WithLabelValues(name).Set(age)
+	return nil
+}
+
+// orderColumn returns the column whose order is the expiry order of r's rows.
+func orderColumn(r *rewrite.Rule) (string, bool) {
+	switch r.RuleKind() {
+	case rewrite.KindColumn:
+		return r.ExpiryColumn(), true
+	case rewrite.KindDerived:
+		if r.IntervalColumn == "" {
+			return r.BaseColumn, true
+		}
+	}
+	return "", false
+}
+
+// oldestExpiry runs sql (which selects one expiry-ordering value) and
+// converts the value to the instant the row expired, as package rewrite
+// reads each column type. The zero time stands for -infinity.
+func (s *Sweeper) oldestExpiry(ctx context.Context, r *rewrite.Rule, sql string, cutoff time.Time) (time.Time, error) {
+	row := s.pool.QueryRow(ctx, sql, cutoff)
+	if r.RuleKind() == rewrite.KindDerived {
+		var v pgtype.Timestamptz
+		if err := row.Scan(&v); err != nil {
+			return time.Time{}, err
+		}
+		if v.InfinityModifier != pgtype.Finite {
+			return time.Time{}, nil
+		}
+		return v.Time.Add(r.ExpireAfter), nil
+	}
+	switch r.ColumnType {
+	case rewrite.TypeTimestamp:
+		// Read as UTC, as rewrite does; pgx returns the wall time in UTC.
+		var v pgtype.Timestamp
+		if err := row.Scan(&v); err != nil {
+			return time.Time{}, err
+		}
+		if v.InfinityModifier != pgtype.Finite {
+			return time.Time{}, nil
+		}
+		return v.Time, nil
+	case rewrite.TypeDate:
+		// Expires at 00:00 UTC of the day.
+		var v pgtype.Date
+		if err := row.Scan(&v); err != nil {
+			return time.Time{}, err
+		}
+		if v.InfinityModifier != pgtype.Finite {
+			return time.Time{}, nil
+		}
+		return v.Time, nil
+	case rewrite.TypeUnixSeconds, rewrite.TypeUnixMilliseconds, rewrite.TypeUnixMicroseconds, rewrite.TypeUnixNanoseconds:
+		var v int64
+		if err := row.Scan(&v); err != nil {
+			return time.Time{}, err
+		}
+		switch r.ColumnType {
+		case rewrite.TypeUnixMilliseconds:
+			return time.UnixMilli(v), nil
+		case rewrite.TypeUnixMicroseconds:
+			return time.UnixMicro(v), nil
+		case rewrite.TypeUnixNanoseconds:
+			return time.Unix(0, v), nil
+		}
+		return time.Unix(v, 0), nil
+	}
+	var v pgtype.Timestamptz
+	if err := row.Scan(&v); err != nil {
+		return time.Time{}, err
+	}
+	if v.InfinityModifier != pgtype.Finite {
+		return time.Time{}, nil
+	}
+	return v.Time, nil
+}

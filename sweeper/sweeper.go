@@ -1,0 +1,490 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// ErrStopped is returned by RunOnce and Start once Stop has been called.
+var ErrStopped = errors.New("sweeper stopped")
+
+// RunResult is the outcome of one run, keyed by qualified table name
+// ("schema.table"; a sidecar rule's registry under its own name).
+type RunResult struct {
+	// Deleted is the number of rows deleted per table, also for a table that
+	// failed part way.
+	Deleted map[string]int64
+	// Batches is the number of DELETE statements that completed per table.
+	Batches map[string]int
+	// Errors holds the error that ended a table's sweep in this run.
+	Errors map[string]error
+}
+
+// Sweeper deletes expired rows of its rules' tables in the background. Create
+// it with New, run it with Start, end it with Stop. Its methods are safe for
+// concurrent use; runs never overlap.
+type Sweeper struct {
+	cfg   Config
+	log   *slog.Logger
+	pool  *pgxpool.Pool
+	m     *metrics
+	rules []rewrite.Rule
+
+	mu       sync.Mutex // guards started, stopped, loopDone
+	started  bool
+	stopped  bool
+	loopDone chan struct{} // closed when the loop goroutine exits
+	stopCh   chan struct{} // closed by Stop
+	closed   chan struct{} // closed when Stop has released everything
+
+	runMu sync.Mutex // held for the length of a run
+	// batchSizes is the current batch size per target name, below
+	// cfg.BatchSize after timeouts; guarded by runMu.
+	batchSizes map[string]int
+
+	// Test knobs.
+	lockRows    bool                                    // FOR UPDATE SKIP LOCKED in the inner select
+	cutoffFunc  func() time.Time                        // replaces the database's now() when set
+	afterBatch  func(table string, deleted int64)       // called after each completed batch
+	beforeBatch func(ctx context.Context, table string) // called before each batch
+}
+
+// Constants of the batch loop and the run loop.
+const (
+	// timeoutsBeforeShrink is the number of consecutive batch timeouts on a
+	// table after which its batch size is halved (river's cleaner shrinks
+	// after repeated timeouts the same way).
+	timeoutsBeforeShrink = 2
+	// maxTimeoutsPerRun is the number of batch timeouts after which a table
+	// is given up until the next run.
+	maxTimeoutsPerRun = 6
+	// minBatchSize is the floor the batch size is halved down to.
+	minBatchSize = 10
+	// clientTimeoutSlack is added to BatchTimeout for the client-side
+	// deadline of a batch; the server's statement_timeout fires first
+	// unless the network or a pooler in between swallows it.
+	clientTimeoutSlack = 5 * time.Second
+	// firstRetryDelay is the wait after a run that failed as a whole
+	// (database unreachable); it doubles per failure up to Interval.
+	firstRetryDelay = time.Second
+)
+
+// New checks cfg, prepares the connection pool (it connects lazily: the
+// database may be down when New runs) and registers the metrics.
+func New(cfg Config) (*Sweeper, error) {
+	cfg = cfg.withDefaults()
+	if len(cfg.Rules) == 0 {
+		return nil, errors.New("sweeper: no tables to sweep")
+	}
+	rules := append([]rewrite.Rule(nil), cfg.Rules...)
+	seen := map[string]bool{}
+	for i := range rules {
+		if err := validateRule(&rules[i]); err != nil {
+			return nil, fmt.Errorf("sweeper: %w", err)
+		}
+		for _, t := range targets(&rules[i]) {
+			if seen[t.name] {
+				return nil, fmt.Errorf("sweeper: table %s is listed twice", t.name)
+			}
+			seen[t.name] = true
+		}
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		// pgconn's parse errors do not carry the password.
+		return nil, fmt.Errorf("sweeper: parsing dsn: %w", err)
+	}
+	// One connection sweeps; a second one serves the odd catalog query
+	// without waiting.
+	pcfg.MaxConns = 2
+	rp := pcfg.ConnConfig.RuntimeParams
+	// The server-side timeout of each batch, so that a stuck DELETE is
+	// cancelled even when the client-side cancel request cannot get through.
+	rp["statement_timeout"] = strconv.FormatInt(cfg.BatchTimeout.Milliseconds(), 10)
+	// timestamptz arithmetic with day or month intervals depends on the
+	// session's TimeZone; pin it so that a sweep does not depend on the
+	// login's settings.
+	rp["TimeZone"] = "UTC"
+	if rp["application_name"] == "" {
+		rp["application_name"] = "ttlproxy-sweeper"
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("sweeper: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("sweeper: creating connection pool: %w", err)
+	}
+	s := &Sweeper{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		pool:       pool,
+		m:          m,
+		rules:      rules,
+		stopCh:     make(chan struct{}),
+		closed:     make(chan struct{}),
+		batchSizes: map[string]int{},
+		lockRows:   true,
+	}
+	for i := range rules {
+		for _, t := range targets(&rules[i]) {
+			// Series exist from the start, so rate() sees the first run.
+			m.rowsDeleted.WithLabelValues(t.name)
+			m.batches.WithLabelValues(t.name)
+			m.errors.WithLabelValues(t.name)
+		}
+	}
+	return s, nil
+}
+
+// Start starts the sweep loop in a goroutine: the first run at once, then a
+// run Interval after the previous one ended. A run that fails as a whole
+// (no database) is retried after 1s, 2s, 4s… up to Interval. Cancelling ctx
+// ends the loop at once, in-flight batch included; Stop ends it after the
+// current batch. A second Start is a no-op; Start after Stop returns
+// ErrStopped.
+func (s *Sweeper) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return ErrStopped
+	}
+	if s.started {
+		return nil
+	}
+	s.started = true
+	s.loopDone = make(chan struct{})
+	go s.loop(ctx, s.loopDone)
+	return nil
+}
+
+// Stop ends the loop after the current batch, waits for it (and for a
+// RunOnce in progress) to return, and closes the connection pool. It is safe
+// to call more than once and without Start; every call returns once the
+// sweeper has stopped.
+func (s *Sweeper) Stop() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		<-s.closed
+		return
+	}
+	s.stopped = true
+	close(s.stopCh)
+	loopDone := s.loopDone
+	s.mu.Unlock()
+
+	if loopDone != nil {
+		<-loopDone
+	}
+	s.runMu.Lock() // wait for a RunOnce called directly
+	s.runMu.Unlock()
+	s.pool.Close()
+	close(s.closed)
+}
+
+func (s *Sweeper) stopping() bool {
+	select {
+	case <-s.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
+	defer close(done)
+	s.log.Info("sweeper started", slog.Int("tables", len(s.rules)),
+		slog.Duration("interval", s.cfg.Interval), slog.Int("batch_size", s.cfg.BatchSize))
+	defer s.log.Info("sweeper stopped")
+	failures := 0
+	for {
+		_, err := s.RunOnce(ctx)
+		if errors.Is(err, ErrStopped) || ctx.Err() != nil {
+			return
+		}
+		wait := s.cfg.Interval
+		if err != nil {
+			failures++
+			wait = min(s.cfg.Interval, firstRetryDelay<<min(failures-1, 20))
+			s.log.Warn("sweeper run failed", slog.Any("error", err),
+				slog.Int("failures", failures), slog.Duration("retry_in", wait))
+		} else {
+			failures = 0
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-s.stopCh:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce makes one pass over all tables at a cutoff fixed at its start (the
+// database's now()). It returns an error only when the run as a whole failed
+// (no database: no cutoff), was cancelled through ctx, or was stopped
+// (ErrStopped, after the current batch); a table's failure is logged, counted
+// and reported in RunResult.Errors, and the other tables are swept. Runs
+// never overlap: a RunOnce waits for a run in progress.
+func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	res := RunResult{Deleted: map[string]int64{}, Batches: map[string]int{}, Errors: map[string]error{}}
+	if s.stopping() {
+		return res, ErrStopped
+	}
+	start := time.Now()
+	cutoff, d, err := s.begin(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		s.m.runs.WithLabelValues("failed").Inc()
+		return res, fmt.Errorf("starting sweeper run: %w", err)
+	}
+	log := s.log.With(slog.Time("cutoff", cutoff))
+	log.Debug("sweeper run started", slog.String("database", d.String()))
+	for i := range s.rules {
+		if err := s.sweepRule(ctx, log, &s.rules[i], cutoff, d, &res); err != nil {
+			return res, err
+		}
+	}
+	elapsed := time.Since(start)
+	s.m.runDuration.Observe(elapsed.Seconds())
+	s.m.lastRun.SetToCurrentTime()
+	result := "ok"
+	if len(res.Errors) > 0 {
+		result = "partial"
+	}
+	s.m.runs.WithLabelValues(result).Inc()
+	var total int64
+	for _, n := range res.Deleted {
+		total += n
+	}
+	log.Info("sweeper run done", slog.Int64("deleted", total),
+		slog.Int("failed_tables", len(res.Errors)), slog.Duration("elapsed", elapsed))
+	return res, nil
+}
+
+// begin fixes the run's cutoff and detects the database kind.
+func (s *Sweeper) begin(ctx context.Context) (time.Time, dialect, error) {
+	var (
+		now time.Time
+		yb  bool
+	)
+	err := s.pool.QueryRow(ctx, `SELECT now(), strpos(version(), '-YB-') > 0`).Scan(&now, &yb)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	if s.cutoffFunc != nil {
+		now = s.cutoffFunc()
+	}
+	d := dialectPostgres
+	if yb {
+		d = dialectYugabyte
+	}
+	return now, d, nil
+}
+
+// sweepRule sweeps one rule's targets and records the outcome in res. It
+// returns an error only when the run must end (stopped or cancelled).
+func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *rewrite.Rule, cutoff time.Time, d dialect, res *RunResult) error {
+	for _, t := range targets(r) {
+		tlog := log.With(slog.String("table", t.name))
+		start := time.Now()
+		n, batches, err := s.sweepTarget(ctx, tlog, t, cutoff, d)
+		res.Deleted[t.name] += n
+		res.Batches[t.name] += batches
+		if stop := s.endsRun(ctx, err); stop != nil {
+			return stop
+		}
+		if err != nil {
+			res.Errors[t.name] = err
+			tlog.Error("sweeping table failed", slog.Any("error", err),
+				slog.Int64("deleted", n), slog.Int("batches", batches))
+			continue
+		}
+		lvl := slog.LevelDebug
+		if n > 0 {
+			lvl = slog.LevelInfo
+		}
+		tlog.Log(ctx, lvl, "swept table", slog.Int64("deleted", n),
+			slog.Int("batches", batches), slog.Duration("elapsed", time.Since(start)))
+	}
+	if err := s.observeOldest(ctx, log, r, cutoff, d); err != nil {
+		if stop := s.endsRun(ctx, err); stop != nil {
+			return stop
+		}
+		s.m.errors.WithLabelValues(r.QualifiedName()).Inc()
+		log.Warn("measuring the oldest expired row failed",
+			slog.String("table", r.QualifiedName()), slog.Any("error", err))
+	}
+	return nil
+}
+
+// endsRun returns the error that ends the run when err is (or ctx says) the
+// run was stopped or cancelled, or nil.
+func (s *Sweeper) endsRun(ctx context.Context, err error) error {
+	if errors.Is(err, ErrStopped) {
+		return ErrStopped
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// sweepTarget deletes t's doomed rows, slice by slice, batch by batch, until
+// a batch comes back short. It returns the rows deleted and batches done
+// also on error.
+func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, error) {
+	slices, err := slicerFor(d).slices(ctx, s.pool, t)
+	if err != nil {
+		s.m.errors.WithLabelValues(t.name).Inc()
+		return 0, 0, err
+	}
+	var (
+		deleted  int64
+		batches  int
+		timeouts int // in this run
+		streak   int // consecutive
+		shrunk   bool
+	)
+	for si, sl := range slices {
+		sql := deleteBatchSQL(d, t, sl, s.lockRows)
+		for {
+			if s.beforeBatch != nil {
+				s.beforeBatch(ctx, t.name)
+			}
+			size := s.batchSize(t.name)
+			n, err := s.execBatch(ctx, sql, cutoff, size)
+			if err != nil {
+				if ctx.Err() != nil {
+					return deleted, batches, ctx.Err()
+				}
+				s.m.errors.WithLabelValues(t.name).Inc()
+				if !isTimeout(err) {
+					return deleted, batches, fmt.Errorf("deleting from %s (slice %s): %w", t.name, sl.label, err)
+				}
+				timeouts++
+				streak++
+				if timeouts >= maxTimeoutsPerRun {
+					return deleted, batches, fmt.Errorf("deleting from %s: %d batches timed out (last batch size %d, timeout %s): %w",
+						t.name, timeouts, size, s.cfg.BatchTimeout, err)
+				}
+				if streak >= timeoutsBeforeShrink {
+					streak = 0
+					shrunk = true
+					s.batchSizes[t.name] = max(size/2, min(minBatchSize, s.cfg.BatchSize))
+				}
+				log.Warn("sweeper batch timed out", slog.Int("batch_size", size),
+					slog.Int("next_batch_size", s.batchSize(t.name)), slog.Duration("timeout", s.cfg.BatchTimeout))
+				if err := s.pause(ctx); err != nil {
+					return deleted, batches, err
+				}
+				continue
+			}
+			streak = 0
+			deleted += n
+			batches++
+			s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
+			s.m.batches.WithLabelValues(t.name).Inc()
+			if s.afterBatch != nil {
+				s.afterBatch(t.name, n)
+			}
+			if n < int64(size) {
+				break
+			}
+			if err := s.pause(ctx); err != nil {
+				return deleted, batches, err
+			}
+		}
+		if si < len(slices)-1 {
+			if err := s.pause(ctx); err != nil {
+				return deleted, batches, err
+			}
+		}
+	}
+	if !shrunk {
+		// A clean run earns back half of what timeouts took away.
+		if cur, ok := s.batchSizes[t.name]; ok {
+			if next := cur * 2; next < s.cfg.BatchSize {
+				s.batchSizes[t.name] = next
+			} else {
+				delete(s.batchSizes, t.name)
+			}
+		}
+	}
+	return deleted, batches, nil
+}
+
+// batchSize returns the current batch size of target name.
+func (s *Sweeper) batchSize(name string) int {
+	if n, ok := s.batchSizes[name]; ok {
+		return n
+	}
+	return s.cfg.BatchSize
+}
+
+// execBatch runs one batch DELETE as its own autocommit statement.
+func (s *Sweeper) execBatch(ctx context.Context, sql string, cutoff time.Time, size int) (int64, error) {
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
+	defer cancel()
+	tag, err := s.pool.Exec(bctx, sql, cutoff, int64(size))
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// isTimeout reports a batch that ran out of time: the server's
+// statement_timeout (SQLSTATE 57014, query_canceled) or the client-side
+// deadline.
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
+// pause sleeps BatchPause jittered by ±50% (river sleeps a random interval
+// between batches too, so that instances do not fall into step). It returns
+// ErrStopped or ctx's error when interrupted.
+func (s *Sweeper) pause(ctx context.Context) error {
+	if s.stopping() {
+		return ErrStopped
+	}
+	p := s.cfg.BatchPause
+	if p <= 0 {
+		return ctx.Err()
+	}
+	d := p/2 + rand.N(p)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopCh:
+		return ErrStopped
+	case <-t.C:
+		return nil
+	}
+}

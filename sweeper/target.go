@@ -1,0 +1,111 @@
+package sweeper
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// Parameters of every sweeper statement: the run's cutoff and the batch size.
+const (
+	cutoffParam = "$1::timestamptz"
+	limitParam  = "$2"
+)
+
+// target is one table the sweeper deletes from: a rule's table, or a sidecar
+// rule's registry.
+type target struct {
+	// name is "schema.table": the metric label and the RunResult key.
+	name string
+	// quoted is the quoted qualified table name.
+	quoted string
+	// regclass is the name to_regclass accepts (the quoted name).
+	regclass string
+	// doomed returns the SQL condition, over the row visible as qualifier,
+	// that selects the rows to delete at the cutoff cutoffParam.
+	doomed func(qualifier string) string
+}
+
+// targets returns what sweeping r deletes from, in order: the table itself
+// and, for a sidecar rule, then the registry rows it leaves behind.
+func targets(r *rewrite.Rule) []target {
+	base := target{
+		name:     r.QualifiedName(),
+		quoted:   r.QuotedName(),
+		regclass: r.QuotedName(),
+		// The one definition of expired, shared with the read filter.
+		doomed: func(q string) string { return r.ExpiredCondition(q, cutoffParam) },
+	}
+	if r.RuleKind() != rewrite.KindSidecar {
+		return []target{base}
+	}
+	regSchema := r.SidecarSchema
+	if regSchema == "" {
+		regSchema = r.SchemaName()
+	}
+	reg := target{
+		name:     regSchema + "." + r.SidecarTable,
+		quoted:   r.SidecarName(),
+		regclass: r.SidecarName(),
+		doomed:   func(q string) string { return orphanCondition(r, q) },
+	}
+	return []target{base, reg}
+}
+
+// orphanCondition selects registry rows, visible as qualifier, whose expiry
+// has passed at the cutoff and whose base row no longer exists: the base row
+// was swept (or deleted by the application) and its registry entry is all
+// that is left. An entry whose base row still exists is kept even when
+// expired, since it is what hides that row.
+func orphanCondition(r *rewrite.Rule, q string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "(%s.expires_at < %s AND NOT EXISTS (SELECT 1 FROM %s AS _ttl_base WHERE ",
+		q, cutoffParam, r.QuotedName())
+	for i, k := range r.KeyColumns {
+		if i > 0 {
+			b.WriteString(" AND ")
+		}
+		k = rewrite.QuoteIdent(k)
+		fmt.Fprintf(&b, "_ttl_base.%s = %s.%s", k, q, k)
+	}
+	b.WriteString("))")
+	return b.String()
+}
+
+// deleteBatchSQL returns the statement that deletes one batch of t's doomed
+// rows in slice sl; $1 is the cutoff, $2 the batch size.
+//
+// On PostgreSQL the inner SELECT picks up to $2 row addresses (ctid) and
+// locks them with FOR UPDATE SKIP LOCKED, so a row a foreground transaction
+// holds is left for the next run instead of blocking either side; the
+// DELETE then fetches them by TID scan. On YugabyteDB it follows the seed
+// recipe: the row key ybctid of up to $2 doomed rows of one yb_hash_code
+// slice, deleted through a join.
+//
+// Either way the DELETE evaluates doomed again on the row it deletes: under
+// READ COMMITTED that is the newest version, so a row refreshed after the
+// inner SELECT (expiry pushed into the future) is not deleted. On a
+// partitioned PostgreSQL table ctids repeat across partitions, so a batch
+// may also delete other rows that happen to share a ctid; the re-check
+// limits those to rows that are doomed anyway.
+//
+// lockRows false leaves out FOR UPDATE SKIP LOCKED (tests use it to make the
+// DELETE wait for a concurrent writer and exercise the re-check).
+func deleteBatchSQL(d dialect, t target, sl slice, lockRows bool) string {
+	inner := t.doomed("s")
+	if c := sl.cond("s"); c != "" {
+		inner += " AND " + c
+	}
+	if d == dialectYugabyte {
+		return fmt.Sprintf("WITH doomed AS (SELECT s.ybctid AS id FROM %s AS s WHERE %s ORDER BY s.ybctid LIMIT %s) "+
+			"DELETE FROM %s AS t USING doomed AS d WHERE t.ybctid = d.id AND %s",
+			t.quoted, inner, limitParam, t.quoted, t.doomed("t"))
+	}
+	lock := ""
+	if lockRows {
+		lock = " FOR UPDATE OF s SKIP LOCKED"
+	}
+	return fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid = ANY (ARRAY(SELECT s.ctid FROM %s AS s WHERE %s LIMIT %s%s)) AND %s",
+		t.quoted, t.quoted, inner, limitParam, lock, t.doomed("t"))
+}
