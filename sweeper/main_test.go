@@ -1,0 +1,243 @@
+package sweeper
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// env is one test's database: an admin connection for fixtures and
+// assertions, and the DSN a Sweeper logs in with.
+type env struct {
+	ctx  context.Context
+	dsn  string
+	conn *pgx.Conn
+	reg  *prometheus.Registry
+}
+
+// setup gives the test a fresh database and checks, when the test ends, that
+// no sweeper or pool goroutine outlived it.
+func setup(t *testing.T) *env {
+	t.Helper()
+	t.Cleanup(func() { checkNoGoroutineLeak(t) }) // registered first: runs last
+	db := pgtest.NewDatabase(t)
+	dsn := pgtest.Server(t).ConnString(db)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connecting: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	e := &env{ctx: ctx, dsn: dsn, conn: conn, reg: prometheus.NewRegistry()}
+	// A session TimeZone far from UTC: timestamp and date rules must not
+	// depend on it.
+	e.exec(t, "SET TimeZone = 'America/New_York'")
+	return e
+}
+
+func (e *env) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := e.conn.Exec(e.ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// ids returns the sorted ids of table's rows matching where (no WHERE when
+// empty).
+func (e *env) ids(t *testing.T, table, where string, args ...any) []int64 {
+	t.Helper()
+	sql := "SELECT id FROM " + table + " AS s"
+	if where != "" {
+		sql += " WHERE " + where
+	}
+	rows, err := e.conn.Query(e.ctx, sql+" ORDER BY id", args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return ids
+}
+
+func (e *env) count(t *testing.T, table string) int64 {
+	t.Helper()
+	var n int64
+	if err := e.conn.QueryRow(e.ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatalf("counting %s: %v", table, err)
+	}
+	return n
+}
+
+// newSweeper returns a Sweeper on e's database, stopped when the test ends.
+// Unset pauses default to none, to keep tests fast.
+func (e *env) newSweeper(t *testing.T, cfg Config) *Sweeper {
+	t.Helper()
+	if cfg.DSN == "" {
+		cfg.DSN = e.dsn
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = e.reg
+	}
+	if cfg.BatchPause == 0 {
+		cfg.BatchPause = -1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// leakMarkers identify goroutines that must not outlive a test.
+var leakMarkers = []string{
+	"ttlproxy/sweeper.(*Sweeper)",
+	"jackc/pgx/v5/pgxpool",
+	"jackc/puddle",
+}
+
+// checkNoGoroutineLeak fails t if a sweeper or connection pool goroutine is
+// still running once the test's cleanups (Stop among them) are done.
+func checkNoGoroutineLeak(t *testing.T) {
+	t.Helper()
+	var leaked []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		leaked = leakedGoroutines()
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(leaked) > 0 {
+		t.Errorf("%d goroutine(s) leaked:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+}
+
+func leakedGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "leakedGoroutines") {
+			continue
+		}
+		if slices.ContainsFunc(leakMarkers, func(m string) bool { return strings.Contains(g, m) }) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// ----- logging -----
+
+// logRecorder keeps log records so tests can check what was logged.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []string // "LEVEL msg k=v ..."
+}
+
+func (r *logRecorder) add(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, s)
+}
+
+func (r *logRecorder) atLeast(level string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, s := range r.records {
+		lv, _, _ := strings.Cut(s, " ")
+		switch level {
+		case "WARN":
+			if lv == "WARN" || lv == "ERROR" {
+				out = append(out, s)
+			}
+		case "ERROR":
+			if lv == "ERROR" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func (r *logRecorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprint(r.records)
+}
+
+// recordHandler is a slog.Handler that appends to a logRecorder.
+type recordHandler struct {
+	rec   *logRecorder
+	attrs []slog.Attr
+}
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
+	for _, a := range h.attrs {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.rec.add(b.String())
+	return nil
+}
+
+func (h recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return recordHandler{rec: h.rec, attrs: append(slices.Clip(h.attrs), as...)}
+}
+
+func (h recordHandler) WithGroup(string) slog.Handler { return h }
+
+// newLogger returns a logger whose records are printed if the test fails.
+func newLogger(t *testing.T) (*slog.Logger, *logRecorder) {
+	rec := &logRecorder{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, r := range rec.records {
+				t.Log(r)
+			}
+		}
+	})
+	return slog.New(recordHandler{rec: rec}), rec
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	l, _ := newLogger(t)
+	return l
+}
