@@ -38,8 +38,12 @@ const (
 	// limit for a query string is 1 GB.
 	DefaultMaxMessageBytes = 64 << 20
 
-	DefaultDialTimeout     = 10 * time.Second
-	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultDialTimeout bounds connecting to the upstream server.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultShutdownTimeout is how long in-flight statements may finish
+	// after SIGTERM: below the 30s grace period container runtimes give
+	// before SIGKILL.
+	DefaultShutdownTimeout = 10 * time.Second
 
 	// DefaultSweepInterval is the pause between sweep runs.
 	DefaultSweepInterval = time.Minute
@@ -221,7 +225,7 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		}
 	}
 	if v, ok := f["shutdown_timeout"]; ok {
-		if cfg.ShutdownTimeout, err = v.duration(); err != nil {
+		if cfg.ShutdownTimeout, err = v.positiveDuration(); err != nil {
 			return nil, err
 		}
 	}

@@ -20,7 +20,7 @@ tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
 bypass_roles: [ttl_admin, Migrator]
 limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096}
 dial_timeout: 3s
-shutdown_timeout: 0s
+shutdown_timeout: 20s
 tables:
   - table: public.sessions
     rule: column
@@ -65,7 +65,7 @@ sweeper:
 		BypassRoles:     []string{"ttl_admin", "Migrator"},
 		Limits:          Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096},
 		DialTimeout:     3 * time.Second,
-		ShutdownTimeout: 0,
+		ShutdownTimeout: 20 * time.Second,
 		Tables: []rewrite.Rule{
 			{Schema: "public", Table: "sessions", Kind: rewrite.KindColumn, Column: "expires_at",
 				ColumnType: rewrite.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},
@@ -183,6 +183,7 @@ func TestParseErrors(t *testing.T) {
 		{"limits message smaller", up + "limits: {max_message_bytes: 10, max_statement_bytes: 20}\n", "limits.max_message_bytes: 10 is smaller than max_statement_bytes (20)"},
 		{"dial timeout zero", up + "dial_timeout: 0s\n", `dial_timeout: must be positive, got "0s"`},
 		{"shutdown timeout bad", up + "shutdown_timeout: soon\n", `shutdown_timeout: invalid duration "soon"`},
+		{"shutdown timeout zero", up + "shutdown_timeout: 0\n", `shutdown_timeout: must be positive, got "0"`},
 
 		// tables: shape and names.
 		{"tables not list", up + "tables: {table: t}\n", "tables: expected a list, got a mapping"},
