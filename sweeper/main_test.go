@@ -241,3 +241,13 @@ func testLogger(t *testing.T) *slog.Logger {
 	l, _ := newLogger(t)
 	return l
 }
+
+// nowUTC returns the database's now().
+func (e *env) nowUTC(t *testing.T) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := e.conn.QueryRow(e.ctx, "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}

@@ -3,6 +3,7 @@ package sweeper
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -278,7 +279,7 @@ func TestPermissionDeniedDoesNotStopOthers(t *testing.T) {
 	e.exec(t, "GRANT SELECT, DELETE, UPDATE ON mine TO "+role)
 	e.exec(t, "GRANT SELECT ON theirs TO "+role)
 	cfg := e.conn.Config()
-	dsn := "host=" + cfg.Host + " port=" + itoa(int(cfg.Port)) + " dbname=" + cfg.Database +
+	dsn := "host=" + cfg.Host + " port=" + strconv.Itoa(int(cfg.Port)) + " dbname=" + cfg.Database +
 		" user=" + role + " password=sweeper-secret sslmode=disable"
 	if c, err := pgx.Connect(e.ctx, dsn); err != nil {
 		t.Skipf("cannot log in as a new role on this server (pg_hba): %v", err)
@@ -300,10 +301,6 @@ func TestPermissionDeniedDoesNotStopOthers(t *testing.T) {
 	if strings.Contains(res.Errors["public.theirs"].Error(), "sweeper-secret") {
 		t.Errorf("error text shows the password: %v", res.Errors["public.theirs"])
 	}
-}
-
-func itoa(n int) string {
-	return strings.TrimSpace(strings.Replace(time.Duration(n).String(), "ns", "", 1))
 }
 
 // Batches that time out are retried with half the batch size; after too
