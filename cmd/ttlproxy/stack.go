@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ttlproxy/ttlproxy/config"
+	"github.com/ttlproxy/ttlproxy/proxy"
+	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/sweeper"
+)
+
+// Admin HTTP timeouts: the endpoints are small and local.
+const (
+	readyzTimeout        = 2 * time.Second
+	adminShutdownTimeout = 5 * time.Second
+)
+
+// stack is one running ttlproxy: the proxy, the optional sweeper and the
+// admin HTTP server, wired from a validated configuration.
+type stack struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	registry *prometheus.Registry
+	proxy    *proxy.Server
+	sweeper  *sweeper.Sweeper // nil without a sweeper section
+	admin    *http.Server
+	draining atomic.Bool
+}
+
+// newStack builds every component; nothing listens or connects yet.
+func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
+	rw, err := rewrite.New(cfg.Tables, cfg.RewriteOptions())
+	if err != nil {
+		return nil, fmt.Errorf("building rewriter: %w", err)
+	}
+	var tlsConfig *tls.Config
+	if cfg.TLS != nil {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfoCollector(),
+	)
+
+	s := &stack{cfg: cfg, log: log, registry: reg}
+	s.proxy, err = proxy.New(proxy.Config{
+		Upstream:        cfg.Upstream,
+		TLSConfig:       tlsConfig,
+		Rewriter:        rw,
+		BypassRoles:     cfg.BypassRoles,
+		Logger:          log.With("component", "proxy"),
+		Registerer:      reg,
+		DialTimeout:     cfg.DialTimeout,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		MaxMessageBytes: cfg.Limits.MaxMessageBytes,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building proxy: %w", err)
+	}
+	if sc := cfg.Sweeper; sc != nil && len(cfg.Tables) > 0 {
+		pause := sc.BatchPause
+		if pause == 0 {
+			pause = -1 // the sweeper reads 0 as "default", negative as none
+		}
+		s.sweeper, err = sweeper.New(sweeper.Config{
+			DSN:          sc.DSN,
+			Rules:        cfg.Tables,
+			Interval:     sc.Interval,
+			BatchSize:    sc.BatchSize,
+			BatchPause:   pause,
+			BatchTimeout: sc.BatchTimeout,
+			Logger:       log.With("component", "sweeper"),
+			Registerer:   reg,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("building sweeper: %w", err)
+		}
+	} else if sc != nil {
+		log.Warn("sweeper section present but no tables configured: not sweeping")
+	}
+	s.admin = &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// adminHandler serves /metrics, /healthz (the process is up) and /readyz (the
+// upstream server accepts TCP connections and no shutdown is under way).
+func (s *stack) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		Registry: s.registry,
+	}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			http.Error(w, "shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), readyzTimeout)
+		defer cancel()
+		if err := s.proxy.CheckUpstream(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// run serves on ln (clients) and adminLn (HTTP) and starts the sweeper. When
+// ctx is cancelled it stops accepting, lets the proxy drain (bounded by
+// shutdown_timeout), stops the sweeper after its current batch, then closes
+// the admin server. It returns nil after a clean shutdown, or the error that
+// ended a component early (after shutting the others down).
+func (s *stack) run(ctx context.Context, ln, adminLn net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	proxyDone := make(chan error, 1)
+	go func() { proxyDone <- s.proxy.Serve(ctx, ln) }()
+	adminDone := make(chan error, 1)
+	go func() {
+		err := s.admin.Serve(adminLn)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		adminDone <- err
+	}()
+	s.log.Info("admin server listening", "admin_addr", adminLn.Addr().String())
+	if s.sweeper != nil {
+		// The sweeper's own context is not cancelled by the signal: Stop
+		// ends it after the batch in flight instead of aborting the batch.
+		if err := s.sweeper.Start(context.WithoutCancel(ctx)); err != nil {
+			cancel()
+			<-proxyDone
+			s.closeAdmin()
+			<-adminDone
+			return fmt.Errorf("starting sweeper: %w", err)
+		}
+	}
+
+	var firstErr error
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutting down")
+	case err := <-proxyDone:
+		proxyDone = nil
+		firstErr = err
+		if err == nil {
+			firstErr = errors.New("proxy stopped unexpectedly")
+		}
+	case err := <-adminDone:
+		adminDone = nil
+		firstErr = fmt.Errorf("admin server: %w", err)
+	}
+	s.draining.Store(true)
+	cancel()
+
+	var wg sync.WaitGroup
+	if s.sweeper != nil {
+		wg.Go(s.sweeper.Stop)
+	}
+	if proxyDone != nil {
+		if err := <-proxyDone; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	wg.Wait()
+	s.closeAdmin()
+	if adminDone != nil {
+		if err := <-adminDone; err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("admin server: %w", err)
+		}
+	}
+	if firstErr == nil {
+		s.log.Info("stopped")
+	}
+	return firstErr
+}
+
+func (s *stack) closeAdmin() {
+	ctx, cancel := context.WithTimeout(context.Background(), adminShutdownTimeout)
+	defer cancel()
+	if err := s.admin.Shutdown(ctx); err != nil {
+		_ = s.admin.Close()
+	}
+}
+
+// buildInfoCollector exports ttlproxy_build_info{version,goversion} = 1.
+func buildInfoCollector() prometheus.Collector {
+	info := readVersion()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        prometheus.BuildFQName("ttlproxy", "", "build_info"),
+		Help:        "Always 1; the labels give the version of the running binary.",
+		ConstLabels: prometheus.Labels{"version": info.Version, "goversion": info.GoVersion},
+	})
+	g.Set(1)
+	return g
+}
