@@ -1,0 +1,355 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// catalogTimeout bounds the proxy's own startup query.
+const catalogTimeout = 30 * time.Second
+
+// catalogCache holds one catalog snapshot per database. Snapshots are
+// immutable and shared by that database's sessions.
+type catalogCache struct {
+	mu sync.Mutex
+	m  map[string]catalogEntry
+}
+
+type catalogEntry struct {
+	cat *rewrite.Catalog
+	at  time.Time
+}
+
+func (c *catalogCache) get(db string, ttl time.Duration) *rewrite.Catalog {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[db]
+	if !ok || time.Since(e.at) > ttl {
+		return nil
+	}
+	return e.cat
+}
+
+func (c *catalogCache) put(db string, cat *rewrite.Catalog) {
+	c.mu.Lock()
+	c.m[db] = catalogEntry{cat: cat, at: time.Now()}
+	c.mu.Unlock()
+}
+
+// catalogQueries are the proxy's own startup queries, encoded once.
+type catalogQueries struct {
+	// session: search_path, current_user, session_user.
+	session []byte
+	// full: session, then the TTL tables' columns, their unique keys, and
+	// the schemas holding a relation named like a TTL table.
+	full []byte
+}
+
+const sessionQuery = `SELECT pg_catalog.current_setting('search_path'), current_user, session_user`
+
+func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
+	var pairs, names []string
+	seen := map[string]bool{}
+	for i := range rules {
+		r := &rules[i]
+		q := r.QualifiedName()
+		if seen[q] {
+			continue
+		}
+		seen[q] = true
+		pairs = append(pairs, "("+literal(r.SchemaName())+", "+literal(r.Table)+")")
+		if !slices.Contains(names, literal(r.Table)) {
+			names = append(names, literal(r.Table))
+		}
+	}
+	q := catalogQueries{session: appendQuery(nil, sessionQuery)}
+	if len(pairs) == 0 {
+		q.full = q.session
+		return q
+	}
+	tables := strings.Join(pairs, ", ")
+	full := sessionQuery + `;
+SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
+  FROM pg_catalog.pg_attribute a
+  JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE (n.nspname::text, c.relname::text) IN (VALUES ` + tables + `)
+   AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY n.nspname, c.relname, a.attnum;
+SELECT n.nspname, c.relname, i.indexrelid::pg_catalog.int8, a.attname
+  FROM pg_catalog.pg_index i
+  JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+ WHERE (n.nspname::text, c.relname::text) IN (VALUES ` + tables + `)
+   AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+   AND k.ord <= i.indnkeyatts
+ ORDER BY 1, 2, 3, k.ord;
+SELECT c.relname, n.nspname
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relname::text IN (` + strings.Join(names, ", ") + `)
+   AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+   AND n.nspname !~ '^pg_(toast_)?temp_'
+ ORDER BY 1, 2`
+	q.full = appendQuery(nil, full)
+	return q
+}
+
+// literal quotes s as an escape string constant, which reads the same
+// whatever standard_conforming_strings says.
+func literal(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	s = strings.ReplaceAll(s, `'`, `''`)
+	return "E'" + s + "'"
+}
+
+// finishStartup runs after the server's first ReadyForQuery, before it is
+// relayed: it learns what the rewriter needs about this session and hands
+// the rewrite session to clientToServer. An error means the upstream
+// connection failed; a failed query only leaves the catalog unknown.
+func (s *session) finishStartup() error {
+	rs := &rewrite.Session{}
+	if len(s.srv.rules) > 0 && !s.replication {
+		if err := s.loadCatalog(rs); err != nil {
+			return err
+		}
+	}
+	s.rw = rs
+	close(s.ready)
+	return nil
+}
+
+func (s *session) loadCatalog(rs *rewrite.Session) error {
+	srv := s.srv
+	cat := srv.catalogs.get(s.database, srv.cfg.CatalogTTL)
+	query := srv.queries.session
+	if cat == nil {
+		query = srv.queries.full
+	}
+	up := s.upstreamConn()
+	if up == nil {
+		return errors.New("no upstream connection")
+	}
+	_ = up.SetDeadline(time.Now().Add(catalogTimeout))
+	defer func() { _ = up.SetDeadline(time.Time{}) }()
+	// clientToServer writes nothing until ready is closed, so this write
+	// cannot interleave with a client message.
+	if _, err := up.Write(query); err != nil {
+		return fmt.Errorf("sending catalog query: %w", err)
+	}
+	results, qerr, err := readResults(s)
+	if err != nil {
+		return fmt.Errorf("reading catalog query results: %w", err)
+	}
+	if qerr != nil {
+		s.log.Warn("catalog query failed; statements that need the catalog will be rejected",
+			"sqlstate", qerr.Code, "err", qerr.Message)
+	}
+	if len(results) > 0 && len(results[0]) == 1 && len(results[0][0]) == 3 {
+		row := results[0][0]
+		rs.SearchPath = parseSearchPath(row[0], row[1])
+		rs.Bypass = srv.bypass[row[1]] || srv.bypass[row[2]]
+	}
+	if cat == nil && qerr == nil && len(results) == 4 {
+		cat = buildCatalog(results[1], results[2], results[3])
+		srv.catalogs.put(s.database, cat)
+	}
+	rs.Catalog = cat
+	s.log.Debug("session catalog",
+		"search_path", rs.SearchPath, "bypass", rs.Bypass, "catalog_known", cat != nil)
+	return nil
+}
+
+// readResults reads the answer to one simple Query up to ReadyForQuery:
+// the rows of each result set as text (NULL as ""), and the server's error
+// if there was one. Notices are dropped.
+func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, err error) {
+	r := s.ur
+	var buf []byte
+	for {
+		_, length, err := peekHeader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		if length < 4 || length > 1<<30 {
+			return nil, nil, fmt.Errorf("invalid message length %d from upstream", length)
+		}
+		if buf, err = readMessage(r, buf, int(length)+1); err != nil {
+			return nil, nil, err
+		}
+		body := buf[headerLen:]
+		switch buf[0] {
+		case 'T':
+			results = append(results, nil)
+		case 'D':
+			if len(results) == 0 {
+				return nil, nil, errors.New("DataRow before RowDescription")
+			}
+			row, err := decodeDataRow(body)
+			if err != nil {
+				return nil, nil, err
+			}
+			results[len(results)-1] = append(results[len(results)-1], row)
+		case 'E':
+			qerr = &pgproto3.ErrorResponse{}
+			if err := qerr.Decode(body); err != nil {
+				return nil, nil, err
+			}
+		case 'Z':
+			return results, qerr, nil
+		}
+	}
+}
+
+func decodeDataRow(b []byte) ([]string, error) {
+	if len(b) < 2 {
+		return nil, errors.New("short DataRow")
+	}
+	n := int(binary.BigEndian.Uint16(b))
+	b = b[2:]
+	row := make([]string, n)
+	for i := range row {
+		if len(b) < 4 {
+			return nil, errors.New("short DataRow")
+		}
+		l := int(int32(binary.BigEndian.Uint32(b)))
+		b = b[4:]
+		if l < 0 {
+			continue
+		}
+		if len(b) < l {
+			return nil, errors.New("short DataRow")
+		}
+		row[i] = string(b[:l])
+		b = b[l:]
+	}
+	return row, nil
+}
+
+// buildCatalog assembles the rows of the catalog query.
+func buildCatalog(columns, keys, schemas [][]string) *rewrite.Catalog {
+	cat := &rewrite.Catalog{
+		Tables:  map[string]*rewrite.TableInfo{},
+		Schemas: map[string][]string{},
+	}
+	table := func(schema, name string) *rewrite.TableInfo {
+		q := schema + "." + name
+		t := cat.Tables[q]
+		if t == nil {
+			t = &rewrite.TableInfo{}
+			cat.Tables[q] = t
+		}
+		return t
+	}
+	for _, row := range columns {
+		if len(row) != 4 {
+			continue
+		}
+		t := table(row[0], row[1])
+		t.Columns = append(t.Columns, rewrite.Column{Name: row[2], Type: row[3]})
+	}
+	lastIndex := ""
+	for _, row := range keys {
+		if len(row) != 4 {
+			continue
+		}
+		t := table(row[0], row[1])
+		if row[2] != lastIndex || len(t.UniqueKeys) == 0 {
+			t.UniqueKeys = append(t.UniqueKeys, nil)
+			lastIndex = row[2]
+		}
+		k := len(t.UniqueKeys) - 1
+		t.UniqueKeys[k] = append(t.UniqueKeys[k], row[3])
+	}
+	for _, row := range schemas {
+		if len(row) != 2 {
+			continue
+		}
+		cat.Schemas[row[0]] = append(cat.Schemas[row[0]], row[1])
+	}
+	return cat
+}
+
+// parseSearchPath resolves a search_path setting into schema names as
+// PostgreSQL does (SplitIdentifierString, then "$user"): entries split on
+// commas outside double quotes, unquoted ones trimmed and folded to lower
+// case, quoted ones unquoted ("" is a quote), "$user" replaced by
+// currentUser, duplicates and empty names dropped. Schemas that do not
+// exist are kept: the catalog says where TTL tables live.
+func parseSearchPath(setting, currentUser string) []string {
+	var out []string
+	add := func(name string) {
+		if name == "$user" {
+			name = currentUser
+		}
+		if name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	s := setting
+	for {
+		s = strings.TrimLeft(s, " \t\n\r\f\v")
+		if s == "" {
+			break
+		}
+		var name strings.Builder
+		if s[0] == '"' {
+			i := 1
+			for i < len(s) {
+				if s[i] == '"' {
+					if i+1 < len(s) && s[i+1] == '"' {
+						name.WriteByte('"')
+						i += 2
+						continue
+					}
+					break
+				}
+				name.WriteByte(s[i])
+				i++
+			}
+			s = s[min(i+1, len(s)):]
+			add(name.String())
+		} else {
+			end := strings.IndexByte(s, ',')
+			if end < 0 {
+				end = len(s)
+			}
+			add(asciiLower(strings.TrimRight(s[:end], " \t\n\r\f\v")))
+			s = s[end:]
+		}
+		s = strings.TrimLeft(s, " \t\n\r\f\v")
+		if s == "" || s[0] != ',' {
+			break
+		}
+		s = s[1:]
+	}
+	return out
+}
+
+// asciiLower folds ASCII letters only, as PostgreSQL's downcase_identifier
+// does in multibyte encodings.
+func asciiLower(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				if b[j] >= 'A' && b[j] <= 'Z' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			return string(b)
+		}
+	}
+	return s
+}

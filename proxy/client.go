@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// clientToServer forwards client messages to the server, rewriting Query and
+// Parse texts. It decodes nothing else.
+func (s *session) clientToServer() error {
+	r, w := s.cr, s.uw
+	limit := int64(s.srv.cfg.MaxMessageBytes)
+	ready := false
+	open := false // extended-protocol messages sent since the last Sync
+	var buf []byte
+	for {
+		typ, length, err := peekHeader(r)
+		if err != nil {
+			return s.clientEnded(err, true)
+		}
+		if length < 4 {
+			return s.violation(codeProtocolViolation, fmt.Sprintf("invalid message length %d", length))
+		}
+		if length+1 > limit {
+			return s.violation(codeProgramLimit,
+				fmt.Sprintf("message of %d bytes exceeds the proxy's limit of %d bytes", length+1, limit))
+		}
+		total := int(length) + 1
+		if !ready && typ != 'p' {
+			// Authentication responses ('p') go straight through; anything
+			// else waits for the end of startup (and the catalog query,
+			// which shares the upstream connection).
+			select {
+			case <-s.ready:
+				ready = true
+			case <-s.quit:
+				return errQuit
+			}
+		}
+
+		var partial bool
+		switch typ {
+		case 'Q':
+			if !s.expect() {
+				return errShutdown
+			}
+			if buf, err = readMessage(r, buf, total); err != nil {
+				return s.clientEnded(err, false)
+			}
+			err = s.forwardQuery(buf)
+		case 'P':
+			if !open {
+				if !s.expect() {
+					return errShutdown
+				}
+				open = true
+			}
+			if buf, err = readMessage(r, buf, total); err != nil {
+				return s.clientEnded(err, false)
+			}
+			err = s.forwardParse(buf)
+		case 'S':
+			if open {
+				open = false
+			} else if !s.expect() {
+				return errShutdown
+			}
+			partial, err = relayRaw(r, w, total)
+		case 'F':
+			if !s.expect() {
+				return errShutdown
+			}
+			partial, err = relayRaw(r, w, total)
+		case 'B', 'E', 'D', 'C', 'H':
+			if !open {
+				if !s.expect() {
+					return errShutdown
+				}
+				open = true
+			}
+			partial, err = relayRaw(r, w, total)
+		case 'X':
+			s.closing.Store(true)
+			if _, err := relayRaw(r, w, total); err == nil {
+				_ = w.Flush()
+			}
+			s.closeClient()
+			s.closeUpstream()
+			return nil
+		default:
+			partial, err = relayRaw(r, w, total)
+		}
+		if cap(buf) > maxKeptBuffer {
+			buf = nil
+		}
+		if err != nil {
+			var pe *protocolError
+			switch {
+			case errors.As(err, &pe):
+				return s.violation(pe.code, pe.msg)
+			case isWriteError(err):
+				return s.upstreamWriteFailed(err)
+			default:
+				return s.clientEnded(err, !partial)
+			}
+		}
+		if !nextBuffered(r) {
+			if err := w.Flush(); err != nil {
+				return s.upstreamWriteFailed(err)
+			}
+		}
+	}
+}
+
+// clientEnded handles a failed read from the client: the client is gone.
+// At a message boundary the server gets a Terminate, so it does not log an
+// unexpected EOF.
+func (s *session) clientEnded(err error, boundary bool) error {
+	if !s.closing.Swap(true) && boundary {
+		_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+		if _, werr := s.uw.WriteString(terminateMsg); werr == nil {
+			_ = s.uw.Flush()
+		}
+	}
+	s.closeClient()
+	s.closeUpstream()
+	return fmt.Errorf("client: %w", err)
+}
+
+// upstreamWriteFailed: serverToClient will see the broken connection too and
+// tell the client; closing the upstream makes sure it wakes up.
+func (s *session) upstreamWriteFailed(err error) error {
+	s.closeUpstream()
+	return fmt.Errorf("upstream: %w", err)
+}
+
+// violation closes the client for a protocol error: serverToClient sends the
+// FATAL ErrorResponse after what it has already relayed, then closes.
+func (s *session) violation(code, msg string) error {
+	s.log.Warn("closing client: protocol violation", "sqlstate", code, "err", msg)
+	b := errorResponse(nil, "FATAL", code, msg, "", "")
+	s.fatal.CompareAndSwap(nil, &b)
+	s.pending.Store(closedMark)
+	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	if _, err := s.uw.WriteString(terminateMsg); err == nil {
+		_ = s.uw.Flush()
+	}
+	s.closeUpstream()
+	return &protocolError{code: code, msg: msg}
+}
+
+func (s *session) upstreamConn() net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.upstream
+}
+
+// forwardQuery rewrites one Query message and writes the result.
+func (s *session) forwardQuery(msg []byte) error {
+	text, rest, ok := cstring(msg[headerLen:])
+	if !ok || len(rest) != 0 {
+		return &protocolError{code: codeProtocolViolation, msg: "invalid Query message format"}
+	}
+	if s.replication {
+		return s.write(msg)
+	}
+	res, err := s.rewriteStatement(string(text))
+	switch {
+	case err != nil:
+		s.out = appendQuery(s.out[:0], rejectMarker(s.addRejection(err)))
+		return s.write(s.out)
+	case res.Rewritten:
+		s.out = appendQuery(s.out[:0], res.SQL)
+		return s.write(s.out)
+	default:
+		return s.write(msg)
+	}
+}
+
+// forwardParse rewrites the query of one Parse message, keeping the
+// statement name and parameter types.
+func (s *session) forwardParse(msg []byte) error {
+	name, rest, ok := cstring(msg[headerLen:])
+	if !ok {
+		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
+	}
+	text, rest, ok := cstring(rest)
+	if !ok || len(rest) < 2 || len(rest) != 2+4*int(binary.BigEndian.Uint16(rest)) {
+		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
+	}
+	if s.replication {
+		return s.write(msg)
+	}
+	res, err := s.rewriteStatement(string(text))
+	if err == nil && !res.Rewritten {
+		return s.write(msg)
+	}
+	p := pgproto3.Parse{Name: string(name)}
+	if err != nil {
+		// The placeholder takes no parameters: the server fails before it
+		// would look at parameter types.
+		p.Query = rejectMarker(s.addRejection(err))
+	} else {
+		p.Query = res.SQL
+		for oids := rest[2:]; len(oids) >= 4; oids = oids[4:] {
+			p.ParameterOIDs = append(p.ParameterOIDs, binary.BigEndian.Uint32(oids))
+		}
+	}
+	if s.out, err = p.Encode(s.out[:0]); err != nil {
+		return &protocolError{code: codeProgramLimit, msg: "rewritten Parse message too large"}
+	}
+	return s.write(s.out)
+}
+
+func (s *session) write(b []byte) error {
+	if _, err := s.uw.Write(b); err != nil {
+		return &writeError{err}
+	}
+	if cap(s.out) > maxKeptBuffer {
+		s.out = nil
+	}
+	return nil
+}
+
+// rewriteStatement runs the rewriter and records the outcome.
+func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
+	m := s.srv.metrics
+	start := time.Now()
+	res, err := s.srv.cfg.rewriter.Rewrite(sql, s.rw)
+	m.rewriteDuration.Observe(time.Since(start).Seconds())
+	if res.CacheHit {
+		m.rewriteCacheHits.Inc()
+	}
+	switch {
+	case err != nil:
+		m.rejected.Inc()
+		if s.log.Enabled(context.Background(), slog.LevelDebug) {
+			s.log.Debug("statement rejected", "query", sql, "err", err)
+		}
+	case res.Rewritten:
+		m.rewritten.Inc()
+		if s.log.Enabled(context.Background(), slog.LevelDebug) {
+			s.log.Debug("statement rewritten", "query", sql, "rewritten", res.SQL)
+		}
+	default:
+		m.passthrough.Inc()
+	}
+	return res, err
+}
+
+// appendQuery encodes a Query message.
+func appendQuery(dst []byte, sql string) []byte {
+	n := 4 + len(sql) + 1
+	dst = append(dst, 'Q', byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	dst = append(dst, sql...)
+	return append(dst, 0)
+}
+
+// rejectMarker is the statement sent in place of rejection n. It fails in
+// the server's parse analysis with SQLSTATE 22P02 and a message holding the
+// marker, at exactly the point where the original would have run; if the
+// transaction is already aborted the server answers 25P02 instead, and when
+// it is skipping to Sync it answers nothing, as it would have for the
+// original. serverToClient swaps the 22P02 for the rejection.
+func rejectMarker(n uint64) string {
+	return "SELECT '" + rejectPrefix + strconv.FormatUint(n, 10) + "'::pg_catalog.int4"
+}
+
+const rejectPrefix = "ttlproxy:reject:"

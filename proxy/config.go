@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultDialTimeout     = 5 * time.Second
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxMessageBytes caps one client message: 64 MiB, as PgBouncer's
+	// default max_packet_size would allow a COPY row or a large bind value
+	// while keeping one client from making the proxy buffer gigabytes.
+	DefaultMaxMessageBytes = 64 << 20
+	DefaultCatalogTTL      = 30 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	// Upstream is the host:port of the PostgreSQL server.
+	Upstream string
+	// TLSConfig is the client-facing TLS configuration; nil answers every
+	// SSLRequest with 'N'. The upstream connection is always plain TCP.
+	TLSConfig *tls.Config
+	// Rewriter rewrites Query and Parse texts; required.
+	Rewriter *rewrite.Rewriter
+	// BypassRoles lists roles whose sessions are not filtered or stamped:
+	// session_user or current_user at connection time in this list sets
+	// rewrite.Session.Bypass.
+	BypassRoles []string
+	// Logger receives the proxy's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the proxy's metrics; nil means no metrics.
+	Registerer prometheus.Registerer
+	// DialTimeout bounds connecting to Upstream; 0 means 5s.
+	DialTimeout time.Duration
+	// ShutdownTimeout is how long in-flight statements may finish once Serve's
+	// context is cancelled; 0 means 10s.
+	ShutdownTimeout time.Duration
+	// MaxMessageBytes caps one client message (type byte and length
+	// included); a larger one closes that client with an ErrorResponse
+	// (SQLSTATE 54000). 0 means 64 MiB.
+	MaxMessageBytes int
+	// CatalogTTL is how long a database's catalog snapshot (columns and keys
+	// of the TTL tables) is reused by new sessions; 0 means 30s.
+	CatalogTTL time.Duration
+
+	// rewriter replaces Rewriter.Rewrite when set (tests).
+	rewriter statementRewriter
+}
+
+// statementRewriter is what the message loop needs from a rewriter.
+type statementRewriter interface {
+	Rewrite(sql string, s *rewrite.Session) (rewrite.Result, error)
+}
+
+func (c *Config) setDefaults() error {
+	if c.Upstream == "" {
+		return errors.New("proxy: Config.Upstream is empty")
+	}
+	if c.Rewriter == nil {
+		return errors.New("proxy: Config.Rewriter is nil")
+	}
+	if c.rewriter == nil {
+		c.rewriter = c.Rewriter
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.CatalogTTL <= 0 {
+		c.CatalogTTL = DefaultCatalogTTL
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package proxy
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are created even without a Registerer so the hot path never checks
+// for nil; unregistered collectors cost the same few nanoseconds.
+type metrics struct {
+	clientConnections      prometheus.Gauge
+	clientConnectionsTotal prometheus.Counter
+	passthrough            prometheus.Counter
+	rewritten              prometheus.Counter
+	rejected               prometheus.Counter
+	rewriteDuration        prometheus.Histogram
+	rewriteCacheHits       prometheus.Counter
+	upstreamErrors         prometheus.Counter
+	cancelRequests         prometheus.Counter
+}
+
+const (
+	namespace = "ttlproxy"
+	subsystem = "proxy"
+)
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	statements := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "statements_total",
+		Help: "Query and Parse statements by outcome: passthrough (sent unchanged), rewritten, rejected.",
+	}, []string{"outcome"})
+	m := &metrics{
+		clientConnections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "client_connections",
+			Help: "Client connections currently open.",
+		}),
+		clientConnectionsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "client_connections_total",
+			Help: "Client connections accepted (cancel requests included).",
+		}),
+		passthrough: statements.WithLabelValues("passthrough"),
+		rewritten:   statements.WithLabelValues("rewritten"),
+		rejected:    statements.WithLabelValues("rejected"),
+		rewriteDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "rewrite_duration_seconds",
+			Help: "Time spent rewriting one Query or Parse text.",
+			// 1µs to ~4ms: the fast path is sub-microsecond, a cached
+			// rewrite a few µs, a parse and splice tens to hundreds of µs.
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 13),
+		}),
+		rewriteCacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "rewrite_cache_hits_total",
+			Help: "Rewrites answered from the rewrite cache.",
+		}),
+		upstreamErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "upstream_errors_total",
+			Help: "Failed upstream dials and upstream connections lost mid-session.",
+		}),
+		cancelRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "cancel_requests_total",
+			Help: "CancelRequests relayed to the upstream server.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{
+		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
+		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests,
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("proxy: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,173 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// Server is a PostgreSQL proxy. Create it with New and run it with Serve.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	rules    []rewrite.Rule
+	bypass   map[string]bool
+	catalogs catalogCache
+	queries  catalogQueries
+
+	nextID atomic.Uint64
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	draining bool
+	wg       sync.WaitGroup
+}
+
+// New validates cfg, applies defaults and registers the metrics.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  m,
+		rules:    cfg.Rewriter.Rules(),
+		bypass:   make(map[string]bool, len(cfg.BypassRoles)),
+		sessions: make(map[*session]struct{}),
+	}
+	for _, r := range cfg.BypassRoles {
+		s.bypass[r] = true
+	}
+	s.catalogs.m = make(map[string]catalogEntry)
+	s.queries = buildCatalogQueries(s.rules)
+	return s, nil
+}
+
+// Serve accepts connections on ln until ctx is cancelled, then closes ln,
+// lets sessions finish their in-flight statements (at most
+// Config.ShutdownTimeout), closes the rest and returns nil. It returns an
+// error when ln fails for another reason, after the same drain.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	s.log.Info("proxy listening", "listen_addr", ln.Addr().String(), "upstream", s.cfg.Upstream)
+
+	var serveErr error
+	var backoff time.Duration
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Transient (e.g. out of file descriptors): back off as
+				// net/http does.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accepting connection", "err", err, "retry_in", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			serveErr = fmt.Errorf("proxy: accepting connections: %w", err)
+			break
+		}
+		backoff = 0
+		s.startSession(conn)
+	}
+	s.drain()
+	return serveErr
+}
+
+func (s *Server) startSession(conn net.Conn) {
+	sess := newSession(s, conn)
+	s.mu.Lock()
+	s.sessions[sess] = struct{}{}
+	draining := s.draining
+	s.wg.Add(1)
+	s.mu.Unlock()
+	if draining {
+		sess.beginShutdown()
+	}
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.sessions, sess)
+			s.mu.Unlock()
+		}()
+		sess.run()
+	}()
+}
+
+// drain asks every session to close once idle, waits up to ShutdownTimeout,
+// then closes what is left and waits for it.
+func (s *Server) drain() {
+	s.mu.Lock()
+	s.draining = true
+	sessions := make([]*session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	s.log.Info("proxy shutting down", "sessions", len(sessions))
+	for _, sess := range sessions {
+		sess.beginShutdown()
+	}
+
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	timer := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	s.mu.Lock()
+	sessions = sessions[:0]
+	for sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	s.log.Warn("shutdown timeout: closing busy sessions", "sessions", len(sessions))
+	for _, sess := range sessions {
+		sess.forceClose()
+	}
+	<-done
+}
+
+// CheckUpstream dials the upstream server (TCP only) and closes the
+// connection: a readiness check.
+func (s *Server) CheckUpstream(ctx context.Context) error {
+	conn, err := s.dialUpstream(ctx)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: s.cfg.DialTimeout}
+	conn, err := d.DialContext(ctx, "tcp", s.cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: connecting to upstream %s: %w", s.cfg.Upstream, err)
+	}
+	return conn, nil
+}

@@ -1,0 +1,296 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+const (
+	// bufSize is each direction's read and write buffer: large enough for
+	// typical pipelines and result pages, small enough that a thousand
+	// clients cost 64 MiB.
+	bufSize = 16 << 10
+	// maxKeptBuffer: a message buffer grown past this (a huge statement) is
+	// dropped after use instead of being kept for the session's life.
+	maxKeptBuffer = 1 << 20
+	// closedMark in session.pending means the session is closing: no
+	// statement may be forwarded any more.
+	closedMark = math.MinInt64 / 2
+	// finalWriteTimeout bounds writing a last ErrorResponse to a client
+	// that may not be reading.
+	finalWriteTimeout = time.Second
+)
+
+// terminateMsg is a Terminate message.
+const terminateMsg = "X\x00\x00\x00\x04"
+
+var (
+	errShutdown = errors.New("proxy shutdown")
+	errQuit     = errors.New("session ended")
+)
+
+// session is one client connection and its upstream connection. After
+// startup two goroutines forward messages: clientToServer owns cr, uw, rw and
+// the fields it documents; serverToClient owns ur, cw.
+type session struct {
+	srv *Server
+	id  uint64
+	log *slog.Logger
+
+	mu             sync.Mutex // guards client, upstream, upstreamClosed
+	client         net.Conn
+	upstream       net.Conn
+	upstreamClosed bool
+	clientOnce     sync.Once
+	upstreamOnce   sync.Once
+
+	user, database string
+	replication    bool
+
+	cr *bufio.Reader
+	cw *bufio.Writer
+	ur *bufio.Reader
+	uw *bufio.Writer
+
+	// ready is closed by serverToClient at the end of startup, once rw is
+	// set; quit is closed when serverToClient returns.
+	ready chan struct{}
+	quit  chan struct{}
+	// rw is the rewrite session; owned by clientToServer after ready.
+	rw *rewrite.Session
+
+	// pending counts the ReadyForQuery messages the server still owes: one
+	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
+	// closedMark once the session is closing.
+	pending  atomic.Int64
+	shutdown atomic.Bool
+	// closing marks a deliberate close: losing the upstream is not an error.
+	closing atomic.Bool
+	// fatal is the ErrorResponse serverToClient sends the client before
+	// closing it, when the close was decided elsewhere.
+	fatal atomic.Pointer[[]byte]
+
+	// Owned by clientToServer.
+	expected  uint64 // ReadyForQuery messages announced so far
+	rejectSeq uint64
+	out       []byte
+
+	rejectMu sync.Mutex
+	rejects  []rejection
+	nrejects atomic.Int32
+}
+
+func newSession(srv *Server, conn net.Conn) *session {
+	id := srv.nextID.Add(1)
+	return &session{
+		srv:    srv,
+		id:     id,
+		log:    srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String()),
+		client: conn,
+		ready:  make(chan struct{}),
+		quit:   make(chan struct{}),
+	}
+}
+
+// run serves the connection until it ends. It never panics.
+func (s *session) run() {
+	m := s.srv.metrics
+	m.clientConnectionsTotal.Inc()
+	m.clientConnections.Inc()
+	defer m.clientConnections.Dec()
+	defer s.closeClient()
+	defer s.closeUpstream()
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("session panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+
+	if err := s.startup(); err != nil {
+		var pe *protocolError
+		switch {
+		case errors.As(err, &pe):
+			s.log.Info("closing client at startup", "sqlstate", pe.code, "err", err)
+			c := s.clientConn()
+			_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+			_, _ = c.Write(errorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
+		case errors.Is(err, errStartupDone):
+		default:
+			s.log.Debug("startup ended", "err", err)
+		}
+		return
+	}
+	s.log.Debug("session started", "replication", s.replication)
+	err := s.forward()
+	s.log.Debug("session ended", "err", err)
+}
+
+// forward runs the two forwarding goroutines and returns the first error.
+func (s *session) forward() error {
+	s.cr = bufio.NewReaderSize(s.client, bufSize)
+	s.cw = bufio.NewWriterSize(s.client, bufSize)
+	s.ur = bufio.NewReaderSize(s.upstream, bufSize)
+	s.uw = bufio.NewWriterSize(s.upstream, bufSize)
+
+	errc := make(chan error, 1)
+	report := func(err error) {
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		report(s.guard("client_to_server", s.clientToServer))
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(s.quit)
+		report(s.guard("server_to_client", s.serverToClient))
+	}()
+	err := <-errc
+	wg.Wait()
+	return err
+}
+
+// guard runs one forwarding loop; a panic closes this session only.
+func (s *session) guard(name string, loop func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("session panic", "goroutine", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			s.closing.Store(true)
+			s.closeClient()
+			s.closeUpstream()
+			err = fmt.Errorf("panic in %s: %v", name, r)
+		}
+	}()
+	return loop()
+}
+
+func (s *session) clientConn() net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client
+}
+
+func (s *session) setClient(c net.Conn) {
+	s.mu.Lock()
+	s.client = c
+	s.mu.Unlock()
+}
+
+// setUpstream records the upstream connection; false when the session is
+// already shutting down.
+func (s *session) setUpstream(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.upstreamClosed || s.shutdown.Load() {
+		return false
+	}
+	s.upstream = c
+	return true
+}
+
+func (s *session) closeClient() {
+	s.clientOnce.Do(func() { _ = s.clientConn().Close() })
+}
+
+func (s *session) closeUpstream() {
+	s.upstreamOnce.Do(func() {
+		s.mu.Lock()
+		up := s.upstream
+		s.upstreamClosed = true
+		s.mu.Unlock()
+		if up != nil {
+			_ = up.Close()
+		}
+	})
+}
+
+// terminateUpstream ends the server session cleanly (Terminate, then
+// close). Only used when clientToServer cannot be writing a message.
+func (s *session) terminateUpstream() {
+	s.mu.Lock()
+	up := s.upstream
+	closed := s.upstreamClosed
+	s.mu.Unlock()
+	if up != nil && !closed {
+		_ = up.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+		_, _ = up.Write([]byte(terminateMsg))
+	}
+	s.closeUpstream()
+}
+
+func adminShutdownError() []byte {
+	return errorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
+}
+
+// beginShutdown closes the session now if it is idle between statements;
+// otherwise serverToClient closes it at the ReadyForQuery that leaves it idle.
+func (s *session) beginShutdown() {
+	s.shutdown.Store(true)
+	if !s.pending.CompareAndSwap(0, closedMark) {
+		return
+	}
+	b := adminShutdownError()
+	s.fatal.CompareAndSwap(nil, &b)
+	s.mu.Lock()
+	up := s.upstream
+	s.mu.Unlock()
+	if up == nil {
+		// Still reading the startup packet: nothing to say yet.
+		s.closeClient()
+		return
+	}
+	// serverToClient sees the upstream close, sends fatal and closes the
+	// client.
+	s.terminateUpstream()
+}
+
+// forceClose ends a session that is still busy at the shutdown deadline.
+func (s *session) forceClose() {
+	s.shutdown.Store(true)
+	s.pending.Store(closedMark)
+	b := adminShutdownError()
+	s.fatal.CompareAndSwap(nil, &b)
+	s.mu.Lock()
+	c, up := s.client, s.upstream
+	s.mu.Unlock()
+	_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	if up == nil {
+		s.closeClient()
+		return
+	}
+	s.closeUpstream()
+}
+
+// expect announces one more ReadyForQuery owed by the server; false when
+// the session is closing and the message must not be forwarded.
+func (s *session) expect() bool {
+	for {
+		v := s.pending.Load()
+		if isClosed(v) {
+			return false
+		}
+		if s.pending.CompareAndSwap(v, v+1) {
+			s.expected++
+			return true
+		}
+	}
+}
+
+// isClosed reports a pending count that carries closedMark. Small negative
+// counts (a ReadyForQuery the proxy did not foresee) are not closed.
+func isClosed(pending int64) bool { return pending < closedMark/2 }

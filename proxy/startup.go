@@ -1,0 +1,188 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// startupTimeout bounds reading the startup packets (and the TLS handshake)
+// from a client, as PostgreSQL's authentication_timeout (60s) does.
+const startupTimeout = 60 * time.Second
+
+// errStartupDone ends a connection that needs no relay (a CancelRequest, or
+// a client that gave up during startup).
+var errStartupDone = errors.New("startup finished without a session")
+
+// readStartupPacket reads one length-prefixed startup-phase packet straight
+// from conn: no buffering, so that nothing sent in plaintext before a TLS
+// handshake can be mistaken for data after it.
+func readStartupPacket(conn net.Conn) ([]byte, error) {
+	var lenBuf [4]byte
+	if _, err := io.ReadFull(conn, lenBuf[:]); err != nil {
+		return nil, err
+	}
+	n := int(int32(binary.BigEndian.Uint32(lenBuf[:])))
+	if n < 8 || n > maxStartupPacket {
+		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid length of startup packet"}
+	}
+	pkt := make([]byte, n)
+	copy(pkt, lenBuf[:])
+	if _, err := io.ReadFull(conn, pkt[4:]); err != nil {
+		return nil, err
+	}
+	return pkt, nil
+}
+
+// protocolError is a client mistake answered with a FATAL ErrorResponse.
+type protocolError struct {
+	code string
+	msg  string
+}
+
+func (e *protocolError) Error() string { return e.msg }
+
+// startup runs the startup phase: SSL/GSS negotiation, CancelRequest, or a
+// StartupMessage that is forwarded to a newly dialled upstream connection.
+// On success s.upstream is set.
+func (s *session) startup() error {
+	_ = s.client.SetDeadline(time.Now().Add(startupTimeout))
+	tlsDone := false
+	for {
+		pkt, err := readStartupPacket(s.client)
+		if err != nil {
+			return fmt.Errorf("reading startup packet: %w", err)
+		}
+		code := binary.BigEndian.Uint32(pkt[4:8])
+		switch code {
+		case sslRequestCode:
+			if s.srv.cfg.TLSConfig == nil || tlsDone {
+				if _, err := s.client.Write([]byte{'N'}); err != nil {
+					return fmt.Errorf("answering SSLRequest: %w", err)
+				}
+				continue
+			}
+			if _, err := s.client.Write([]byte{'S'}); err != nil {
+				return fmt.Errorf("answering SSLRequest: %w", err)
+			}
+			tc := tls.Server(s.client, s.srv.cfg.TLSConfig)
+			if err := tc.Handshake(); err != nil {
+				return fmt.Errorf("TLS handshake: %w", err)
+			}
+			s.setClient(tc)
+			tlsDone = true
+		case gssEncRequestCode:
+			// No GSSAPI encryption: the client goes on with SSL or plain.
+			if _, err := s.client.Write([]byte{'N'}); err != nil {
+				return fmt.Errorf("answering GSSENCRequest: %w", err)
+			}
+		case cancelRequestCode:
+			s.relayCancel(pkt)
+			return errStartupDone
+		default:
+			if err := s.startSession(pkt); err != nil {
+				return err
+			}
+			_ = s.client.SetDeadline(time.Time{})
+			return nil
+		}
+	}
+}
+
+// relayCancel sends the client's CancelRequest unchanged to the upstream
+// server: the client holds the server's own BackendKeyData, relayed at
+// startup, so process ID and secret key need no translation.
+func (s *session) relayCancel(pkt []byte) {
+	s.srv.metrics.cancelRequests.Inc()
+	var req pgproto3.CancelRequest
+	if err := req.Decode(pkt[4:]); err != nil {
+		s.log.Debug("bad cancel request", "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)
+	defer cancel()
+	conn, err := s.srv.dialUpstream(ctx)
+	if err != nil {
+		s.srv.metrics.upstreamErrors.Inc()
+		s.log.Warn("relaying cancel request", "err", err)
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(s.srv.cfg.DialTimeout))
+	if _, err := conn.Write(pkt); err != nil {
+		s.log.Warn("relaying cancel request", "err", err)
+		return
+	}
+	// The server closes the connection once it has read the request;
+	// waiting for that keeps the cancel ordered before our close.
+	var b [1]byte
+	_, _ = conn.Read(b[:])
+	s.log.Debug("cancel request relayed", "backend_pid", req.ProcessID)
+}
+
+// startSession decodes the StartupMessage, dials upstream and forwards the
+// packet unchanged.
+func (s *session) startSession(pkt []byte) error {
+	version := binary.BigEndian.Uint32(pkt[4:8])
+	if version>>16 != 3 {
+		return &protocolError{
+			code: codeFeatureNotSupported,
+			msg:  fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.2", version>>16, version&0xffff),
+		}
+	}
+	body := pkt[4:]
+	if version != pgproto3.ProtocolVersion30 && version != pgproto3.ProtocolVersion32 {
+		// A later 3.x minor version: decode the parameters as 3.0 and let the
+		// server answer with NegotiateProtocolVersion.
+		body = append([]byte(nil), body...)
+		binary.BigEndian.PutUint32(body, pgproto3.ProtocolVersion30)
+	}
+	var msg pgproto3.StartupMessage
+	if err := msg.Decode(body); err != nil {
+		return &protocolError{code: codeProtocolViolation, msg: "invalid startup packet layout"}
+	}
+	s.user = msg.Parameters["user"]
+	s.database = msg.Parameters["database"]
+	if s.database == "" {
+		s.database = s.user
+	}
+	s.replication = isReplication(msg.Parameters["replication"])
+	s.log = s.log.With("user", s.user, "database", s.database)
+
+	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)
+	defer cancel()
+	up, err := s.srv.dialUpstream(ctx)
+	if err != nil {
+		s.srv.metrics.upstreamErrors.Inc()
+		s.log.Error("connecting to upstream", "err", err)
+		return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
+	}
+	if !s.setUpstream(up) {
+		_ = up.Close()
+		return &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
+	}
+	if _, err := up.Write(pkt); err != nil {
+		s.srv.metrics.upstreamErrors.Inc()
+		s.log.Error("sending startup message upstream", "err", err)
+		return &protocolError{code: codeConnectionFailure, msg: "ttlproxy: lost the connection to the upstream server"}
+	}
+	return nil
+}
+
+// isReplication reports a walsender connection: replication=true/on/yes/1
+// (physical) or database (logical).
+func isReplication(v string) bool {
+	switch strings.ToLower(v) {
+	case "", "false", "off", "no", "0":
+		return false
+	}
+	return true
+}

@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Messages after startup are framed as a type byte and a big-endian int32
+// length that counts itself but not the type byte.
+const headerLen = 5
+
+// Startup-phase request codes (PostgreSQL pqcomm.h).
+const (
+	sslRequestCode    = 80877103
+	gssEncRequestCode = 80877104
+	cancelRequestCode = 80877102
+	// maxStartupPacket is PostgreSQL's MAX_STARTUP_PACKET_LENGTH.
+	maxStartupPacket = 10000
+)
+
+// SQLSTATEs the proxy itself answers with.
+const (
+	codeProtocolViolation   = "08P01"
+	codeConnectionFailure   = "08006"
+	codeUnableToConnect     = "08001"
+	codeProgramLimit        = "54000"
+	codeAdminShutdown       = "57P01"
+	codeFeatureNotSupported = "0A000"
+	codeInternalError       = "XX000"
+)
+
+// writeError marks an error from writing to the peer, as opposed to reading
+// from the source, so that a forwarding loop knows which side failed.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+func isWriteError(err error) bool {
+	var we *writeError
+	return errors.As(err, &we)
+}
+
+// peekHeader returns the next message's type and total size (type byte
+// included) without consuming it. The declared length is returned as is
+// (possibly < 4 or huge); callers validate it.
+func peekHeader(r *bufio.Reader) (typ byte, length int64, err error) {
+	hdr, err := r.Peek(headerLen)
+	if err != nil {
+		return 0, 0, err
+	}
+	return hdr[0], int64(int32(binary.BigEndian.Uint32(hdr[1:]))), nil
+}
+
+// nextBuffered reports whether the next whole message is already buffered,
+// so reading it will not block: the writer is flushed only when it is not,
+// which sends pipelined messages in one write.
+func nextBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n < headerLen {
+		return false
+	}
+	hdr, _ := r.Peek(headerLen)
+	l := int64(binary.BigEndian.Uint32(hdr[1:]))
+	return 1+l <= int64(n)
+}
+
+// relayRaw copies one message of total bytes from r to w unchanged. Messages
+// that fit in r's buffer are copied from it directly; larger ones are
+// streamed. partial reports that part of the message was written before an
+// error, so the caller must not append a message of its own.
+func relayRaw(r *bufio.Reader, w *bufio.Writer, total int) (partial bool, err error) {
+	if total <= r.Size() {
+		b, err := r.Peek(total)
+		if err != nil {
+			return false, err
+		}
+		if _, err := w.Write(b); err != nil {
+			return false, &writeError{err}
+		}
+		_, _ = r.Discard(total)
+		return false, nil
+	}
+	for total > 0 {
+		if r.Buffered() == 0 {
+			if _, err := r.Peek(1); err != nil {
+				return partial, err
+			}
+		}
+		n := min(r.Buffered(), total)
+		b, _ := r.Peek(n)
+		if _, err := w.Write(b); err != nil {
+			return true, &writeError{err}
+		}
+		_, _ = r.Discard(n)
+		total -= n
+		partial = true
+	}
+	return false, nil
+}
+
+// readMessage reads one whole message of total bytes into buf (grown as
+// needed) and returns it, header included.
+func readMessage(r *bufio.Reader, buf []byte, total int) ([]byte, error) {
+	if cap(buf) < total {
+		buf = make([]byte, total)
+	}
+	buf = buf[:total]
+	_, err := io.ReadFull(r, buf)
+	return buf, err
+}
+
+// errorResponse encodes an ErrorResponse with the given severity (ERROR or
+// FATAL).
+func errorResponse(dst []byte, severity, code, message, detail, hint string) []byte {
+	e := pgproto3.ErrorResponse{
+		Severity:            severity,
+		SeverityUnlocalized: severity,
+		Code:                code,
+		Message:             message,
+		Detail:              detail,
+		Hint:                hint,
+	}
+	out, err := e.Encode(dst)
+	if err != nil {
+		// Encode fails only for messages over 1 GiB.
+		panic(err)
+	}
+	return out
+}
+
+// cstring returns the NUL-terminated string at the start of b and the rest
+// after the NUL; ok is false when there is no NUL.
+func cstring(b []byte) (s []byte, rest []byte, ok bool) {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i], b[i+1:], true
+		}
+	}
+	return nil, nil, false
+}
