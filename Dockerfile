@@ -1,0 +1,24 @@
+# syntax=docker/dockerfile:1
+
+# Build: pg_query_go compiles libpg_query with cgo, so the binary links
+# against glibc and the runtime image must be glibc-based too.
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+ARG VERSION=""
+RUN CGO_ENABLED=1 go build -trimpath \
+        -ldflags "-s -w -X main.version=${VERSION}" \
+        -o /out/ttlproxy ./cmd/ttlproxy
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ttlproxy \
+    && mkdir -p /etc/ttlproxy
+COPY --from=build /out/ttlproxy /usr/local/bin/ttlproxy
+COPY ttlproxy.example.yaml /etc/ttlproxy/ttlproxy.yaml
+USER ttlproxy
+# 6432: PostgreSQL clients; 9187: /metrics, /healthz, /readyz.
+EXPOSE 6432 9187
+ENTRYPOINT ["ttlproxy"]
+CMD ["serve", "--config", "/etc/ttlproxy/ttlproxy.yaml"]
