@@ -16,8 +16,10 @@ FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ttlproxy \
     && mkdir -p /etc/ttlproxy
 COPY --from=build /out/ttlproxy /usr/local/bin/ttlproxy
-COPY ttlproxy.example.yaml /etc/ttlproxy/ttlproxy.yaml
 USER ttlproxy
+# Mount the configuration at /etc/ttlproxy/ttlproxy.yaml; inside a container
+# it needs listen: 0.0.0.0:6432 and admin_listen: 0.0.0.0:9187 (or the
+# --listen and --admin-listen flags) to be reachable from outside.
 # 6432: PostgreSQL clients; 9187: /metrics, /healthz, /readyz.
 EXPOSE 6432 9187
 ENTRYPOINT ["ttlproxy"]
