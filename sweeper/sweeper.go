@@ -10,7 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -116,6 +118,10 @@ func New(cfg Config) (*Sweeper, error) {
 	// session's TimeZone; pin it so that a sweep does not depend on the
 	// login's settings.
 	rp["TimeZone"] = "UTC"
+	// The re-check in each DELETE relies on READ COMMITTED re-evaluating the
+	// newest row version; a stricter default would turn a concurrent refresh
+	// into a serialization failure.
+	rp["default_transaction_isolation"] = "read committed"
 	if rp["application_name"] == "" {
 		rp["application_name"] = "ttlproxy-sweeper"
 	}
@@ -368,13 +374,13 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		shrunk   bool
 	)
 	for si, sl := range slices {
-		sql := deleteBatchSQL(d, t, sl, s.lockRows)
+		exec := s.batchFunc(d, t, sl)
 		for {
 			if s.beforeBatch != nil {
 				s.beforeBatch(ctx, t.name)
 			}
 			size := s.batchSize(t.name)
-			n, err := s.execBatch(ctx, sql, cutoff, size)
+			n, full, err := exec(ctx, cutoff, size)
 			if err != nil {
 				if ctx.Err() != nil {
 					return deleted, batches, ctx.Err()
@@ -409,7 +415,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 			if s.afterBatch != nil {
 				s.afterBatch(t.name, n)
 			}
-			if n < int64(size) {
+			if !full {
 				break
 			}
 			if err := s.pause(ctx); err != nil {
@@ -443,6 +449,27 @@ func (s *Sweeper) batchSize(name string) int {
 	return s.cfg.BatchSize
 }
 
+// batchFunc runs one batch of size rows at most and returns the rows
+// deleted and whether the batch was full (more doomed rows may remain).
+type batchFunc func(ctx context.Context, cutoff time.Time, size int) (deleted int64, full bool, err error)
+
+// batchFunc returns how to run t's batches in slice sl.
+func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
+	if t.registry != nil && d == dialectPostgres {
+		lock, del := lockedBatchSQL(t, sl, s.lockRows)
+		return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
+			return s.execLockedBatch(ctx, lock, del, cutoff, size)
+		}
+	}
+	// TODO(sweeper): the locked two-statement batch on YugabyteDB for
+	// sidecar rules, once it can be tested there.
+	sql := deleteBatchSQL(d, t, sl, s.lockRows)
+	return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
+		n, err := s.execBatch(ctx, sql, cutoff, size)
+		return n, n >= int64(size), err
+	}
+}
+
 // execBatch runs one batch DELETE as its own autocommit statement.
 func (s *Sweeper) execBatch(ctx context.Context, sql string, cutoff time.Time, size int) (int64, error) {
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
@@ -452,6 +479,37 @@ func (s *Sweeper) execBatch(ctx context.Context, sql string, cutoff time.Time, s
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+// execLockedBatch runs lockedBatchSQL's statements in one short
+// transaction. The batch is full when size rows were locked, whatever the
+// DELETE then kept.
+func (s *Sweeper) execLockedBatch(ctx context.Context, lock, del string, cutoff time.Time, size int) (int64, bool, error) {
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
+	defer cancel()
+	var deleted int64
+	var full bool
+	err := pgx.BeginTxFunc(bctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(bctx, lock, cutoff, int64(size))
+		if err != nil {
+			return err
+		}
+		tids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
+		if err != nil {
+			return err
+		}
+		full = len(tids) >= size
+		if len(tids) == 0 {
+			return nil
+		}
+		tag, err := tx.Exec(bctx, del, cutoff, tids)
+		if err != nil {
+			return err
+		}
+		deleted = tag.RowsAffected()
+		return nil
+	})
+	return deleted, full, err
 }
 
 // isTimeout reports a batch that ran out of time: the server's

@@ -589,3 +589,44 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("defaults not applied: %+v", s.cfg)
 	}
 }
+
+// A sidecar row whose registry entry a foreground transaction is refreshing
+// is not deleted: the refresh locks only the registry row, not the base row.
+func TestSidecarRefreshedRowSurvives(t *testing.T) {
+	e := setup(t)
+	e.exec(t, "CREATE TABLE items (id bigint PRIMARY KEY, payload text)")
+	e.exec(t, "CREATE TABLE items_ttl (id bigint PRIMARY KEY, expires_at timestamptz NOT NULL)")
+	e.exec(t, "INSERT INTO items SELECT g, 'x' FROM generate_series(1, 20) g")
+	e.exec(t, "INSERT INTO items_ttl SELECT g, now() - interval '1 hour' FROM generate_series(1, 20) g")
+	other, err := pgx.Connect(e.ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close(context.Background())
+	tx, err := other.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(e.ctx, "UPDATE items_ttl SET expires_at = now() + interval '1 day' WHERE id = 4"); err != nil {
+		t.Fatal(err)
+	}
+	r := rewrite.Rule{Schema: "public", Table: "items", Kind: rewrite.KindSidecar, SidecarTable: "items_ttl", KeyColumns: []string{"id"}}
+	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{r}, BatchSize: 8, BatchTimeout: 5 * time.Second})
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ids(t, "items", ""); len(got) != 1 || got[0] != 4 {
+		t.Errorf("items left %v, want [4]", got)
+	}
+	if got := e.ids(t, "items_ttl", ""); len(got) != 1 || got[0] != 4 {
+		t.Errorf("registry left %v, want [4]", got)
+	}
+	if res.Deleted["public.items"] != 19 || res.Deleted["public.items_ttl"] != 19 {
+		t.Errorf("Deleted = %v, want 19 and 19", res.Deleted)
+	}
+}

@@ -25,6 +25,16 @@ type target struct {
 	// doomed returns the SQL condition, over the row visible as qualifier,
 	// that selects the rows to delete at the cutoff cutoffParam.
 	doomed func(qualifier string) string
+	// registry is set for a sidecar rule's base table: its expiry lives in
+	// another table's rows, which a batch must lock too (lockedBatchSQL).
+	registry *registryRef
+}
+
+// registryRef names a sidecar registry and the key it shares with its base
+// table.
+type registryRef struct {
+	quoted string
+	keys   []string
 }
 
 // targets returns what sweeping r deletes from, in order: the table itself
@@ -40,6 +50,7 @@ func targets(r *rewrite.Rule) []target {
 	if r.RuleKind() != rewrite.KindSidecar {
 		return []target{base}
 	}
+	base.registry = &registryRef{quoted: r.SidecarName(), keys: r.KeyColumns}
 	regSchema := r.SidecarSchema
 	if regSchema == "" {
 		regSchema = r.SchemaName()
@@ -108,4 +119,40 @@ func deleteBatchSQL(d dialect, t target, sl slice, lockRows bool) string {
 	}
 	return fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid = ANY (ARRAY(SELECT s.ctid FROM %s AS s WHERE %s LIMIT %s%s)) AND %s",
 		t.quoted, t.quoted, inner, limitParam, lock, t.doomed("t"))
+}
+
+// lockedBatchSQL returns the two statements of a batch on a sidecar rule's
+// base table on PostgreSQL, run in one READ COMMITTED transaction:
+//
+//	lock: up to $2 doomed base rows, locked together with their registry
+//	      rows (FOR UPDATE SKIP LOCKED when lockRows); returns their ctids.
+//	del:  DELETE of those ctids ($2) that are still doomed at $1.
+//
+// A refresh of a sidecar row updates the registry row only, so locking the
+// base row (as deleteBatchSQL does) does not order the DELETE after it, and
+// the DELETE's re-check reads the registry in the statement's snapshot: a
+// refresh in flight would be lost. Here the registry rows are locked first,
+// and del starts with a new snapshot: a refresh either committed before it
+// (and is seen) or waits for the batch to commit.
+func lockedBatchSQL(t target, sl slice, lockRows bool) (lock, del string) {
+	inner := t.doomed("s")
+	if c := sl.cond("s"); c != "" {
+		inner += " AND " + c
+	}
+	var join strings.Builder
+	for i, k := range t.registry.keys {
+		if i > 0 {
+			join.WriteString(" AND ")
+		}
+		k = rewrite.QuoteIdent(k)
+		fmt.Fprintf(&join, "_ttl_lock.%s = s.%s", k, k)
+	}
+	skip := ""
+	if lockRows {
+		skip = " SKIP LOCKED"
+	}
+	lock = fmt.Sprintf("SELECT s.ctid FROM %s AS s JOIN %s AS _ttl_lock ON %s WHERE %s LIMIT %s FOR UPDATE OF s, _ttl_lock%s",
+		t.quoted, t.registry.quoted, join.String(), inner, limitParam, skip)
+	del = fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid = ANY ($2::tid[]) AND %s", t.quoted, t.doomed("t"))
+	return lock, del
 }
