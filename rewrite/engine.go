@@ -1,23 +1,55 @@
 package rewrite
 
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"github.com/pganalyze/pg_query_go/v6/parser"
+)
+
 // Options bounds what the rewriter accepts and caches.
 type Options struct {
 	// MaxStatementBytes rejects longer statements before parsing; 0 means 1 MiB.
 	MaxStatementBytes int
 	// MaxNestingDepth rejects statements nested deeper (parentheses) before
-	// parsing; 0 means 1000.
+	// parsing; 0 means 1000. Left-deep operator chains are bounded at four
+	// times this. Raising it far risks a crash inside the C parser.
 	MaxNestingDepth int
 	// CacheSize is the number of rewrites kept; 0 means 10000, negative
 	// disables the cache.
 	CacheSize int
 }
 
+const (
+	defaultMaxStatementBytes = 1 << 20
+	defaultMaxNestingDepth   = 1000
+	defaultCacheSize         = 10000
+)
+
 // Rewriter rewrites statements for a fixed set of rules. It is safe for
 // concurrent use.
 type Rewriter struct {
 	rules []Rule
 	opts  Options
+
+	// byKey finds a rule by (schema, table); byName lists the schemas that
+	// have a rule for a table name.
+	byKey  map[relKey]*Rule
+	byName map[string][]*Rule
+	// names lists the distinct TTL table names, sorted (cache key).
+	names []string
+	// quick finds TTL and registry table names and U&" in raw text; tables
+	// finds TTL table names only.
+	quick  matcher
+	tables matcher
+
+	cache *cache
 }
+
+type relKey struct{ schema, table string }
 
 // New validates rules and returns a Rewriter.
 func New(rules []Rule, opts Options) (*Rewriter, error) {
@@ -26,7 +58,49 @@ func New(rules []Rule, opts Options) (*Rewriter, error) {
 			return nil, err
 		}
 	}
-	return &Rewriter{rules: rules, opts: opts}, nil
+	if opts.MaxStatementBytes <= 0 {
+		opts.MaxStatementBytes = defaultMaxStatementBytes
+	}
+	if opts.MaxNestingDepth <= 0 {
+		opts.MaxNestingDepth = defaultMaxNestingDepth
+	}
+	if opts.CacheSize == 0 {
+		opts.CacheSize = defaultCacheSize
+	}
+	rw := &Rewriter{
+		rules:  rules,
+		opts:   opts,
+		byKey:  make(map[relKey]*Rule, len(rules)),
+		byName: make(map[string][]*Rule, len(rules)),
+	}
+	for i := range rules {
+		r := &rules[i]
+		k := relKey{r.SchemaName(), r.Table}
+		if _, dup := rw.byKey[k]; dup {
+			return nil, fmt.Errorf("table %s has two rules", r.QualifiedName())
+		}
+		rw.byKey[k] = r
+		if len(rw.byName[r.Table]) == 0 {
+			rw.names = append(rw.names, r.Table)
+		}
+		rw.byName[r.Table] = append(rw.byName[r.Table], r)
+		for _, m := range []*matcher{&rw.quick, &rw.tables} {
+			m.add(r.Table, i)
+			// A name holding a double quote is written with it doubled.
+			if strings.Contains(r.Table, `"`) {
+				m.add(strings.ReplaceAll(r.Table, `"`, `""`), i)
+			}
+		}
+		if r.RuleKind() == KindSidecar && r.SidecarTable != "" {
+			rw.quick.add(r.SidecarTable, i)
+		}
+	}
+	sortStrings(rw.names)
+	rw.quick.add(`u&"`, -1)
+	if opts.CacheSize > 0 {
+		rw.cache = newCache(opts.CacheSize)
+	}
+	return rw, nil
 }
 
 // Rules returns the rules the Rewriter was built with.
@@ -34,7 +108,162 @@ func (rw *Rewriter) Rules() []Rule { return rw.rules }
 
 // Rewrite returns the SQL to send for sql (one Query message's text, possibly
 // several statements, or one Parse message's text) in session s, or an *Error.
-// TODO(rewrite): stub, replaced by the real engine.
+//
+// A statement that cannot name a TTL table comes back unchanged without being
+// parsed. Otherwise the text is parsed and edited in place: reads of a TTL
+// table get a live-row filter at the table reference, UPDATE and DELETE get it
+// in their WHERE, INSERT and UPDATE get the expiry stamped. Anything that
+// touches a TTL table in a way the rewriter does not handle is rejected.
 func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
-	return Result{SQL: sql}, nil
+	if s == nil {
+		s = &defaultSession
+	}
+	if s.Bypass || len(rw.rules) == 0 || rw.quick.find(sql) < 0 {
+		return Result{SQL: sql}, nil
+	}
+	if len(sql) > rw.opts.MaxStatementBytes {
+		return Result{}, &Error{
+			Code:    "54000",
+			Message: fmt.Sprintf("ttlproxy: statement of %d bytes is longer than the %d bytes the proxy parses", len(sql), rw.opts.MaxStatementBytes),
+			Hint:    "Split the statement, or raise the proxy's statement size limit.",
+		}
+	}
+	if brackets, chain := nesting(sql); brackets > rw.opts.MaxNestingDepth || chain > chainFactor*rw.opts.MaxNestingDepth {
+		return Result{}, &Error{
+			Code:    "54001",
+			Message: fmt.Sprintf("ttlproxy: statement is nested too deeply for the proxy to parse (limit %d)", rw.opts.MaxNestingDepth),
+		}
+	}
+	var key []byte
+	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
+		key = rw.cacheKey(sql, s)
+		defer putKeyBuf(key)
+		if res, err, ok := rw.cache.get(key); ok {
+			res.CacheHit = true
+			if err != nil {
+				return res, err
+			}
+			return res, nil
+		}
+	}
+	res, rerr := rw.rewriteParsed(sql, s)
+	if key != nil {
+		rw.cache.put(key, res, rerr)
+	}
+	if rerr != nil {
+		return res, rerr
+	}
+	return res, nil
+}
+
+var defaultSession Session
+
+// rewriteParsed is Rewrite after the cheap checks: parse, walk, splice,
+// verify. The result is a pure function of sql and the session facts that
+// the cache key holds.
+func (rw *Rewriter) rewriteParsed(sql string, s *Session) (Result, *Error) {
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		return rw.parseFailed(sql, err)
+	}
+	w := newWalker(rw, sql, s)
+	for _, raw := range tree.Stmts {
+		w.rawStmt(raw)
+		if w.err != nil {
+			return Result{Parsed: true}, w.err
+		}
+	}
+	if len(w.edits) == 0 {
+		return Result{SQL: sql, Parsed: true}, nil
+	}
+	out, ok := applyEdits(sql, w.edits)
+	if !ok {
+		return Result{Parsed: true}, internalError("overlapping edits")
+	}
+	// The output must parse, and into as many statements: a rewrite that
+	// broke the text or its statement boundaries is never sent.
+	check, err := pg.Parse(out)
+	if err != nil {
+		return Result{Parsed: true}, internalError("rewritten text does not parse: " + err.Error())
+	}
+	if len(check.Stmts) != len(tree.Stmts) {
+		return Result{Parsed: true}, internalError("rewritten text has a different number of statements")
+	}
+	return Result{SQL: out, Rewritten: true, Parsed: true}, nil
+}
+
+// parseFailed handles text the parser rejects. If a TTL table name appears
+// among its identifiers (not only in strings or comments) the text is
+// rejected with the parser's message; otherwise it is passed through for the
+// server to reject.
+func (rw *Rewriter) parseFailed(sql string, perr error) (Result, *Error) {
+	msg := perr.Error()
+	var pe *parser.Error
+	if errors.As(perr, &pe) {
+		msg = pe.Message
+	}
+	if strings.Contains(msg, "recursion depth") || strings.Contains(msg, "stack depth") {
+		return Result{Parsed: true}, &Error{
+			Code:    "54001",
+			Message: "ttlproxy: statement is nested too deeply for the proxy to parse",
+		}
+	}
+	res, serr := pg.Scan(sql)
+	if serr == nil {
+		mentions := false
+		for _, t := range res.Tokens {
+			switch t.Token {
+			case pg.Token_SCONST, pg.Token_USCONST, pg.Token_BCONST, pg.Token_XCONST,
+				pg.Token_SQL_COMMENT, pg.Token_C_COMMENT, pg.Token_ICONST, pg.Token_FCONST, pg.Token_PARAM:
+				continue
+			}
+			if rw.quick.find(sql[t.Start:t.End]) >= 0 {
+				mentions = true
+				break
+			}
+		}
+		if !mentions {
+			return Result{SQL: sql, Parsed: true}, nil
+		}
+	}
+	return Result{Parsed: true}, &Error{
+		Code:    "42601",
+		Message: "ttlproxy: " + msg,
+		Detail:  "The statement mentions a TTL table and the proxy cannot parse it.",
+	}
+}
+
+func internalError(what string) *Error {
+	return &Error{Code: "XX000", Message: "ttlproxy: internal rewrite error: " + what}
+}
+
+// ttlFor returns the lifetime stamped on INSERT into the rule's table in
+// session s, and whether INSERT stamping applies.
+func ttlFor(r *Rule, s *Session) (time.Duration, bool) {
+	ttl := r.DefaultTTL
+	if s.TTL != nil {
+		ttl = *s.TTL
+	}
+	return ttl, ttl > 0 && r.StampColumn() != ""
+}
+
+// refreshFor returns the lifetime an UPDATE refreshes the expiry to, and
+// whether refresh applies: the rule asks for it and has a default lifetime.
+func refreshFor(r *Rule, s *Session) (time.Duration, bool) {
+	if !r.RefreshOnUpdate || r.DefaultTTL <= 0 || r.StampColumn() == "" {
+		return 0, false
+	}
+	ttl := r.DefaultTTL
+	if s.TTL != nil && *s.TTL > 0 {
+		ttl = *s.TTL
+	}
+	return ttl, true
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
 }

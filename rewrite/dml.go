@@ -1,0 +1,500 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// findTop returns the index of the first token at bracket depth 0 in
+// [i, limit) whose kind is one of kinds, or -1.
+func (ts tokens) findTop(i, limit int, kinds ...pg.Token) int {
+	j := ts.scanTop(i, limit, func(j int) bool {
+		for _, k := range kinds {
+			if ts[j].kind == k {
+				return true
+			}
+		}
+		return false
+	})
+	if j < len(ts) && ts[j].start < limit {
+		for _, k := range kinds {
+			if ts[j].kind == k {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// qualifier is how the statement's own clauses refer to a target table.
+func qualifier(rv *pg.RangeVar) string {
+	if rv.Alias != nil {
+		return QuoteIdent(rv.Alias.Aliasname)
+	}
+	return QuoteIdent(rv.Relname)
+}
+
+func setsColumn(targets []*pg.Node, col string) bool {
+	for _, t := range targets {
+		if t.GetResTarget().GetName() == col {
+			return true
+		}
+	}
+	return false
+}
+
+// targetEnd returns the index of the first token after a write target
+// `[ONLY] name [*] [[AS] alias]`.
+func (w *walker) targetEnd(rv *pg.RangeVar) int {
+	_, after, ok := w.itemSpan(rv)
+	if !ok {
+		return -1
+	}
+	return after
+}
+
+// bodyEnd returns the offset where the part of a DML statement before a
+// top-level RETURNING ends (the statement's end without one).
+func (w *walker) bodyEnd(after, end int) int {
+	ts := w.tokens()
+	if r := ts.findTop(after, end, pg.Token_RETURNING); r >= 0 {
+		return ts[r].start
+	}
+	return end
+}
+
+// updateStmt filters the target of an UPDATE in its WHERE clause (its FROM
+// items are reads) and refreshes the expiry when the rule asks for it.
+func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
+	sc = w.with(u.WithClause, sc)
+	rv := u.Relation
+	w.mark(rv)
+	rule := w.ruleFor(rv, nil)
+	w.genericList(u.TargetList, sc)
+	for _, f := range u.FromClause {
+		w.fromItem(f, sc, false)
+	}
+	w.generic(u.WhereClause, sc)
+	w.genericList(u.ReturningList, sc)
+	if rule == nil || w.err != nil {
+		return
+	}
+	ts := w.tokens()
+	after := w.targetEnd(rv)
+	if w.err != nil {
+		return
+	}
+	body := w.bodyEnd(after, end)
+	if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(u.TargetList, rule.StampColumn()) {
+		set := ts.findTop(after, body, pg.Token_SET)
+		if set < 0 {
+			w.fail(internalError("cannot locate SET"))
+			return
+		}
+		stop := ts.scanTop(set+1, body, func(j int) bool {
+			k := ts[j].kind
+			return k == pg.Token_WHERE || (k == pg.Token_FROM && ts.kind(j-1) != pg.Token_DISTINCT)
+		})
+		lim := body
+		if stop < len(ts) && ts[stop].start < body {
+			lim = ts[stop].start
+		}
+		last := ts.lastBefore(set+1, lim)
+		if last < 0 {
+			w.fail(internalError("cannot locate the SET list"))
+			return
+		}
+		w.insert(ts[last].end, ", "+QuoteIdent(rule.StampColumn())+" = "+rule.StampValue(ttl))
+	}
+	w.whereLive(u.WhereClause, rule, qualifier(rv), after, body)
+}
+
+// deleteStmt filters the target of a DELETE in its WHERE clause; its USING
+// items are reads.
+func (w *walker) deleteStmt(d *pg.DeleteStmt, sc *scope, end int) {
+	sc = w.with(d.WithClause, sc)
+	rv := d.Relation
+	w.mark(rv)
+	rule := w.ruleFor(rv, nil)
+	for _, f := range d.UsingClause {
+		w.fromItem(f, sc, false)
+	}
+	w.generic(d.WhereClause, sc)
+	w.genericList(d.ReturningList, sc)
+	if rule == nil || w.err != nil {
+		return
+	}
+	after := w.targetEnd(rv)
+	if w.err != nil {
+		return
+	}
+	w.whereLive(d.WhereClause, rule, qualifier(rv), after, w.bodyEnd(after, end))
+}
+
+// whereLive adds the live condition of the target to the WHERE clause of an
+// UPDATE or DELETE whose text after the target runs from token after to
+// offset body: `WHERE (orig) AND live`, or `WHERE live`. WHERE CURRENT OF
+// stays: the cursor's query was filtered.
+func (w *walker) whereLive(where *pg.Node, rule *Rule, qual string, after, body int) {
+	if where.GetCurrentOfExpr() != nil {
+		return
+	}
+	ts := w.tokens()
+	live := rule.LiveCondition(qual, "now()")
+	last := ts.lastBefore(after-1, body)
+	if last < 0 {
+		w.fail(internalError("cannot locate the end of the statement"))
+		return
+	}
+	wi := ts.findTop(after, body, pg.Token_WHERE)
+	if where == nil {
+		if wi >= 0 {
+			w.fail(internalError("unexpected WHERE"))
+			return
+		}
+		w.insert(ts[last].end, " WHERE "+live)
+		return
+	}
+	if wi < 0 || wi+1 > last {
+		w.fail(internalError("cannot locate WHERE"))
+		return
+	}
+	w.insert(ts[wi+1].start, "(")
+	w.insert(ts[last].end, ") AND "+live)
+}
+
+// insertStmt walks an INSERT: its source query and RETURNING are reads; the
+// expiry is stamped and ON CONFLICT DO UPDATE refreshes it.
+func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
+	sc = w.with(ins.WithClause, sc)
+	rv := ins.Relation
+	w.mark(rv)
+	rule := w.ruleFor(rv, nil)
+	sel := ins.SelectStmt.GetSelectStmt()
+	if ins.SelectStmt != nil && sel == nil {
+		w.generic(ins.SelectStmt, sc)
+	}
+	w.selectStmt(sel, sc)
+	oc := ins.OnConflictClause
+	if oc != nil {
+		// The conflicting row that ON CONFLICT finds is not checked for
+		// expiry yet: an expired row still conflicts, DO NOTHING then skips
+		// the insert and DO UPDATE (and its WHERE) sees and updates the
+		// expired row. Handling the conflict target is a separate step.
+		if oc.Infer != nil {
+			w.genericList(oc.Infer.IndexElems, sc)
+			w.generic(oc.Infer.WhereClause, sc)
+		}
+		w.genericList(oc.TargetList, sc)
+		w.generic(oc.WhereClause, sc)
+	}
+	w.genericList(ins.ReturningList, sc)
+	if rule == nil || w.err != nil {
+		return
+	}
+	col := rule.StampColumn()
+	if ttl, ok := ttlFor(rule, w.s); ok {
+		w.stampInsert(ins, sel, rule, col, rule.StampValue(ttl), end)
+	}
+	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
+		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) {
+			w.refreshConflict(oc, col, rule.StampValue(ttl), end)
+		}
+	}
+}
+
+// stampInsert adds the stamp column and its value to an INSERT that does not
+// give it. A value the client gives (NULL and DEFAULT included) wins.
+func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule, col, value string, end int) {
+	if setsColumn(ins.Cols, col) {
+		return
+	}
+	ts := w.tokens()
+	after := w.targetEnd(ins.Relation)
+	if w.err != nil {
+		return
+	}
+	i := after
+	colsClose := -1
+	if len(ins.Cols) > 0 {
+		if ts.kind(i) != pg.Token_ASCII_40 {
+			w.fail(internalError("cannot locate the column list"))
+			return
+		}
+		colsClose = ts.match(i)
+		if colsClose < 0 {
+			w.fail(internalError("cannot locate the column list"))
+			return
+		}
+		i = colsClose + 1
+	}
+	if ts.kind(i) == pg.Token_OVERRIDING {
+		i += 3
+	}
+	qcol := QuoteIdent(col)
+	if sel == nil {
+		// DEFAULT VALUES
+		if ts.kind(i) != pg.Token_DEFAULT || ts.kind(i+1) != pg.Token_VALUES {
+			w.fail(internalError("cannot locate DEFAULT VALUES"))
+			return
+		}
+		w.replace(ts[i].start, ts[i+1].end, "("+qcol+") VALUES ("+value+")")
+		return
+	}
+	plan := w.planSource(sel, i, end)
+	if w.err != nil {
+		return
+	}
+	if colsClose >= 0 {
+		w.insert(ts[colsClose-1].end, ", "+qcol)
+	} else {
+		cols := w.columns(rule)
+		what := fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: INSERT without a column list", rule.QualifiedName())
+		hint := fmt.Sprintf("Give a column list, e.g. INSERT INTO %s (a, b, …) ….", rule.Table)
+		switch {
+		case cols == nil:
+			w.fail(&Error{Code: "0A000", Message: what + " and the proxy does not know the table's columns", Hint: hint})
+			return
+		case plan.width < 0:
+			w.fail(&Error{Code: "0A000", Message: what + " from a query whose width the proxy does not know", Hint: hint})
+			return
+		}
+		pos := -1
+		for k, c := range cols {
+			if c.Name == col {
+				pos = k
+			}
+		}
+		if pos < 0 {
+			w.fail(&Error{Code: "0A000", Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), qcol), Hint: hint})
+			return
+		}
+		if plan.width > pos {
+			return // the values reach the stamp column: the client gave it
+		}
+		var b strings.Builder
+		b.WriteString(" (")
+		for k := 0; k < plan.width; k++ {
+			b.WriteString(QuoteIdent(cols[k].Name))
+			b.WriteString(", ")
+		}
+		b.WriteString(qcol)
+		b.WriteString(")")
+		w.insert(ts[after-1].end, b.String())
+	}
+	for _, at := range plan.appendAt {
+		w.insert(at, ", "+value)
+	}
+	if plan.wrapFrom >= 0 {
+		w.insert(plan.wrapFrom, "SELECT *, "+value+" FROM (")
+		w.insert(plan.wrapTo, ") AS _ttl_src")
+	}
+}
+
+// sourcePlan says where an INSERT's source gets the stamp value: appended to
+// each VALUES row or to each leaf query's target list (keeping the types the
+// target columns give to literals and parameters), or, when neither can be
+// done, by wrapping the query: SELECT *, value FROM (query) AS _ttl_src.
+type sourcePlan struct {
+	appendAt         []int
+	wrapFrom, wrapTo int
+	// width is the number of values per row, -1 when unknown (SELECT *).
+	width int
+}
+
+func (w *walker) planSource(sel *pg.SelectStmt, i, end int) sourcePlan {
+	ts := w.tokens()
+	plan := sourcePlan{wrapFrom: -1, width: -1}
+	if len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE && sel.WithClause == nil &&
+		len(sel.SortClause) == 0 && sel.LimitCount == nil && sel.LimitOffset == nil && len(sel.LockingClause) == 0 {
+		j := i
+		for ts.kind(j) == pg.Token_ASCII_40 {
+			j++
+		}
+		if ts.kind(j) != pg.Token_VALUES {
+			w.fail(internalError("cannot locate VALUES"))
+			return plan
+		}
+		j++
+		for range sel.ValuesLists {
+			if ts.kind(j) != pg.Token_ASCII_40 {
+				w.fail(internalError("cannot locate a VALUES row"))
+				return plan
+			}
+			close := ts.match(j)
+			if close < 0 {
+				w.fail(internalError("cannot locate a VALUES row"))
+				return plan
+			}
+			plan.appendAt = append(plan.appendAt, ts[close-1].end)
+			j = close + 1
+			if ts.kind(j) == pg.Token_ASCII_44 {
+				j++
+			}
+		}
+		plan.width = len(sel.ValuesLists[0].GetList().GetItems())
+		return plan
+	}
+	leaves := selectLeaves(sel, nil)
+	appendable := true
+	for _, l := range leaves {
+		if len(l.ValuesLists) > 0 || len(l.TargetList) == 0 || l.TargetList[0].GetResTarget().GetLocation() < 0 {
+			appendable = false
+		}
+	}
+	if appendable {
+		plan.width = len(leaves[0].TargetList)
+		for _, l := range leaves {
+			for _, t := range l.TargetList {
+				if hasStar(t.GetResTarget()) {
+					plan.width = -1
+				}
+			}
+			last := l.TargetList[len(l.TargetList)-1].GetResTarget()
+			j := ts.at(int(last.Location))
+			if j < 0 {
+				w.fail(internalError("cannot locate a target list"))
+				return plan
+			}
+			stop := ts.scanTop(j, end, func(k int) bool { return endsTargetList(ts, k) })
+			plan.appendAt = append(plan.appendAt, ts[stop-1].end)
+		}
+		return plan
+	}
+	// Wrap the source query: it ends before a top-level ON CONFLICT or
+	// RETURNING, or with the statement.
+	stop := ts.scanTop(i, end, func(k int) bool {
+		return ts[k].kind == pg.Token_RETURNING || (ts[k].kind == pg.Token_ON && ts.kind(k+1) == pg.Token_CONFLICT)
+	})
+	lim := end
+	if stop < len(ts) && ts[stop].start < end {
+		lim = ts[stop].start
+	}
+	last := ts.lastBefore(i, lim)
+	if i >= len(ts) || last < i {
+		w.fail(internalError("cannot locate the INSERT source"))
+		return plan
+	}
+	plan.wrapFrom, plan.wrapTo = ts[i].start, ts[last].end
+	return plan
+}
+
+// selectLeaves returns the non-set-operation queries of a set operation tree.
+func selectLeaves(sel *pg.SelectStmt, out []*pg.SelectStmt) []*pg.SelectStmt {
+	if sel == nil {
+		return out
+	}
+	if sel.Op == pg.SetOperation_SETOP_NONE {
+		return append(out, sel)
+	}
+	out = selectLeaves(sel.Larg, out)
+	return selectLeaves(sel.Rarg, out)
+}
+
+func hasStar(rt *pg.ResTarget) bool {
+	for _, f := range rt.GetVal().GetColumnRef().GetFields() {
+		if f.GetAStar() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// endsTargetList reports a token that ends a SELECT target list at depth 0.
+// After AS any keyword is a column label; FROM after DISTINCT belongs to IS
+// [NOT] DISTINCT FROM.
+func endsTargetList(ts tokens, k int) bool {
+	if ts.kind(k-1) == pg.Token_AS {
+		return false
+	}
+	switch ts[k].kind {
+	case pg.Token_FROM:
+		return ts.kind(k-1) != pg.Token_DISTINCT
+	case pg.Token_INTO, pg.Token_WHERE, pg.Token_GROUP_P, pg.Token_HAVING, pg.Token_WINDOW,
+		pg.Token_ORDER, pg.Token_LIMIT, pg.Token_OFFSET, pg.Token_FETCH, pg.Token_FOR,
+		pg.Token_UNION, pg.Token_INTERSECT, pg.Token_EXCEPT, pg.Token_ON, pg.Token_RETURNING,
+		pg.Token_ASCII_59:
+		return true
+	}
+	return false
+}
+
+// refreshConflict appends `col = value` to the SET list of ON CONFLICT DO
+// UPDATE.
+func (w *walker) refreshConflict(oc *pg.OnConflictClause, col, value string, end int) {
+	ts := w.tokens()
+	i := ts.at(int(oc.Location))
+	if i < 0 {
+		w.fail(internalError("cannot locate ON CONFLICT"))
+		return
+	}
+	do := ts.findTop(i, end, pg.Token_DO)
+	if do < 0 || ts.kind(do+1) != pg.Token_UPDATE || ts.kind(do+2) != pg.Token_SET {
+		w.fail(internalError("cannot locate DO UPDATE SET"))
+		return
+	}
+	set := do + 2
+	stop := ts.findTop(set+1, end, pg.Token_WHERE, pg.Token_RETURNING)
+	lim := end
+	if stop >= 0 {
+		lim = ts[stop].start
+	}
+	last := ts.lastBefore(set+1, lim)
+	if last < 0 {
+		w.fail(internalError("cannot locate the DO UPDATE SET list"))
+		return
+	}
+	w.insert(ts[last].end, ", "+QuoteIdent(col)+" = "+value)
+}
+
+// copyStmt filters COPY … TO: `COPY t [(a, b)] TO` becomes `COPY (SELECT
+// a, b FROM t WHERE live) TO` and the query of `COPY (query) TO` is
+// rewritten. COPY … FROM writes and passes: a column DEFAULT stamps it.
+func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
+	if c.Query != nil {
+		ts := w.tokens()
+		i := ts.from(start)
+		if ts.kind(i) != pg.Token_COPY || ts.kind(i+1) != pg.Token_ASCII_40 {
+			w.fail(internalError("cannot locate the COPY query"))
+			return
+		}
+		close := ts.match(i + 1)
+		if close < 0 {
+			w.fail(internalError("cannot locate the COPY query"))
+			return
+		}
+		w.stmt(c.Query, nil, ts[i+1].end, ts[close].start)
+		return
+	}
+	rv := c.Relation
+	w.mark(rv)
+	if c.IsFrom {
+		return
+	}
+	rule := w.ruleFor(rv, nil)
+	if rule == nil {
+		return
+	}
+	ts := w.tokens()
+	i := ts.at(int(rv.Location))
+	if i < 0 {
+		w.fail(internalError("cannot locate the COPY table"))
+		return
+	}
+	ne := ts.nameEnd(i)
+	name := w.sql[ts[i].start:ts[ne-1].end]
+	cols, last := "*", ne-1
+	if len(c.Attlist) > 0 {
+		close := ts.match(ne)
+		if ts.kind(ne) != pg.Token_ASCII_40 || close < 0 {
+			w.fail(internalError("cannot locate the COPY column list"))
+			return
+		}
+		cols = strings.TrimSpace(w.sql[ts[ne].end:ts[close].start])
+		last = close
+	}
+	w.replace(ts[i].start, ts[last].end,
+		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(QuoteIdent(rv.Relname), "now()")+")")
+}

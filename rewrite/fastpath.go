@@ -1,0 +1,80 @@
+package rewrite
+
+// matcher is the cheap identifier check run before any parsing: a
+// case-insensitive (ASCII) substring search for a set of lower-case needles.
+// PostgreSQL folds only ASCII letters of unquoted identifiers, so a statement
+// that names a table in any spelling other than a Unicode escape contains the
+// table's name under ASCII case folding; U&" forces the parse for the rest.
+type matcher struct {
+	// first marks the (lower-case) first bytes of the needles.
+	first   [256]bool
+	needles []string
+	// owner[i] is the rule index needle i belongs to, -1 for U&".
+	owner []int
+}
+
+func (m *matcher) add(needle string, owner int) {
+	n := lowerASCII(needle)
+	if n == "" {
+		return
+	}
+	for _, have := range m.needles {
+		if have == n {
+			return
+		}
+	}
+	m.first[n[0]] = true
+	m.needles = append(m.needles, n)
+	m.owner = append(m.owner, owner)
+}
+
+// find returns the index of the first needle found in s, or -1. It does not
+// allocate.
+func (m *matcher) find(s string) int {
+	for i := 0; i < len(s); i++ {
+		c := foldByte(s[i])
+		if !m.first[c] {
+			continue
+		}
+		for k, n := range m.needles {
+			if n[0] == c && hasPrefixFold(s[i:], n) {
+				return k
+			}
+		}
+	}
+	return -1
+}
+
+func foldByte(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + ('a' - 'A')
+	}
+	return c
+}
+
+// hasPrefixFold reports whether s starts with the lower-case needle n under
+// ASCII case folding.
+func hasPrefixFold(s, n string) bool {
+	if len(s) < len(n) {
+		return false
+	}
+	for i := 0; i < len(n); i++ {
+		if foldByte(s[i]) != n[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				b[j] = foldByte(b[j])
+			}
+			return string(b)
+		}
+	}
+	return s
+}
