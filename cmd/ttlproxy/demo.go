@@ -293,8 +293,8 @@ func printDemoBanner(out io.Writer, c *pgcluster.Cluster, env demoEnv, proxyPort
 	p("")
 	p("The expired rows are still in the table until the sweeper deletes them; look directly:")
 	p("  psql %q -c 'SELECT *, expires_at < now() AS expired FROM sessions'", env.upstreamURL)
-	p("")
 	if !check {
+		p("")
 		p("Press Ctrl-C to stop everything and remove the cluster.")
 	}
 }
