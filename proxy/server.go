@@ -147,9 +147,11 @@ func (s *Server) drain() {
 	}
 	s.mu.Unlock()
 	s.log.Warn("shutdown timeout: closing busy sessions", "sessions", len(sessions))
+	var closing sync.WaitGroup
 	for _, sess := range sessions {
-		sess.forceClose()
+		closing.Go(sess.forceClose)
 	}
+	closing.Wait()
 	<-done
 }
 

@@ -68,6 +68,12 @@ func (s *session) serverToClient() error {
 			}
 			out = s.substituteRejection(buf, out[:0])
 			_, err = w.Write(out)
+		case typ == 'K' && !started:
+			if buf, err = readMessage(r, buf, total); err != nil {
+				return s.upstreamEnded(err, false, lastType)
+			}
+			s.setBackendKey(buf[headerLen:])
+			_, err = w.Write(buf)
 		case typ == 'R' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.upstreamEnded(err, false, lastType)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,12 +48,15 @@ type session struct {
 	id  uint64
 	log *slog.Logger
 
-	mu             sync.Mutex // guards client, upstream, upstreamClosed
+	mu             sync.Mutex // guards client, upstream, upstreamClosed, backendKey
 	client         net.Conn
 	upstream       net.Conn
 	upstreamClosed bool
-	clientOnce     sync.Once
-	upstreamOnce   sync.Once
+	// backendKey is the body of the server's BackendKeyData (process ID and
+	// secret key), to cancel a statement still running at forced shutdown.
+	backendKey   []byte
+	clientOnce   sync.Once
+	upstreamOnce sync.Once
 
 	user, database string
 	replication    bool
@@ -260,20 +264,42 @@ func (s *session) beginShutdown() {
 }
 
 // forceClose ends a session that is still busy at the shutdown deadline.
+// The running statement is cancelled first, so that the server does not go
+// on executing it for a client that is gone.
 func (s *session) forceClose() {
 	s.shutdown.Store(true)
 	s.pending.Store(closedMark)
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
 	s.mu.Lock()
-	c, up := s.client, s.upstream
+	c, up, key := s.client, s.upstream, s.backendKey
 	s.mu.Unlock()
 	_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	if up == nil {
 		s.closeClient()
 		return
 	}
+	if key != nil {
+		s.cancelUpstream(key)
+	}
 	s.closeUpstream()
+}
+
+func (s *session) setBackendKey(body []byte) {
+	s.mu.Lock()
+	s.backendKey = append([]byte(nil), body...)
+	s.mu.Unlock()
+}
+
+// cancelUpstream sends a CancelRequest for key (a BackendKeyData body).
+func (s *session) cancelUpstream(key []byte) {
+	pkt := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint32(pkt, uint32(8+len(key)))
+	binary.BigEndian.PutUint32(pkt[4:], cancelRequestCode)
+	pkt = append(pkt, key...)
+	if err := s.srv.sendCancel(pkt); err != nil {
+		s.log.Warn("cancelling statement at shutdown", "err", err)
+	}
 }
 
 // expect announces one more ReadyForQuery owed by the server; false when

@@ -107,24 +107,10 @@ func (s *session) relayCancel(pkt []byte) {
 		s.log.Debug("bad cancel request", "err", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)
-	defer cancel()
-	conn, err := s.srv.dialUpstream(ctx)
-	if err != nil {
-		s.srv.metrics.upstreamErrors.Inc()
+	if err := s.srv.sendCancel(pkt); err != nil {
 		s.log.Warn("relaying cancel request", "err", err)
 		return
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(s.srv.cfg.DialTimeout))
-	if _, err := conn.Write(pkt); err != nil {
-		s.log.Warn("relaying cancel request", "err", err)
-		return
-	}
-	// The server closes the connection once it has read the request;
-	// waiting for that keeps the cancel ordered before our close.
-	var b [1]byte
-	_, _ = conn.Read(b[:])
 	s.log.Debug("cancel request relayed", "backend_pid", req.ProcessID)
 }
 
@@ -185,4 +171,25 @@ func isReplication(v string) bool {
 		return false
 	}
 	return true
+}
+
+// sendCancel delivers one CancelRequest packet to the upstream server.
+func (srv *Server) sendCancel(pkt []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), srv.cfg.DialTimeout)
+	defer cancel()
+	conn, err := srv.dialUpstream(ctx)
+	if err != nil {
+		srv.metrics.upstreamErrors.Inc()
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(srv.cfg.DialTimeout))
+	if _, err := conn.Write(pkt); err != nil {
+		return fmt.Errorf("sending cancel request: %w", err)
+	}
+	// The server closes the connection once it has read the request;
+	// waiting for that keeps the cancel ordered before our close.
+	var b [1]byte
+	_, _ = conn.Read(b[:])
+	return nil
 }
