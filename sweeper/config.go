@@ -12,7 +12,8 @@ import (
 
 // Defaults for Config fields left zero.
 const (
-	// DefaultInterval is the pause between the start of one run and the next.
+	// DefaultInterval is the pause between the end of one run and the start
+	// of the next.
 	DefaultInterval = time.Minute
 	// DefaultBatchSize is the number of rows one DELETE removes at most.
 	// river's job cleaner and pg_ttl_index use 10,000; a smaller batch keeps
@@ -34,7 +35,7 @@ type Config struct {
 	DSN string
 	// Rules are the TTL tables to sweep.
 	Rules []rewrite.Rule
-	// Interval is the time from the start of one run to the start of the
+	// Interval is the pause between the end of one run and the start of the
 	// next; default DefaultInterval.
 	Interval time.Duration
 	// BatchSize is the number of rows one DELETE removes at most; default

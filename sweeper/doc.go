@@ -2,10 +2,27 @@
 // background (DESIGN.md §2): the hard half of ttlproxy's soft TTL.
 //
 // A run fixes a cutoff once (the database's now()) and, table by table,
-// deletes rows that rewrite.Rule.ExpiredCondition reports expired at that
-// cutoff, in small batches, each its own autocommit DELETE that re-checks the
-// rule, so a row refreshed while the run goes on survives. One table's
-// failure never stops the others.
+// deletes the rows that rewrite.Rule.ExpiredCondition reports expired at that
+// cutoff: the read filter's LiveCondition negated, so the sweeper deletes
+// exactly the rows the proxy already hides. It works in batches of BatchSize
+// rows, each its own short transaction that re-checks the rule on the row it
+// deletes, so a row refreshed while the run goes on survives, and that skips
+// rows a foreground transaction holds (FOR UPDATE SKIP LOCKED; they are left
+// for the next run). A sidecar rule's base rows are deleted with their
+// registry rows locked, then the registry entries left without a base row
+// are deleted once expired.
+//
+// Each table is split into slices swept one after another: on PostgreSQL the
+// whole table is one slice; on YugabyteDB (version() contains "-YB-") the
+// slices are 16 yb_hash_code ranges over the primary key's hash columns and
+// rows are addressed by ybctid, as in the YugabyteDB row-TTL recipe. Slices
+// are where coordination between several proxy instances will hook in.
+//
+// One table's failure (missing table, permission denied, repeated timeouts)
+// is logged, counted in ttlproxy_sweeper_errors_total and reported in
+// RunResult.Errors; the other tables are swept. The sweeper's sessions use
+// TimeZone UTC and READ COMMITTED whatever the login's defaults, and a
+// server-side statement_timeout of BatchTimeout.
 //
 // Usage:
 //
@@ -22,4 +39,7 @@
 //		return err
 //	}
 //	defer s.Stop()
+//
+// The login needs SELECT, UPDATE (for the row locks) and DELETE on every
+// TTL table, and on a sidecar registry.
 package sweeper

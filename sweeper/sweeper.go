@@ -155,8 +155,8 @@ func New(cfg Config) (*Sweeper, error) {
 	return s, nil
 }
 
-// Start starts the sweep loop in a goroutine: the first run at once, then a
-// run Interval after the previous one ended. A run that fails as a whole
+// Start starts the sweep loop in a goroutine: the first run at once, then
+// each run Interval after the previous one ended. A run that fails as a whole
 // (no database) is retried after 1s, 2s, 4s… up to Interval. Cancelling ctx
 // ends the loop at once, in-flight batch included; Stop ends it after the
 // current batch. A second Start is a no-op; Start after Stop returns
@@ -284,7 +284,11 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 	for _, n := range res.Deleted {
 		total += n
 	}
-	log.Info("sweeper run done", slog.Int64("deleted", total),
+	lvl := slog.LevelInfo
+	if total == 0 && len(res.Errors) == 0 {
+		lvl = slog.LevelDebug // a quiet run every Interval is not news
+	}
+	log.Log(ctx, lvl, "sweeper run done", slog.Int64("deleted", total),
 		slog.Int("failed_tables", len(res.Errors)), slog.Duration("elapsed", elapsed))
 	return res, nil
 }

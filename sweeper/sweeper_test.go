@@ -630,3 +630,25 @@ func TestSidecarRefreshedRowSurvives(t *testing.T) {
 		t.Errorf("Deleted = %v, want 19 and 19", res.Deleted)
 	}
 }
+
+func TestStopWithoutStart(t *testing.T) {
+	t.Cleanup(func() { checkNoGoroutineLeak(t) })
+	s, err := New(Config{DSN: "postgres://nobody@127.0.0.1:1/none", Rules: []rewrite.Rule{{Table: "t"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.Stop()
+		s.Stop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop without Start hangs")
+	}
+	if err := s.Start(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Errorf("Start after Stop = %v", err)
+	}
+}
