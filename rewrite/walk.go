@@ -253,6 +253,11 @@ func (w *walker) selectStmt(sel *pg.SelectStmt, sc *scope) {
 	for _, f := range sel.FromClause {
 		w.fromItem(f, sc, tableForm)
 	}
+	if len(sel.FromClause) == 1 {
+		if rv := sel.FromClause[0].GetRangeVar(); rv != nil && !tableForm && w.ruleFor(rv, sc) != nil {
+			w.qualifySystemColumns(sel, rv)
+		}
+	}
 	w.genericList(sel.DistinctClause, sc)
 	w.genericList(sel.TargetList, sc)
 	w.generic(sel.WhereClause, sc)
@@ -272,6 +277,54 @@ func (w *walker) selectStmt(sel *pg.SelectStmt, sc *scope) {
 	for _, lc := range sel.LockingClause {
 		for _, r := range lc.GetLockingClause().GetLockedRels() {
 			w.mark(r.GetRangeVar())
+		}
+	}
+}
+
+// systemColumns are the names of PostgreSQL's system columns.
+var systemColumns = map[string]bool{"ctid": true, "xmin": true, "xmax": true, "cmin": true, "cmax": true, "tableoid": true}
+
+// qualifySystemColumns qualifies unqualified system column references (ctid,
+// xmin, …) of a query whose only FROM item is the filtered table rv. Under
+// the filter's join the table's columns are reached through the join, which
+// has no system columns, so `ctid` alone would no longer resolve; `s.ctid`
+// does. References in subqueries are left alone.
+func (w *walker) qualifySystemColumns(sel *pg.SelectStmt, rv *pg.RangeVar) {
+	qual := qualifier(rv)
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		switch v := m.Interface().(type) {
+		case *pg.SelectStmt:
+			return
+		case *pg.ColumnRef:
+			if len(v.Fields) == 1 && systemColumns[v.Fields[0].GetString_().GetSval()] && v.Location >= 0 {
+				if ts := w.tokens(); ts.at(int(v.Location)) >= 0 {
+					w.insert(int(v.Location), qual+".")
+				}
+			}
+			return
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+			if fd.Message() == nil || fd.IsMap() {
+				return true
+			}
+			if fd.IsList() {
+				l := val.List()
+				for i := 0; i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+				return true
+			}
+			visit(val.Message())
+			return true
+		})
+	}
+	for _, list := range [][]*pg.Node{sel.TargetList, sel.DistinctClause, sel.GroupClause, sel.WindowClause, sel.SortClause,
+		{sel.WhereClause, sel.HavingClause}} {
+		for _, n := range list {
+			if n != nil && n.Node != nil {
+				visit(n.ProtoReflect())
+			}
 		}
 	}
 }

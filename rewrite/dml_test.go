@@ -1,0 +1,197 @@
+package rewrite
+
+import (
+	"testing"
+	"time"
+)
+
+// sessionsCatalog knows public.sessions (id, owner, note, expires_at).
+func sessionsCatalog() *Catalog {
+	return &Catalog{
+		Tables: map[string]*TableInfo{
+			"public.sessions": {Columns: []Column{
+				{Name: "id", Type: "integer"}, {Name: "owner", Type: "integer"},
+				{Name: "note", Type: "text"}, {Name: "expires_at", Type: "timestamp with time zone"},
+			}},
+		},
+		Schemas: map[string][]string{"sessions": {"public"}},
+	}
+}
+
+func TestRewriteUpdateDelete(t *testing.T) {
+	rw := newTestRewriter(t)
+	S := `"sessions"`
+	set := `, "expires_at" = ` + stamp
+	cases := []rwCase{
+		{"update without where", `UPDATE sessions SET note = 'x'`,
+			`UPDATE sessions SET note = 'x'` + set + ` WHERE ` + live(S)},
+		{"update with where", `UPDATE sessions SET note = 'x' WHERE id = 1 OR owner = 2`,
+			`UPDATE sessions SET note = 'x'` + set + ` WHERE (id = 1 OR owner = 2) AND ` + live(S)},
+		{"update alias returning", `UPDATE sessions AS s SET note = 'x' WHERE s.id = 1 RETURNING s.id, s.note`,
+			`UPDATE sessions AS s SET note = 'x'` + set + ` WHERE (s.id = 1) AND ` + live(`"s"`) + ` RETURNING s.id, s.note`},
+		{"update returning without where", `UPDATE sessions SET note = 'x' RETURNING *`,
+			`UPDATE sessions SET note = 'x'` + set + ` WHERE ` + live(S) + ` RETURNING *`},
+		{"update sets expiry itself", `UPDATE sessions SET note = 'x', expires_at = NULL WHERE id = 1`,
+			`UPDATE sessions SET note = 'x', expires_at = NULL WHERE (id = 1) AND ` + live(S)},
+		{"update sets expiry in a multi-column assignment", `UPDATE sessions SET (note, expires_at) = ('x', now())`,
+			`UPDATE sessions SET (note, expires_at) = ('x', now()) WHERE ` + live(S)},
+		{"update from", `UPDATE sessions s SET note = u.name FROM users u WHERE u.id = s.owner`,
+			`UPDATE sessions s SET note = u.name` + set + ` FROM users u WHERE (u.id = s.owner) AND ` + live(`"s"`)},
+		{"update from a TTL table", `UPDATE users u SET name = 'x' FROM sessions s WHERE s.owner = u.id`,
+			`UPDATE users u SET name = 'x' FROM ` + join("sessions s", `"s"`, 0) + ` WHERE s.owner = u.id`},
+		{"update with subquery in set", `UPDATE users SET n = (SELECT count(*) FROM sessions WHERE owner = users.id)`,
+			`UPDATE users SET n = (SELECT count(*) FROM ` + join("sessions", S, 0) + ` WHERE owner = users.id)`},
+		{"update where current of", `UPDATE sessions SET note = 'x' WHERE CURRENT OF c`,
+			`UPDATE sessions SET note = 'x'` + set + ` WHERE CURRENT OF c`},
+		{"update only", `UPDATE ONLY sessions SET note = 'x' WHERE id IS DISTINCT FROM 3`,
+			`UPDATE ONLY sessions SET note = 'x'` + set + ` WHERE (id IS DISTINCT FROM 3) AND ` + live(S)},
+		{"update set is distinct from", `UPDATE sessions SET flag = note IS DISTINCT FROM 'a' FROM users`,
+			`UPDATE sessions SET flag = note IS DISTINCT FROM 'a'` + set + ` FROM users WHERE ` + live(S)},
+		{"update trailing comment and semicolon", "UPDATE sessions SET note = 'x' WHERE id = 1; -- done",
+			"UPDATE sessions SET note = 'x'" + set + " WHERE (id = 1) AND " + live(S) + "; -- done"},
+		{"update with trailing line comment", "UPDATE sessions SET note = 'x' -- why\n",
+			"UPDATE sessions SET note = 'x'" + set + " WHERE " + live(S) + " -- why\n"},
+		{"update without refresh rule", `UPDATE events SET x = 1`,
+			`UPDATE events SET x = 1 WHERE ("events"."created_at" IS NULL OR "events"."created_at" >= now() - interval '86400 seconds')`},
+		{"update refresh of a per-row lifetime", `UPDATE jobs SET state = 'run' WHERE id = 1`,
+			`UPDATE jobs SET state = 'run', "ttl_seconds" = 7200 WHERE (id = 1) AND ("jobs"."created_at" IS NULL OR "jobs"."ttl_seconds" IS NULL OR "jobs"."created_at" + "jobs"."ttl_seconds" * interval '1 second' >= now())`},
+		{"delete without where", `DELETE FROM sessions`,
+			`DELETE FROM sessions WHERE ` + live(S)},
+		{"delete with where returning", `DELETE FROM sessions s WHERE s.id = $1 RETURNING s.id`,
+			`DELETE FROM sessions s WHERE (s.id = $1) AND ` + live(`"s"`) + ` RETURNING s.id`},
+		{"delete using", `DELETE FROM sessions s USING users u WHERE u.id = s.owner AND u.name = 'x'`,
+			`DELETE FROM sessions s USING users u WHERE (u.id = s.owner AND u.name = 'x') AND ` + live(`"s"`)},
+		{"delete using a TTL table", `DELETE FROM users u USING sessions s WHERE s.owner = u.id`,
+			`DELETE FROM users u USING ` + join("sessions s", `"s"`, 0) + ` WHERE s.owner = u.id`},
+		{"delete current of", `DELETE FROM sessions WHERE CURRENT OF c`, ``},
+		{"delete schema qualified", `DELETE FROM public.sessions WHERE id = 1`,
+			`DELETE FROM public.sessions WHERE (id = 1) AND ` + live(S)},
+		{"delete in a CTE", `WITH d AS (DELETE FROM sessions WHERE owner = 1 RETURNING id) SELECT count(*) FROM d`,
+			`WITH d AS (DELETE FROM sessions WHERE (owner = 1) AND ` + live(S) + ` RETURNING id) SELECT count(*) FROM d`},
+		{"update in a CTE without where", `WITH u AS MATERIALIZED (UPDATE sessions SET note = 'x') SELECT 1`,
+			`WITH u AS MATERIALIZED (UPDATE sessions SET note = 'x'` + set + ` WHERE ` + live(S) + `) SELECT 1`},
+		{"update target named like a CTE", `WITH sessions AS (SELECT 1) UPDATE sessions SET note = 'x'`,
+			`WITH sessions AS (SELECT 1) UPDATE sessions SET note = 'x'` + set + ` WHERE ` + live(S)},
+		{"delete of another table", `DELETE FROM users WHERE id = 1`, ``},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, nil, c)
+	}
+}
+
+func TestRewriteInsert(t *testing.T) {
+	rw := newTestRewriter(t)
+	S := `"sessions"`
+	cases := []rwCase{
+		{"column list", `INSERT INTO sessions (id, note) VALUES (1, 'a')`,
+			`INSERT INTO sessions (id, note, "expires_at") VALUES (1, 'a', ` + stamp + `)`},
+		{"multi-row with parameters", `INSERT INTO sessions (id, note) VALUES ($1, $2), ($3, $4)`,
+			`INSERT INTO sessions (id, note, "expires_at") VALUES ($1, $2, ` + stamp + `), ($3, $4, ` + stamp + `)`},
+		{"explicit value wins", `INSERT INTO sessions (id, expires_at) VALUES (1, '2001-02-03')`, ``},
+		{"explicit NULL wins", `INSERT INTO sessions (id, expires_at) VALUES (1, NULL)`, ``},
+		{"explicit DEFAULT wins", `INSERT INTO sessions (id, expires_at) VALUES (1, DEFAULT)`, ``},
+		{"DEFAULT VALUES", `INSERT INTO sessions DEFAULT VALUES RETURNING id`,
+			`INSERT INTO sessions ("expires_at") VALUES (` + stamp + `) RETURNING id`},
+		{"target alias", `INSERT INTO sessions AS s (id) VALUES (1) RETURNING s.id`,
+			`INSERT INTO sessions AS s (id, "expires_at") VALUES (1, ` + stamp + `) RETURNING s.id`},
+		{"OVERRIDING", `INSERT INTO sessions (id) OVERRIDING SYSTEM VALUE VALUES (1)`,
+			`INSERT INTO sessions (id, "expires_at") OVERRIDING SYSTEM VALUE VALUES (1, ` + stamp + `)`},
+		{"comments inside rows", "INSERT INTO sessions (id /* key */) VALUES (1 -- one\n), (2)",
+			"INSERT INTO sessions (id, \"expires_at\" /* key */) VALUES (1, " + stamp + " -- one\n), (2, " + stamp + ")"},
+		{"insert select", `INSERT INTO sessions (id, owner, note) SELECT id + 100, id, 'from users' FROM users WHERE id <= 2`,
+			`INSERT INTO sessions (id, owner, note, "expires_at") SELECT id + 100, id, 'from users', ` + stamp + ` FROM users WHERE id <= 2`},
+		{"insert select with label keyword", `INSERT INTO sessions (id) SELECT 1 AS from`,
+			`INSERT INTO sessions (id, "expires_at") SELECT 1 AS from, ` + stamp},
+		{"insert select is distinct from", `INSERT INTO sessions (id, flag) SELECT 1, a IS DISTINCT FROM b FROM t`,
+			`INSERT INTO sessions (id, flag, "expires_at") SELECT 1, a IS DISTINCT FROM b, ` + stamp + ` FROM t`},
+		{"insert select union", `INSERT INTO sessions (id) SELECT 1 UNION (SELECT 2 ORDER BY 1)`,
+			`INSERT INTO sessions (id, "expires_at") SELECT 1, ` + stamp + ` UNION (SELECT 2, ` + stamp + ` ORDER BY 1)`},
+		{"insert select star", `INSERT INTO sessions (id, owner) SELECT * FROM pairs`,
+			`INSERT INTO sessions (id, owner, "expires_at") SELECT *, ` + stamp + ` FROM pairs`},
+		{"insert select reading the TTL table", `INSERT INTO sessions (id, owner) SELECT id + 1000, owner FROM sessions`,
+			`INSERT INTO sessions (id, owner, "expires_at") SELECT id + 1000, owner, ` + stamp + ` FROM ` + join("sessions", S, 0)},
+		{"insert TABLE is wrapped", `INSERT INTO sessions (id) TABLE ids`,
+			`INSERT INTO sessions (id, "expires_at") SELECT *, ` + stamp + ` FROM (TABLE ids) AS _ttl_src`},
+		{"insert VALUES with ORDER BY is wrapped", `INSERT INTO sessions (id) VALUES (2), (1) ORDER BY 1 ON CONFLICT DO NOTHING`,
+			`INSERT INTO sessions (id, "expires_at") SELECT *, ` + stamp + ` FROM (VALUES (2), (1) ORDER BY 1) AS _ttl_src ON CONFLICT DO NOTHING`},
+		{"insert with CTE source", `WITH x AS (SELECT 1 AS id) INSERT INTO sessions (id) SELECT id FROM x`,
+			`WITH x AS (SELECT 1 AS id) INSERT INTO sessions (id, "expires_at") SELECT id, ` + stamp + ` FROM x`},
+		{"insert select with its own WITH", `INSERT INTO sessions (id) WITH x AS (SELECT 1 AS id) SELECT id FROM x`,
+			`INSERT INTO sessions (id, "expires_at") WITH x AS (SELECT 1 AS id) SELECT id, ` + stamp + ` FROM x`},
+		{"on conflict do nothing", `INSERT INTO sessions (id) VALUES (1) ON CONFLICT (id) DO NOTHING`,
+			`INSERT INTO sessions (id, "expires_at") VALUES (1, ` + stamp + `) ON CONFLICT (id) DO NOTHING`},
+		{"on conflict do update refreshes", `INSERT INTO sessions (id, note) VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET note = excluded.note WHERE sessions.owner = 1 RETURNING id`,
+			`INSERT INTO sessions (id, note, "expires_at") VALUES (1, 'a', ` + stamp + `) ON CONFLICT (id) DO UPDATE SET note = excluded.note, "expires_at" = ` + stamp + ` WHERE sessions.owner = 1 RETURNING id`},
+		{"on conflict do update sets expiry", `INSERT INTO sessions (id, note) VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at`,
+			`INSERT INTO sessions (id, note, "expires_at") VALUES (1, 'a', ` + stamp + `) ON CONFLICT (id) DO UPDATE SET expires_at = excluded.expires_at`},
+		{"on conflict on constraint", `INSERT INTO sessions (id, expires_at) VALUES (1, NULL) ON CONFLICT ON CONSTRAINT sessions_pkey DO UPDATE SET note = 'x'`,
+			`INSERT INTO sessions (id, expires_at) VALUES (1, NULL) ON CONFLICT ON CONSTRAINT sessions_pkey DO UPDATE SET note = 'x', "expires_at" = ` + stamp},
+		{"insert in a CTE", `WITH i AS (INSERT INTO sessions (id) VALUES (1) RETURNING id) SELECT * FROM i`,
+			`WITH i AS (INSERT INTO sessions (id, "expires_at") VALUES (1, ` + stamp + `) RETURNING id) SELECT * FROM i`},
+		{"no stamping without default ttl", `INSERT INTO events (id) VALUES (1)`, ``},
+		{"sidecar is not stamped", `INSERT INTO docs (id) VALUES (1)`, ``},
+		{"timestamp column", `INSERT INTO app.tokens (id) VALUES (1)`,
+			`INSERT INTO app.tokens (id, "valid_until") VALUES (1, ((now() + interval '1800 seconds') AT TIME ZONE 'UTC'))`},
+		{"unix milliseconds", `INSERT INTO cache (k) VALUES ('a')`,
+			`INSERT INTO cache (k, "exp_ms") VALUES ('a', ceil(extract(epoch from now() + interval '60 seconds') * 1000)::bigint)`},
+		{"date column", `INSERT INTO days (d) VALUES (1)`,
+			`INSERT INTO days (d, "until") VALUES (1, ((now() + interval '172800 seconds') AT TIME ZONE 'UTC')::date)`},
+		{"derived per-row lifetime", `INSERT INTO jobs (id) VALUES (1)`,
+			`INSERT INTO jobs (id, "ttl_seconds") VALUES (1, 7200)`},
+		{"insert into another table", `INSERT INTO users (id) SELECT owner FROM sessions`,
+			`INSERT INTO users (id) SELECT owner FROM ` + join("sessions", S, 0)},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, nil, c)
+	}
+}
+
+func TestRewriteInsertWithoutColumnList(t *testing.T) {
+	rw := newTestRewriter(t)
+	s := &Session{Catalog: sessionsCatalog()}
+	cases := []rwCase{
+		{"values short of the expiry column", `INSERT INTO sessions VALUES (1, 2, 'a')`,
+			`INSERT INTO sessions ("id", "owner", "note", "expires_at") VALUES (1, 2, 'a', ` + stamp + `)`},
+		{"fewer values", `INSERT INTO sessions VALUES (1), (2)`,
+			`INSERT INTO sessions ("id", "expires_at") VALUES (1, ` + stamp + `), (2, ` + stamp + `)`},
+		{"values reach the expiry column", `INSERT INTO sessions VALUES (1, 2, 'a', NULL)`, ``},
+		{"select of known width", `INSERT INTO sessions SELECT 1, 2`,
+			`INSERT INTO sessions ("id", "owner", "expires_at") SELECT 1, 2, ` + stamp},
+		{"select reaching the expiry column", `INSERT INTO sessions SELECT 1, 2, 'a', now()`, ``},
+		{"DEFAULT VALUES needs no catalog", `INSERT INTO sessions DEFAULT VALUES`,
+			`INSERT INTO sessions ("expires_at") VALUES (` + stamp + `)`},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, s, c)
+	}
+	rejects := []rejCase{
+		{"select star", `INSERT INTO sessions SELECT * FROM other`, "0A000", []string{"public.sessions", "column list"}},
+		{"TABLE", `INSERT INTO sessions TABLE other`, "0A000", []string{"public.sessions", "column list"}},
+	}
+	for _, c := range rejects {
+		checkReject(t, rw, s, c)
+	}
+	checkReject(t, rw, nil, rejCase{"no catalog", `INSERT INTO sessions VALUES (1)`, "0A000", []string{"public.sessions", "column list"}})
+}
+
+func TestRewriteSessionTTL(t *testing.T) {
+	rw := newTestRewriter(t)
+	ten := 10 * time.Minute
+	s := &Session{TTL: &ten}
+	const ten10 = `(now() + interval '600 seconds')`
+	cases := []rwCase{
+		{"override", `INSERT INTO sessions (id) VALUES (1)`,
+			`INSERT INTO sessions (id, "expires_at") VALUES (1, ` + ten10 + `)`},
+		{"override enables stamping", `INSERT INTO "Mixed Case" (id) VALUES (1)`,
+			`INSERT INTO "Mixed Case" (id, "Exp") VALUES (1, ` + ten10 + `)`},
+		{"override applies to refresh", `UPDATE sessions SET note = 'x'`,
+			`UPDATE sessions SET note = 'x', "expires_at" = ` + ten10 + ` WHERE ` + live(`"sessions"`)},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, s, c)
+	}
+	res, err := rw.Rewrite(`SELECT * FROM sessions`, &Session{Bypass: true})
+	if err != nil || res.SQL != `SELECT * FROM sessions` || res.Parsed || res.Rewritten {
+		t.Errorf("bypass: %+v, %v", res, err)
+	}
+}
