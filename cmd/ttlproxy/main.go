@@ -8,6 +8,7 @@
 //	ttlproxy serve --config ttlproxy.yaml
 //	ttlproxy demo
 //	ttlproxy rewrite --config ttlproxy.yaml "SELECT * FROM sessions"
+//	ttlproxy install --config ttlproxy.yaml --dsn postgres://owner@db/app
 //	ttlproxy version
 package main
 
@@ -49,6 +50,8 @@ Usage:
   ttlproxy serve --config FILE [flags]   run the proxy, the sweeper and the admin HTTP server
   ttlproxy demo [flags]                  run everything against a throw-away local PostgreSQL
   ttlproxy rewrite --config FILE "SQL"   print the SQL the proxy would send, or why it is rejected
+  ttlproxy install --config FILE --dsn URL
+                                         add triggers that let writes take the unique keys of expired rows
   ttlproxy version                       print version information
 
 Run "ttlproxy COMMAND -h" for the flags of a command.
@@ -69,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, rest, stdout, stderr)
 	case "rewrite":
 		return runRewrite(rest, stdout, stderr)
+	case "install":
+		return runInstall(ctx, rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -70,6 +70,10 @@ func TestRunCommands(t *testing.T) {
 		{name: "demo bad port", args: []string{"demo", "--port", "70000"}, code: 2, wantErr: "--port 70000: out of range"},
 		{name: "demo bad duration", args: []string{"demo", "--duration", "soon"}, code: 2, wantErr: `invalid value "soon" for flag -duration`},
 		{name: "demo extra argument", args: []string{"demo", "x"}, code: 2, wantErr: `unexpected argument "x"`},
+		{name: "install without config", args: []string{"install", "--dsn", "postgres://x@y/z"}, code: 2, wantErr: "--config is required"},
+		{name: "install without dsn", args: []string{"install", "--config", "x.yaml"}, code: 2, wantErr: "--dsn is required"},
+		{name: "install missing file", args: []string{"install", "--config", "/nonexistent/t.yaml", "--dsn", "postgres://x@y/z"}, code: 1,
+			wantErr: "open /nonexistent/t.yaml"},
 		{name: "version extra argument", args: []string{"version", "x"}, code: 2, wantErr: `unexpected argument "x"`},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/config"
+	"github.com/ttlproxy/ttlproxy/install"
+)
+
+// runInstall adds (or removes) the helper triggers of package install on the
+// configured TTL tables, in one transaction, and prints what it ran.
+func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("install", "--config FILE --dsn URL [--uninstall] [--dry-run]", stderr)
+	configPath := fs.String("config", "", "configuration `file` (required)")
+	dsn := fs.String("dsn", "", "connection `string` of a role that owns the TTL tables (required; the password may come from PGPASSWORD or ~/.pgpass)")
+	uninstall := fs.Bool("uninstall", false, "remove the triggers and functions instead")
+	dryRun := fs.Bool("dry-run", false, "print the statements without running them")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	if *configPath == "" {
+		return usageError(fs, "--config is required")
+	}
+	if *dsn == "" {
+		return usageError(fs, "--dsn is required")
+	}
+	cfg, err := config.Load(*configPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "ttlproxy install: %v\n", err)
+		return exitFailure
+	}
+	if len(cfg.Tables) == 0 {
+		fmt.Fprintln(stderr, "ttlproxy install: the configuration has no tables")
+		return exitFailure
+	}
+	conn, err := pgx.Connect(ctx, *dsn)
+	if err != nil {
+		// pgconn's errors name the host and user, never the password.
+		fmt.Fprintf(stderr, "ttlproxy install: connecting: %v\n", err)
+		return exitFailure
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	apply := install.Apply
+	if *dryRun {
+		apply = install.Preview
+	}
+	done, err := apply(ctx, conn, cfg.Tables, *uninstall)
+	if err != nil {
+		fmt.Fprintf(stderr, "ttlproxy install: %v\n", err)
+		return exitFailure
+	}
+	for _, s := range done {
+		if strings.HasPrefix(s, "-- ") {
+			fmt.Fprintln(stdout, s)
+		} else {
+			fmt.Fprintln(stdout, s+";")
+		}
+	}
+	if *dryRun {
+		fmt.Fprintln(stdout, "-- dry run: nothing was changed")
+	}
+	return exitOK
+}

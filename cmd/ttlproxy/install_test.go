@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
+)
+
+func TestInstallCommand(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	dsn := cluster.ConnString("postgres")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	triggers := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgrelid = 'sessions'::regclass AND NOT tgisinternal`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	p := writeFile(t, "ttlproxy.yaml", "upstream: "+cluster.Addr()+"\ntables:\n  - table: sessions\n")
+
+	code, out, errOut := runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--dry-run")
+	if code != 0 || !strings.Contains(out, "CREATE TRIGGER") || !strings.Contains(out, "-- dry run: nothing was changed") {
+		t.Fatalf("--dry-run: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if n := triggers(); n != 0 {
+		t.Fatalf("--dry-run created %d triggers", n)
+	}
+
+	code, out, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", dsn)
+	if code != 0 || !strings.Contains(out, "CREATE TRIGGER") {
+		t.Fatalf("install: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if n := triggers(); n == 0 {
+		t.Fatal("install created no trigger")
+	}
+	// The trigger makes the key of an expired row free again.
+	if _, err := conn.Exec(ctx, `INSERT INTO sessions VALUES (1, now() - interval '1 hour')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO sessions VALUES (1, now() + interval '1 hour')`); err != nil {
+		t.Fatalf("insert over an expired key: %v", err)
+	}
+
+	code, out, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--uninstall")
+	if code != 0 || !strings.Contains(out, "DROP") {
+		t.Fatalf("--uninstall: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if n := triggers(); n != 0 {
+		t.Fatalf("--uninstall left %d triggers", n)
+	}
+
+	badDSN := strings.Replace(dsn, ":postgres@", ":wrong-secret@", 1)
+	code, _, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", badDSN)
+	if code != 1 || !strings.Contains(errOut, "connecting") || strings.Contains(errOut, "wrong-secret") {
+		t.Errorf("bad password: code %d stderr %q", code, errOut)
+	}
+}
