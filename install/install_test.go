@@ -691,3 +691,30 @@ func TestDocumentedLimits(t *testing.T) {
 		t.Errorf("UPDATE over an expired row the trigger deleted: SQLSTATE %q (%v), want 27000", got, err)
 	}
 }
+
+// TestPartitioned installs on a partitioned table: the row triggers are
+// cloned onto the partitions, and the delete goes through the parent.
+func TestPartitioned(t *testing.T) {
+	e := setup(t)
+	e.exec(
+		"CREATE TABLE p (region text, id int, v text, expires_at timestamptz, PRIMARY KEY (region, id)) PARTITION BY LIST (region)",
+		"CREATE TABLE p_eu PARTITION OF p FOR VALUES IN ('eu')",
+		"CREATE TABLE p_us PARTITION OF p FOR VALUES IN ('us')",
+		"INSERT INTO p VALUES ('eu', 1, 'old', now() - interval '1 hour'), ('us', 1, 'old', now() - interval '1 hour'), ('us', 2, 'live', NULL), "+
+			"('eu', 3, 'old', now() - interval '1 hour')",
+	)
+	e.apply([]rewrite.Rule{{Table: "p"}}, false)
+	e.exec(
+		"INSERT INTO p VALUES ('eu', 1, 'new', NULL)",
+		"INSERT INTO p VALUES ('us', 1, 'new', NULL) ON CONFLICT (region, id) DO UPDATE SET v = 'upd'",
+	)
+	// Moving a row to another partition, onto an expired row's key.
+	e.exec("UPDATE p SET region = 'eu', id = 3 WHERE region = 'us' AND id = 2")
+	_, err := e.conn.Exec(e.ctx, "INSERT INTO p VALUES ('eu', 3, 'new', NULL)")
+	if got := sqlState(t, err); got != "23505" {
+		t.Errorf("live collision: SQLSTATE %q, want 23505", got)
+	}
+	if got := e.strings("SELECT region || id || ':' || v FROM p ORDER BY 1"); got != "eu1:new,eu3:live,us1:new" {
+		t.Errorf("rows %s, want eu1:new,eu3:live,us1:new", got)
+	}
+}
