@@ -40,10 +40,32 @@ func TestRoundTrip(t *testing.T) {
 			if got := queryString(t, conn, "SELECT 'original'::text"); got != "rewritten" {
 				t.Fatalf("rewritten statement returned %q", got)
 			}
+			if got := queryString(t, conn, "SELECT 'original'::text || $1::text", "!"); got != "rewritten!" {
+				t.Fatalf("rewritten statement with a parameter returned %q", got)
+			}
 		})
 	}
 	if p.fake.callCount() == 0 {
 		t.Fatal("rewriter never called")
+	}
+}
+
+// TestParseKeepsNameAndParameterTypes: a rewritten Parse keeps the
+// statement name and the parameter types the client gave.
+func TestParseKeepsNameAndParameterTypes(t *testing.T) {
+	p := startProxy(t, Config{})
+	conn := p.connect(t, "postgres", pgx.QueryExecModeCacheStatement)
+	ctx := testContext(t)
+	sd, err := conn.PgConn().Prepare(ctx, "named", "SELECT 'original'::text || $1, $2", []uint32{25, 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sd.ParamOIDs) != 2 || sd.ParamOIDs[0] != 25 || sd.ParamOIDs[1] != 20 {
+		t.Fatalf("parameter types %v", sd.ParamOIDs)
+	}
+	res := conn.PgConn().ExecPrepared(ctx, "named", [][]byte{[]byte("?"), []byte("42")}, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != "rewritten?" || string(res.Rows[0][1]) != "42" {
+		t.Fatalf("result %+v", res)
 	}
 }
 
