@@ -1,10 +1,13 @@
 package rewrite
 
 // matcher is the cheap identifier check run before any parsing: a
-// case-insensitive (ASCII) substring search for a set of lower-case needles.
+// case-insensitive (ASCII) search for a set of lower-case needles.
 // PostgreSQL folds only ASCII letters of unquoted identifiers, so a statement
 // that names a table in any spelling other than a Unicode escape contains the
 // table's name under ASCII case folding; U&" forces the parse for the rest.
+// A name only counts where it is not part of a longer identifier: the bytes
+// around it are not letters, _, $ or non-ASCII (digits before it are allowed,
+// as the lexer splits 1abc into a number and a name).
 type matcher struct {
 	// first marks the (lower-case) first bytes of the needles.
 	first   [256]bool
@@ -37,7 +40,10 @@ func (m *matcher) find(s string) int {
 			continue
 		}
 		for k, n := range m.needles {
-			if n[0] == c && hasPrefixFold(s[i:], n) {
+			if n[0] != c || !hasPrefixFold(s[i:], n) {
+				continue
+			}
+			if m.owner[k] < 0 || (!(i > 0 && isNameByte(s[i-1])) && !(i+len(n) < len(s) && isIdentByte(s[i+len(n)]))) {
 				return k
 			}
 		}
@@ -77,4 +83,10 @@ func lowerASCII(s string) string {
 		}
 	}
 	return s
+}
+
+// isNameByte reports a byte that continues an identifier before a name
+// (letters, _, $, non-ASCII); see matcher.
+func isNameByte(c byte) bool {
+	return isIdentStart(c) || c == '$'
 }

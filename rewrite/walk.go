@@ -727,7 +727,7 @@ func isUtility(n *pg.Node) bool {
 		*pg.Node_ReindexStmt, *pg.Node_RenameStmt, *pg.Node_TruncateStmt, *pg.Node_LockStmt, *pg.Node_GrantStmt,
 		*pg.Node_CreateStatsStmt, *pg.Node_AlterStatsStmt, *pg.Node_CommentStmt, *pg.Node_SecLabelStmt,
 		*pg.Node_VacuumStmt, *pg.Node_CreatePublicationStmt, *pg.Node_AlterPublicationStmt, *pg.Node_DropStmt,
-		*pg.Node_AlterTableMoveAllStmt:
+		*pg.Node_AlterTableMoveAllStmt, *pg.Node_ImportForeignSchemaStmt:
 		return true
 	}
 	return false

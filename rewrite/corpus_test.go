@@ -1,0 +1,180 @@
+package rewrite
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// corpusDir finds shared/corpus/pg-regress-15 in a parent of the package
+// directory. Outside CI a missing corpus skips the test.
+func corpusDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c := filepath.Join(dir, "shared", "corpus")
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			return filepath.Join(c, "pg-regress-15")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("shared/corpus not found above the package directory")
+	}
+	t.Skip("shared/corpus not found above the package directory")
+	return ""
+}
+
+// corpusRules makes some of the regression suite's most used tables TTL
+// tables.
+var corpusRules = []Rule{
+	{Table: "tenk1", DefaultTTL: time.Hour, RefreshOnUpdate: true},
+	{Table: "onek", Kind: KindDerived, BaseColumn: "unique1", ExpireAfter: time.Hour},
+	{Table: "int4_tbl", Column: "f1", ColumnType: TypeUnixSeconds, DefaultTTL: time.Minute},
+	{Table: "int8_tbl", Kind: KindSidecar, SidecarTable: "int8_tbl_ttl", KeyColumns: []string{"q1", "q2"}},
+	{Table: "road", Column: "name", ColumnType: TypeTimestamp},
+	{Table: "emp", DefaultTTL: time.Hour},
+	{Table: "foo", DefaultTTL: time.Hour, RefreshOnUpdate: true},
+	{Table: "t1", Kind: KindDerived, BaseColumn: "a", IntervalColumn: "b", DefaultTTL: time.Hour, RefreshOnUpdate: true},
+	{Table: "fktable", DefaultTTL: time.Hour},
+}
+
+var tenk1Columns = []string{"unique1", "unique2", "two", "four", "ten", "twenty", "hundred", "thousand",
+	"twothousand", "fivethous", "tenthous", "odd", "even", "stringu1", "stringu2", "string4", "expires_at"}
+
+// corpusStatements returns the statements of a psql script: meta-command
+// lines and COPY … FROM stdin data are dropped, the rest is split by the
+// scanner.
+func corpusStatements(text string) ([]string, error) {
+	var b strings.Builder
+	inData := false
+	for _, line := range strings.SplitAfter(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if inData {
+			if trimmed == `\.` {
+				inData = false
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, `\`) {
+			continue
+		}
+		b.WriteString(line)
+		low := strings.ToLower(trimmed)
+		if strings.HasPrefix(low, "copy ") && strings.Contains(low, "from stdin") && strings.HasSuffix(low, ";") {
+			inData = true
+		}
+	}
+	stmts, err := pg.SplitWithScanner(b.String(), true)
+	if err != nil {
+		// Scripts that test lexer errors: fall back to lines ending in ;.
+		stmts = nil
+		for _, s := range strings.SplitAfter(b.String(), ";\n") {
+			if s = strings.TrimSpace(s); s != "" {
+				stmts = append(stmts, s)
+			}
+		}
+	}
+	return stmts, nil
+}
+
+func TestCorpusPgRegress(t *testing.T) {
+	dir := corpusDir(t)
+	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no .sql files in %s", dir)
+	}
+	rw, err := New(corpusRules, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := make([]Column, len(tenk1Columns))
+	for i, c := range tenk1Columns {
+		cols[i] = Column{Name: c}
+	}
+	s := &Session{Catalog: &Catalog{Tables: map[string]*TableInfo{"public.tenk1": {Columns: cols}}}}
+	var total, fast, parsedSame, rewritten int
+	codes := map[string]int{}
+	var internal []string
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts, err := corpusStatements(string(raw))
+		if err != nil {
+			t.Logf("%s: cannot split: %v", filepath.Base(file), err)
+			continue
+		}
+		for _, stmt := range stmts {
+			total++
+			res, err := rewriteNoPanic(rw, stmt, s)
+			if err != nil {
+				var e *Error
+				if !errors.As(err, &e) || len(e.Code) != 5 {
+					t.Errorf("%s: %q: error %v is not an *Error with a SQLSTATE", filepath.Base(file), stmt, err)
+					continue
+				}
+				codes[e.Code]++
+				if e.Code == "XX000" {
+					internal = append(internal, fmt.Sprintf("%s: %s\n    %s", filepath.Base(file), e.Message, stmt))
+				}
+				continue
+			}
+			switch {
+			case !res.Parsed:
+				fast++
+				if res.SQL != stmt {
+					t.Errorf("%q: fast path changed the text", stmt)
+				}
+			case !res.Rewritten:
+				parsedSame++
+				if res.SQL != stmt {
+					t.Errorf("%q: unchanged statement is not byte-identical", stmt)
+				}
+			default:
+				rewritten++
+				if _, err := pg.Parse(res.SQL); err != nil {
+					t.Errorf("%s: rewrite does not parse: %v\n in:  %s\n out: %s", filepath.Base(file), err, stmt, res.SQL)
+				}
+			}
+		}
+	}
+	var byCode []string
+	for c, n := range codes {
+		byCode = append(byCode, fmt.Sprintf("%s=%d", c, n))
+	}
+	sort.Strings(byCode)
+	t.Logf("%d files, %d statements: %d passed the fast path, %d parsed and unchanged, %d rewritten, rejected %v",
+		len(files), total, fast, parsedSame, rewritten, byCode)
+	for _, m := range internal {
+		t.Errorf("internal rewrite error in %s", m)
+	}
+}
+
+func rewriteNoPanic(rw *Rewriter, sql string, s *Session) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+			panic(fmt.Sprintf("Rewrite(%q) panicked: %v", sql, p))
+		}
+	}()
+	return rw.Rewrite(sql, s)
+}

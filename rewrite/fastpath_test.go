@@ -1,0 +1,42 @@
+package rewrite
+
+import "testing"
+
+func TestFastPath(t *testing.T) {
+	rw := newTestRewriter(t)
+	cases := []struct {
+		in     string
+		parsed bool
+	}{
+		{`SELECT 1`, false},
+		{`SELECT * FROM users`, false},
+		{`SELECT * FROM sessions_archive`, false},
+		{`SELECT * FROM old_sessions`, false},
+		{`SELECT * FROM x$sessions`, false},
+		{`SELECT * FROM sessions`, true},
+		{`SELECT * FROM SeSsIoNs`, true},
+		{`SELECT * FROM public.sessions`, true},
+		{`SELECT * FROM "sessions"`, true},
+		{`SELECT 'sessions'`, true}, // only the parser knows it is a string
+		{`SELECT * FROM U&"\0073essions"`, true},
+		{`SELECT * FROM u&"x"`, true},
+		{`SELECT * FROM docs_ttl`, true}, // sidecar registry
+		{`SELECT * FROM "Mixed Case"`, true},
+	}
+	for _, c := range cases {
+		res, err := rw.Rewrite(c.in, nil)
+		if err != nil {
+			t.Errorf("%s: %v", c.in, err)
+			continue
+		}
+		if res.Parsed != c.parsed {
+			t.Errorf("%s: Parsed = %v, want %v", c.in, res.Parsed, c.parsed)
+		}
+		if !res.Rewritten && res.SQL != c.in {
+			t.Errorf("%s: unchanged text differs", c.in)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { rw.Rewrite(`SELECT a, b, c FROM users WHERE id = $1 ORDER BY created_at`, nil) }); n != 0 {
+		t.Errorf("fast path allocates %v times per call", n)
+	}
+}
