@@ -173,7 +173,8 @@ func (s *session) loadCatalog(rs *rewrite.Session) error {
 
 // readResults reads the answer to one simple Query up to ReadyForQuery:
 // the rows of each result set as text (NULL as ""), and the server's error
-// if there was one. Notices are dropped.
+// if there was one. Notices are dropped; asynchronous messages are passed on
+// to the client.
 func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, err error) {
 	r := s.ur
 	var buf []byte
@@ -201,6 +202,12 @@ func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse
 				return nil, nil, err
 			}
 			results[len(results)-1] = append(results[len(results)-1], row)
+		case 'S', 'A':
+			// Asynchronous ParameterStatus and NotificationResponse
+			// belong to the client.
+			if _, err := s.cw.Write(buf); err != nil {
+				return nil, nil, &writeError{err}
+			}
 		case 'E':
 			qerr = &pgproto3.ErrorResponse{}
 			if err := qerr.Decode(body); err != nil {

@@ -15,9 +15,10 @@ import (
 const (
 	DefaultDialTimeout     = 5 * time.Second
 	DefaultShutdownTimeout = 10 * time.Second
-	// DefaultMaxMessageBytes caps one client message: 64 MiB, as PgBouncer's
-	// default max_packet_size would allow a COPY row or a large bind value
-	// while keeping one client from making the proxy buffer gigabytes.
+	// DefaultMaxMessageBytes caps one client message: 64 MiB leaves room for
+	// large bind values and COPY chunks, while a Query or Parse (the only
+	// messages the proxy holds whole) cannot make it buffer gigabytes.
+	// PostgreSQL's own limit is 1 GiB (PQ_LARGE_MESSAGE_LIMIT).
 	DefaultMaxMessageBytes = 64 << 20
 	DefaultCatalogTTL      = 30 * time.Second
 )

@@ -39,6 +39,9 @@ func (s *session) serverToClient() error {
 			if !started {
 				started = true
 				if err := s.finishStartup(); err != nil {
+					if isWriteError(err) {
+						return s.clientWriteFailed(err)
+					}
 					return s.upstreamEnded(err, false, lastType)
 				}
 				s.writeZ(status)
