@@ -18,7 +18,10 @@ const LockTimeout = "10s"
 
 // Apply reads the tables' unique keys, plans (see Plan) and runs the
 // statements in one transaction on conn: everything is installed (or, with
-// uninstall, removed) or nothing is. It returns what it did, for printing:
+// uninstall, removed) or nothing is. It also drops what an earlier install
+// left for tables no longer among rules: such a trigger would go on deleting
+// rows by a rule that no longer applies, so one database has one
+// configuration's triggers. It returns what it did, for printing:
 // first one "-- " comment line per unique index left out (see Skipped), then
 // the statements run, without terminating semicolons. The role on conn owns
 // the functions, whose SECURITY DEFINER deletes run with its privileges: it
@@ -70,6 +73,11 @@ func run(ctx context.Context, conn *pgx.Conn, rules []rewrite.Rule, uninstall, e
 	if err != nil {
 		return nil, err
 	}
+	stale, err := readStale(ctx, tx, rules)
+	if err != nil {
+		return nil, err
+	}
+	steps = append(stale, steps...)
 	for _, s := range steps {
 		if execute {
 			if _, err := tx.Exec(ctx, s.sql); err != nil {

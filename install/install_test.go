@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -481,6 +482,29 @@ func TestReinstallAndUninstall(t *testing.T) {
 	e.exec("ALTER TABLE b ADD PRIMARY KEY (id)")
 	e.apply(rules, false)
 
+	// A table removed from the configuration loses its trigger at the next
+	// install: its rows are ordinary data now, expiry column or not.
+	out := strings.Join(e.apply(rules[:1], false), "\n")
+	for _, want := range []string{
+		`DROP TRIGGER IF EXISTS "zz_ttlproxy_purge_expired_insert" ON "public"."b"`,
+		`DROP TRIGGER IF EXISTS "zz_ttlproxy_purge_expired_update" ON "public"."b"`,
+		`DROP FUNCTION IF EXISTS "ttlproxy"."purge_expired__public__b"()`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("install without b does not run %s", want)
+		}
+	}
+	if trig, fns, _ := e.installed(); trig != "a.zz_ttlproxy_purge_expired_insert,a.zz_ttlproxy_purge_expired_update" || fns != "purge_expired__public__a" {
+		t.Errorf("after b left the configuration: triggers %s, functions %s", trig, fns)
+	}
+	e.exec("INSERT INTO b VALUES (1, now() - interval '1 hour')")
+	_, err = e.conn.Exec(e.ctx, "INSERT INTO b VALUES (1, NULL)")
+	if got := sqlState(t, err); got != "23505" {
+		t.Errorf("b after it left the configuration: SQLSTATE %q, want 23505", got)
+	}
+	e.exec("DELETE FROM b")
+	e.apply(rules, false)
+
 	// Uninstall with only a configured: b's trigger, left from a table no
 	// longer configured, goes too, and so does the empty schema.
 	e.apply(rules[:1], true)
@@ -588,14 +612,24 @@ func TestNames(t *testing.T) {
 		`CREATE TABLE `+long+` (id int PRIMARY KEY, expires_at timestamptz)`,
 		`INSERT INTO `+long+` VALUES (1, now() - interval '1 hour')`,
 	)
-	rules := []rewrite.Rule{{Schema: `My "Schema"`, Table: `we$ttl$ird`, Column: "Expires"}, {Table: long}}
+	e.exec(`CREATE TABLE "back\slash'" (id int PRIMARY KEY, expires_at timestamptz)`,
+		`INSERT INTO "back\slash'" VALUES (1, now() - interval '1 hour')`)
+	rules := []rewrite.Rule{{Schema: `My "Schema"`, Table: `we$ttl$ird`, Column: "Expires"}, {Table: long}, {Table: `back\slash'`}}
 	e.apply(rules, false)
 	e.apply(rules, false)
-	e.exec(`INSERT INTO "My ""Schema"""."we$ttl$ird" VALUES (1, NULL)`, `INSERT INTO `+long+` VALUES (1, NULL)`)
-	_, fns, _ := e.installed()
-	want := []string{FunctionName(`My "Schema"`, `we$ttl$ird`), FunctionName("public", long)}
-	if fns != strings.Join(want, ",") && fns != want[1]+","+want[0] {
+	e.exec(`INSERT INTO "My ""Schema"""."we$ttl$ird" VALUES (1, NULL)`, `INSERT INTO `+long+` VALUES (1, NULL)`,
+		`INSERT INTO "back\slash'" VALUES (1, NULL)`)
+	var want []string
+	for _, r := range rules {
+		want = append(want, FunctionName(r.SchemaName(), r.Table))
+	}
+	sort.Strings(want)
+	if _, fns, _ := e.installed(); fns != strings.Join(want, ",") {
 		t.Errorf("functions %s, want %v", fns, want)
+	}
+	comment := e.strings(`SELECT obj_description(p.oid, 'pg_proc') FROM pg_proc p WHERE proname = 'purge_expired__public__back\slash'''`)
+	if !strings.Contains(comment, `of public.back\slash' that`) {
+		t.Errorf("comment %q", comment)
 	}
 	e.apply(rules, true)
 	if trig, fns, schema := e.installed(); trig != "" || fns != "" || schema != "" {

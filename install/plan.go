@@ -89,6 +89,11 @@ func qualifiedFunction(r *rewrite.Rule) string {
 // row whose key changes); PostgreSQL also stops batching COPY FROM into
 // multi-row inserts when a table has a BEFORE INSERT row trigger.
 //
+// Uninstalling drops the triggers and functions of rules' tables, then,
+// with a DO block, every other trigger calling a ttlproxy.purge_expired__*
+// function and those functions (left from tables no longer configured), and
+// schema ttlproxy unless something else lives in it.
+//
 // Errors name the table.
 func Plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]string, error) {
 	steps, err := plan(rules, keys, uninstall)
@@ -352,7 +357,12 @@ func dollarQuote(body string) string {
 	return tag + "\n" + body + tag
 }
 
-// quoteLiteral quotes s as a standard SQL string literal.
+// quoteLiteral quotes s as a string literal that means s whatever the
+// server's standard_conforming_strings (as quote_literal does).
 func quoteLiteral(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	if strings.Contains(s, `\`) {
+		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
+	}
+	return q
 }
