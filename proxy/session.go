@@ -169,16 +169,28 @@ func (s *session) forward() error {
 	return err
 }
 
-// guard runs one forwarding loop; a panic closes this session only.
+// guard runs one forwarding loop; a panic closes this session only. A
+// panic in clientToServer (the rewriter runs there) is reported to the
+// client by serverToClient; one in serverToClient just closes both sides.
 func (s *session) guard(name string, loop func() error) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
-			s.log.Error("session panic", "goroutine", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			s.closing.Store(true)
-			s.closeClient()
-			s.closeUpstream()
-			err = fmt.Errorf("panic in %s: %v", name, r)
+		r := recover()
+		if r == nil {
+			return
 		}
+		s.log.Error("session panic", "goroutine", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		err = fmt.Errorf("panic in %s: %v", name, r)
+		if name == "client_to_server" {
+			b := errorResponse(nil, "FATAL", codeInternalError, "ttlproxy: internal error", "", "")
+			s.fatal.CompareAndSwap(nil, &b)
+			s.pending.Store(closedMark)
+			_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+			s.closeUpstream()
+			return
+		}
+		s.closing.Store(true)
+		s.closeClient()
+		s.closeUpstream()
 	}()
 	return loop()
 }
