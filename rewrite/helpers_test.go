@@ -34,6 +34,30 @@ func join(item, q string, n int) string {
 
 const stamp = `(now() + interval '3600 seconds')`
 
+// testRule returns the test rule for the table "schema.table".
+func testRule(t testing.TB, name string) *Rule {
+	t.Helper()
+	for i := range testRules {
+		if testRules[i].QualifiedName() == name {
+			return &testRules[i]
+		}
+	}
+	t.Fatalf("no test rule for %s", name)
+	return nil
+}
+
+// ruleLive and ruleStamp spell the predicate and stamp of the other rule
+// kinds through the rule itself: their text is predicate.go's to test, the
+// splice around them is the rewriter's.
+func ruleLive(t testing.TB, name, qual string) string {
+	return testRule(t, name).LiveCondition(qual, "now()")
+}
+
+func ruleStamp(t testing.TB, name string) string {
+	r := testRule(t, name)
+	return r.StampValue(r.DefaultTTL)
+}
+
 func newTestRewriter(t testing.TB) *Rewriter {
 	t.Helper()
 	rw, err := New(testRules, Options{})
