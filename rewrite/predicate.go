@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -18,6 +19,7 @@ import (
 // expression such as `now()` or `$1::timestamptz`). Expiry NULL never expires.
 func (r *Rule) LiveCondition(qualifier, at string) string {
 	q := func(col string) string { return qualifier + "." + QuoteIdent(col) }
+	at = parenthesize(at)
 	switch r.RuleKind() {
 	case KindDerived:
 		base := q(r.BaseColumn)
@@ -26,7 +28,11 @@ func (r *Rule) LiveCondition(qualifier, at string) string {
 			if r.IntervalSeconds {
 				ivl = ivl + " * interval '1 second'"
 			}
-			return fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s + %s >= %s)", base, q(r.IntervalColumn), base, ivl, at)
+			// Added in UTC: timestamptz + interval with day or month parts
+			// depends on the session's TimeZone across a DST change, and the
+			// proxy's clients and the sweeper must agree.
+			return fmt.Sprintf("(%s IS NULL OR %s IS NULL OR (%s AT TIME ZONE 'UTC') + %s >= (%s AT TIME ZONE 'UTC'))",
+				base, q(r.IntervalColumn), base, ivl, at)
 		}
 		return fmt.Sprintf("(%s IS NULL OR %s >= %s - %s)", base, base, at, IntervalLiteral(r.ExpireAfter))
 	case KindSidecar:
@@ -45,6 +51,17 @@ func (r *Rule) LiveCondition(qualifier, at string) string {
 	return fmt.Sprintf("(%s IS NULL OR %s >= %s)", col, col, r.columnThreshold(at))
 }
 
+// parenthesize wraps an instant expression in parentheses unless it is a
+// plain now() or parameter, so operators around it bind as intended.
+func parenthesize(at string) string {
+	if at == "now()" || simpleParam.MatchString(at) {
+		return at
+	}
+	return "(" + at + ")"
+}
+
+var simpleParam = regexp.MustCompile(`^\$[0-9]+(::timestamptz)?$`)
+
 // ExpiredCondition is NOT LiveCondition: true when the row is expired at at.
 func (r *Rule) ExpiredCondition(qualifier, at string) string {
 	return "(NOT " + r.LiveCondition(qualifier, at) + ")"
@@ -59,21 +76,27 @@ func (r *Rule) columnThreshold(at string) string {
 		return fmt.Sprintf("(%s AT TIME ZONE 'UTC')", at)
 	case TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
 		// col >= x  <=>  col >= ceil(x) for integer col.
-		return fmt.Sprintf("ceil(extract(epoch from %s)%s)::bigint", at, unixScale(r.ColumnType))
+		return unixCeil(at, r.ColumnType)
 	}
 	return at
 }
 
-func unixScale(t ColumnType) string {
+// unixCeil renders the instant at (a parenthesized timestamptz expression) as
+// integer Unix time in the unit of t, rounded up. It works in exact integer
+// microseconds: extract(epoch) is double precision before PostgreSQL 14, too
+// coarse for nanoseconds. It assumes instants after 1970 (positive epochs).
+func unixCeil(at string, t ColumnType) string {
+	us := fmt.Sprintf("(extract(epoch from date_trunc('second', %[1]s))::bigint * 1000000"+
+		" + round(extract(epoch from %[1]s - date_trunc('second', %[1]s)) * 1000000)::bigint)", at)
 	switch t {
+	case TypeUnixSeconds:
+		return "((" + us + " + 999999) / 1000000)"
 	case TypeUnixMilliseconds:
-		return " * 1000"
-	case TypeUnixMicroseconds:
-		return " * 1000000"
+		return "((" + us + " + 999) / 1000)"
 	case TypeUnixNanoseconds:
-		return " * 1000000000"
+		return "(" + us + " * 1000)"
 	}
-	return ""
+	return us
 }
 
 // StampColumn returns the column that INSERT stamping and UPDATE refresh set,
@@ -111,7 +134,7 @@ func (r *Rule) ExpiryValue(ttl time.Duration) string {
 	case TypeDate:
 		return fmt.Sprintf("((%s) AT TIME ZONE 'UTC')::date", at)
 	case TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
-		return fmt.Sprintf("ceil(extract(epoch from %s)%s)::bigint", at, unixScale(r.ColumnType))
+		return unixCeil(parenthesize(at), r.ColumnType)
 	}
 	return "(" + at + ")"
 }

@@ -112,5 +112,33 @@ func (r *Rule) Validate() error {
 	if r.Table == "" {
 		return fmt.Errorf("table name is empty")
 	}
+	switch r.RuleKind() {
+	case KindColumn:
+		switch r.ColumnType {
+		case "", TypeTimestamptz, TypeTimestamp, TypeDate,
+			TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
+		default:
+			return fmt.Errorf("%s: unknown column type %q", r.QualifiedName(), r.ColumnType)
+		}
+	case KindDerived:
+		if r.BaseColumn == "" {
+			return fmt.Errorf("%s: derived rule needs a base column", r.QualifiedName())
+		}
+		if (r.IntervalColumn == "") == (r.ExpireAfter == 0) {
+			return fmt.Errorf("%s: derived rule needs exactly one of expire_after and interval_column", r.QualifiedName())
+		}
+		if r.ExpireAfter < 0 {
+			return fmt.Errorf("%s: expire_after must be positive", r.QualifiedName())
+		}
+	case KindSidecar:
+		if r.SidecarTable == "" || len(r.KeyColumns) == 0 {
+			return fmt.Errorf("%s: sidecar rule needs a registry table and key columns", r.QualifiedName())
+		}
+	default:
+		return fmt.Errorf("%s: unknown rule kind %q", r.QualifiedName(), r.Kind)
+	}
+	if r.DefaultTTL < 0 {
+		return fmt.Errorf("%s: default_ttl must not be negative", r.QualifiedName())
+	}
 	return nil
 }
