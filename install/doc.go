@@ -25,8 +25,9 @@
 // multi-row INSERT, INSERT … SELECT, ON CONFLICT DO NOTHING with and
 // without a conflict target, ON CONFLICT DO UPDATE by column list and by
 // constraint name, UPDATE setting a key to an expired row's value, the
-// DO UPDATE half of an upsert changing a second key, MERGE, and COPY FROM;
-// live collisions unchanged in each case.
+// DO UPDATE half of an upsert changing a second key, MERGE, COPY FROM (text
+// and binary), and a partitioned table; live collisions unchanged in each
+// case.
 //
 // # Cost
 //
@@ -34,7 +35,10 @@
 // per updated row whose key changes (the trigger's WHEN clause keeps it off
 // other updates); a delete when a probe finds an expired row. PostgreSQL
 // stops batching COPY FROM into multi-row inserts on a table with a BEFORE
-// INSERT row trigger, so bulk loads get slower.
+// INSERT row trigger, so bulk loads get slower. Measured on a loaded 2-core
+// machine, table with two unique keys, 100,000 rows: INSERT … SELECT 0.6–1.4 s
+// without the trigger, 2.9–3.8 s with it (some 20–30 µs a row); updates that
+// change no key column are not affected.
 //
 // # Security
 //
@@ -43,8 +47,23 @@
 // search_path to pg_catalog, pg_temp and name every table fully. EXECUTE is
 // revoked from PUBLIC: firing a trigger does not check it.
 //
+// # Install, reinstall, uninstall
+//
+// Apply is idempotent (CREATE OR REPLACE FUNCTION; DROP TRIGGER IF EXISTS
+// and CREATE TRIGGER) and runs in one transaction, with lock_timeout set so
+// that waiting for a busy table does not block its writers. Run it again
+// after adding or dropping a unique key. It drops the triggers of tables no
+// longer configured (their rows are ordinary data now, whatever their expiry
+// column says), so a database holds one configuration's triggers. Uninstall
+// removes every ttlproxy collision trigger and function, and the ttlproxy
+// schema when nothing else lives in it.
+//
 // # Limits
 //
+//   - Verified on PostgreSQL only. YugabyteDB checks uniqueness in DocDB,
+//     not with SnapshotDirty; test there before relying on it.
+//   - Expiry is judged at now(), the transaction's start, as the proxy does:
+//     a row that expires while a long transaction runs still collides in it.
 //   - Partial and expression unique indexes, and those of types whose
 //     equality operator is outside pg_catalog, are not covered (UniqueKeys,
 //     Skipped): collisions with expired rows on them still raise 23505.
@@ -54,6 +73,12 @@
 //   - Sidecar tables: the expired registry rows of a deleted base row are
 //     deleted with it, in the same statement; left behind, they would mark a
 //     new row with the same primary key as expired at once.
+//   - The update trigger is column-specific (BEFORE UPDATE OF the key
+//     columns): a key changed only by another BEFORE UPDATE trigger, not by
+//     the statement's SET list, does not fire it.
+//   - The function deletes as its owner, the role that ran the install:
+//     under FORCE ROW LEVEL SECURITY a policy hiding the expired row from
+//     that role leaves it in place, and the write fails with 23505.
 //   - In REPEATABLE READ and SERIALIZABLE, two transactions racing for the
 //     key of the same expired row can fail with 40001, as for any concurrent
 //     delete; retry.

@@ -161,6 +161,9 @@ func plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]s
 
 func checkRule(r *rewrite.Rule) error {
 	if err := r.Validate(); err != nil {
+		if strings.HasPrefix(err.Error(), r.QualifiedName()+": ") {
+			return fmt.Errorf("table %w", err) // already names it
+		}
 		return fmt.Errorf("table %s: %w", r.QualifiedName(), err)
 	}
 	switch r.RuleKind() {
