@@ -260,13 +260,21 @@ func TestSSLAndGSSRequestsDeclined(t *testing.T) {
 func TestTLS(t *testing.T) {
 	p := startProxy(t, Config{TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}})
 	ensureRole(t, "SET password_encryption = 'scram-sha-256'; "+roleSQL("ttl_scram", "scram-secret"))
-	for _, user := range []*url.Userinfo{nil, url.UserPassword("ttl_scram", "scram-secret")} {
+	for _, c := range []struct {
+		user        *url.Userinfo
+		negotiation string
+	}{
+		{nil, "postgres"},
+		{url.UserPassword("ttl_scram", "scram-secret"), "postgres"},
+		{nil, "direct"},
+	} {
 		u, _ := url.Parse(p.connString(t, "postgres"))
-		if user != nil {
-			u.User = user
+		if c.user != nil {
+			u.User = c.user
 		}
 		q := u.Query()
 		q.Set("sslmode", "require")
+		q.Set("sslnegotiation", c.negotiation)
 		u.RawQuery = q.Encode()
 		conn, err := pgx.Connect(testContext(t), u.String())
 		if err != nil {

@@ -2,10 +2,12 @@ package proxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,13 +17,14 @@ import (
 
 // Server is a PostgreSQL proxy. Create it with New and run it with Serve.
 type Server struct {
-	cfg      Config
-	log      *slog.Logger
-	metrics  *metrics
-	rules    []rewrite.Rule
-	bypass   map[string]bool
-	catalogs catalogCache
-	queries  catalogQueries
+	cfg       Config
+	tlsConfig *tls.Config // cfg.TLSConfig offering ALPN "postgresql"
+	log       *slog.Logger
+	metrics   *metrics
+	rules     []rewrite.Rule
+	bypass    map[string]bool
+	catalogs  catalogCache
+	queries   catalogQueries
 
 	nextID atomic.Uint64
 
@@ -47,6 +50,12 @@ func New(cfg Config) (*Server, error) {
 		rules:    cfg.Rewriter.Rules(),
 		bypass:   make(map[string]bool, len(cfg.BypassRoles)),
 		sessions: make(map[*session]struct{}),
+	}
+	if cfg.TLSConfig != nil {
+		s.tlsConfig = cfg.TLSConfig.Clone()
+		if !slices.Contains(s.tlsConfig.NextProtos, alpnProtocol) {
+			s.tlsConfig.NextProtos = append(s.tlsConfig.NextProtos, alpnProtocol)
+		}
 	}
 	for _, r := range cfg.BypassRoles {
 		s.bypass[r] = true

@@ -24,22 +24,48 @@ var errStartupDone = errors.New("startup finished without a session")
 
 // readStartupPacket reads one length-prefixed startup-phase packet straight
 // from conn: no buffering, so that nothing sent in plaintext before a TLS
-// handshake can be mistaken for data after it.
-func readStartupPacket(conn net.Conn) ([]byte, error) {
+// handshake can be mistaken for data after it. first, when not nil, is the
+// packet's first byte, already read.
+func readStartupPacket(conn net.Conn, first []byte) ([]byte, error) {
 	var lenBuf [4]byte
-	if _, err := io.ReadFull(conn, lenBuf[:]); err != nil {
+	n := copy(lenBuf[:], first)
+	if _, err := io.ReadFull(conn, lenBuf[n:]); err != nil {
 		return nil, err
 	}
-	n := int(int32(binary.BigEndian.Uint32(lenBuf[:])))
-	if n < 8 || n > maxStartupPacket {
+	l := int(int32(binary.BigEndian.Uint32(lenBuf[:])))
+	if l < 8 || l > maxStartupPacket {
 		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid length of startup packet"}
 	}
-	pkt := make([]byte, n)
+	pkt := make([]byte, l)
 	copy(pkt, lenBuf[:])
 	if _, err := io.ReadFull(conn, pkt[4:]); err != nil {
 		return nil, err
 	}
 	return pkt, nil
+}
+
+// tlsHandshakeRecord is the first byte of a TLS ClientHello: a client using
+// direct TLS negotiation (PostgreSQL 17, sslnegotiation=direct) starts with
+// it instead of an SSLRequest.
+const tlsHandshakeRecord = 0x16
+
+// alpnProtocol is the ALPN protocol name PostgreSQL requires with direct
+// TLS negotiation.
+const alpnProtocol = "postgresql"
+
+// prefixConn replays bytes already read before reading from Conn.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixConn) Read(b []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(b, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }
 
 // protocolError is a client mistake answered with a FATAL ErrorResponse.
@@ -55,16 +81,35 @@ func (e *protocolError) Error() string { return e.msg }
 // On success s.upstream is set.
 func (s *session) startup() error {
 	_ = s.client.SetDeadline(time.Now().Add(startupTimeout))
+	var first [1]byte
+	if _, err := io.ReadFull(s.client, first[:]); err != nil {
+		return fmt.Errorf("reading startup packet: %w", err)
+	}
+	prefix := first[:]
+	tlsConfig := s.srv.tlsConfig
 	tlsDone := false
+	if first[0] == tlsHandshakeRecord && tlsConfig != nil {
+		tc := tls.Server(&prefixConn{Conn: s.client, prefix: prefix}, tlsConfig)
+		if err := tc.Handshake(); err != nil {
+			return fmt.Errorf("direct TLS handshake: %w", err)
+		}
+		s.setClient(tc)
+		if tc.ConnectionState().NegotiatedProtocol != alpnProtocol {
+			return &protocolError{code: codeProtocolViolation,
+				msg: "received direct SSL connection request without ALPN protocol negotiation extension"}
+		}
+		prefix, tlsDone = nil, true
+	}
 	for {
-		pkt, err := readStartupPacket(s.client)
+		pkt, err := readStartupPacket(s.client, prefix)
+		prefix = nil
 		if err != nil {
 			return fmt.Errorf("reading startup packet: %w", err)
 		}
 		code := binary.BigEndian.Uint32(pkt[4:8])
 		switch code {
 		case sslRequestCode:
-			if s.srv.cfg.TLSConfig == nil || tlsDone {
+			if tlsConfig == nil || tlsDone {
 				if _, err := s.client.Write([]byte{'N'}); err != nil {
 					return fmt.Errorf("answering SSLRequest: %w", err)
 				}
@@ -73,7 +118,7 @@ func (s *session) startup() error {
 			if _, err := s.client.Write([]byte{'S'}); err != nil {
 				return fmt.Errorf("answering SSLRequest: %w", err)
 			}
-			tc := tls.Server(s.client, s.srv.cfg.TLSConfig)
+			tc := tls.Server(s.client, tlsConfig)
 			if err := tc.Handshake(); err != nil {
 				return fmt.Errorf("TLS handshake: %w", err)
 			}
