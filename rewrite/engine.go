@@ -181,12 +181,13 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session) (Result, *Error) {
 		return Result{Parsed: true}, internalError("overlapping edits")
 	}
 	// The output must parse, and into as many statements: a rewrite that
-	// broke the text or its statement boundaries is never sent.
-	check, err := pg.Parse(out)
+	// broke the text or its statement boundaries is never sent. The parser's
+	// statement split checks that without building the tree again.
+	check, err := pg.SplitWithParser(out, false)
 	if err != nil {
 		return Result{Parsed: true}, internalError("rewritten text does not parse: " + err.Error())
 	}
-	if len(check.Stmts) != len(tree.Stmts) {
+	if len(check) != len(tree.Stmts) {
 		return Result{Parsed: true}, internalError("rewritten text has a different number of statements")
 	}
 	return Result{SQL: out, Rewritten: true, Parsed: true}, nil

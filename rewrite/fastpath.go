@@ -32,23 +32,60 @@ func (m *matcher) add(needle string, owner int) {
 }
 
 // find returns the index of the first needle found in s, or -1. It does not
-// allocate.
+// allocate. Names start only where a word starts, so it tries the needles
+// once per word and skips the rest of each identifier.
 func (m *matcher) find(s string) int {
-	for i := 0; i < len(s); i++ {
-		c := foldByte(s[i])
-		if !m.first[c] {
-			continue
-		}
-		for k, n := range m.needles {
-			if n[0] != c || !hasPrefixFold(s[i:], n) {
-				continue
-			}
-			if m.owner[k] < 0 || (!(i > 0 && isNameByte(s[i-1])) && !(i+len(n) < len(s) && isIdentByte(s[i+len(n)]))) {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if m.first[lowerTable[c]] {
+			if k := m.at(s, i); k >= 0 {
 				return k
 			}
 		}
+		if byteClass[c]&className == 0 {
+			i++
+			continue
+		}
+		for i++; i < len(s) && byteClass[s[i]]&classIdent != 0; i++ {
+		}
 	}
 	return -1
+}
+
+// at returns the needle found at s[i:] that ends where a name can end.
+func (m *matcher) at(s string, i int) int {
+	for k, n := range m.needles {
+		if n[0] != lowerTable[s[i]] || !hasPrefixFold(s[i:], n) {
+			continue
+		}
+		if m.owner[k] < 0 || !(i+len(n) < len(s) && byteClass[s[i+len(n)]]&classIdent != 0) {
+			return k
+		}
+	}
+	return -1
+}
+
+const (
+	className  = 1 << iota // may continue a name before a needle: letters, _, $, non-ASCII
+	classIdent             // may continue an identifier: className and digits
+)
+
+var (
+	byteClass  [256]byte
+	lowerTable [256]byte
+)
+
+func init() {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		lowerTable[c] = foldByte(b)
+		if isIdentStart(b) || b == '$' {
+			byteClass[c] |= className | classIdent
+		}
+		if '0' <= b && b <= '9' {
+			byteClass[c] |= classIdent
+		}
+	}
 }
 
 func foldByte(c byte) byte {
@@ -83,10 +120,4 @@ func lowerASCII(s string) string {
 		}
 	}
 	return s
-}
-
-// isNameByte reports a byte that continues an identifier before a name
-// (letters, _, $, non-ASCII); see matcher.
-func isNameByte(c byte) bool {
-	return isIdentStart(c) || c == '$'
 }

@@ -605,6 +605,9 @@ func (w *walker) generic(n *pg.Node, sc *scope) {
 // genericMsg walks m; with names set, table references outside queries are
 // DDL names (allowed) instead of unknown positions.
 func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
+	if isLeaf(m) {
+		return
+	}
 	switch v := m.Interface().(type) {
 	case *pg.SelectStmt:
 		w.selectStmt(v, sc)
@@ -638,6 +641,22 @@ func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
 	})
 }
 
+// isLeaf reports nodes that by their schema hold no table reference and no
+// query, so walks skip them without reflection.
+func isLeaf(m protoreflect.Message) bool {
+	switch v := m.Interface().(type) {
+	case *pg.Node:
+		switch v.Node.(type) {
+		case *pg.Node_ColumnRef, *pg.Node_AConst, *pg.Node_ParamRef, *pg.Node_String_, *pg.Node_Integer,
+			*pg.Node_Float, *pg.Node_Boolean, *pg.Node_AStar, *pg.Node_BitString, nil:
+			return true
+		}
+	case *pg.ColumnRef, *pg.A_Const, *pg.ParamRef, *pg.String, *pg.Integer, *pg.Float, *pg.Boolean, *pg.A_Star, *pg.BitString:
+		return true
+	}
+	return false
+}
+
 // forEachRangeVar calls fn for every table reference under n.
 func forEachRangeVar(n *pg.Node, fn func(*pg.RangeVar)) {
 	if n == nil || n.Node == nil {
@@ -645,6 +664,9 @@ func forEachRangeVar(n *pg.Node, fn func(*pg.RangeVar)) {
 	}
 	var walk func(m protoreflect.Message)
 	walk = func(m protoreflect.Message) {
+		if isLeaf(m) {
+			return
+		}
 		if rv, ok := m.Interface().(*pg.RangeVar); ok {
 			fn(rv)
 			return

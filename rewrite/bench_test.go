@@ -1,0 +1,72 @@
+package rewrite
+
+import (
+	"fmt"
+	"testing"
+)
+
+const benchStatement = `SELECT s.id, s.note, u.name FROM sessions s JOIN users u ON u.id = s.owner
+WHERE s.owner = $1 AND u.name LIKE $2 ORDER BY s.id DESC LIMIT 50 /* app=web,route=/sessions */`
+
+func BenchmarkRewriteFastPath(b *testing.B) {
+	rw := newTestRewriter(b)
+	const sql = `SELECT u.id, u.name, o.total FROM users u JOIN orders o ON o.user_id = u.id
+WHERE u.id = $1 AND o.created_at > now() - interval '7 day' ORDER BY o.created_at DESC LIMIT 50`
+	b.ReportAllocs()
+	b.SetBytes(int64(len(sql)))
+	for b.Loop() {
+		if res, err := rw.Rewrite(sql, nil); err != nil || res.Parsed {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+func BenchmarkRewriteCached(b *testing.B) {
+	rw := newTestRewriter(b)
+	s := &Session{SearchPath: []string{"app", "public"}, Catalog: sessionsCatalog()}
+	if _, err := rw.Rewrite(benchStatement, s); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := rw.Rewrite(benchStatement, s); err != nil || !res.CacheHit {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+func BenchmarkRewriteUncached(b *testing.B) {
+	rw, err := New(testRules, Options{CacheSize: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &Session{SearchPath: []string{"app", "public"}, Catalog: sessionsCatalog()}
+	b.ReportAllocs()
+	for b.Loop() {
+		if res, err := rw.Rewrite(benchStatement, s); err != nil || !res.Rewritten {
+			b.Fatal(res, err)
+		}
+	}
+}
+
+// BenchmarkRewriteUncachedDML measures an UPDATE with refresh, and an INSERT
+// with stamping, without the cache.
+func BenchmarkRewriteUncachedDML(b *testing.B) {
+	rw, err := New(testRules, Options{CacheSize: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, sql := range []string{
+		`UPDATE sessions SET note = $1 WHERE id = $2 RETURNING id`,
+		`INSERT INTO sessions (id, owner, note) VALUES ($1, $2, $3) ON CONFLICT (id) DO UPDATE SET note = excluded.note`,
+	} {
+		b.Run(fmt.Sprintf("%.6s", sql), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, err := rw.Rewrite(sql, nil); err != nil || !res.Rewritten {
+					b.Fatal(res, err)
+				}
+			}
+		})
+	}
+}
