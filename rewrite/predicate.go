@@ -18,7 +18,19 @@ import (
 // or `public.sessions`), is live at the instant at (a timestamptz SQL
 // expression such as `now()` or `$1::timestamptz`). Expiry NULL never expires.
 func (r *Rule) LiveCondition(qualifier, at string) string {
-	q := func(col string) string { return qualifier + "." + QuoteIdent(col) }
+	return r.liveCondition(qualifier, at, nil)
+}
+
+// liveCondition is LiveCondition for a reference whose column alias list
+// renames the table's columns (rename maps a column to its alias; nil keeps
+// the names). Only the table's columns are renamed, not the registry's.
+func (r *Rule) liveCondition(qualifier, at string, rename map[string]string) string {
+	q := func(col string) string {
+		if alias, ok := rename[col]; ok {
+			col = alias
+		}
+		return qualifier + "." + QuoteIdent(col)
+	}
 	at = parenthesize(at)
 	switch r.RuleKind() {
 	case KindDerived:

@@ -137,3 +137,12 @@ func TestLiveConditionsParse(t *testing.T) {
 		}
 	}
 }
+
+func TestRewriteColumnAliasListSidecar(t *testing.T) {
+	rw := newTestRewriter(t)
+	s := &Session{Catalog: &Catalog{Tables: map[string]*TableInfo{
+		"public.docs": {Columns: []Column{{Name: "id"}, {Name: "body"}}},
+	}}}
+	checkRewrite(t, rw, s, rwCase{"registry keeps its key names", `SELECT * FROM docs AS d(doc_id, b)`,
+		`SELECT * FROM (docs AS d(doc_id, b) JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" = "d"."doc_id" AND _ttl_reg.expires_at < now())))`})
+}

@@ -465,17 +465,17 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 		return
 	}
 	qual := QuoteIdent(rv.Relname)
-	r := rule
+	var rename map[string]string
 	if rv.Alias != nil {
 		qual = QuoteIdent(rv.Alias.Aliasname)
 		if len(rv.Alias.Colnames) > 0 {
-			if r = w.renamed(rule, rv); r == nil {
+			if rename = w.renamed(rule, rv); rename == nil {
 				return
 			}
 		}
 	}
 	from, to := ts[first].start, ts[after-1].end
-	text := "(" + w.sql[from:to] + " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + r.LiveCondition(qual, "now()") + ")"
+	text := "(" + w.sql[from:to] + " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.liveCondition(qual, "now()", rename) + ")"
 	w.alias++
 	if tableForm {
 		if ts.kind(first-1) != pg.Token_TABLE {
@@ -536,9 +536,10 @@ func (w *walker) itemSpan(rv *pg.RangeVar) (first, after int, ok bool) {
 	return first, after, true
 }
 
-// renamed returns the rule with its columns renamed by the column alias list
-// of rv, which needs the table's column order from the catalog.
-func (w *walker) renamed(rule *Rule, rv *pg.RangeVar) *Rule {
+// renamed maps the table's columns to the names the column alias list of
+// rv gives them, which needs the table's column order from the catalog; nil
+// after a rejection.
+func (w *walker) renamed(rule *Rule, rv *pg.RangeVar) map[string]string {
 	cols := w.columns(rule)
 	if cols == nil {
 		w.fail(&Error{
@@ -554,25 +555,7 @@ func (w *walker) renamed(rule *Rule, rv *pg.RangeVar) *Rule {
 			names[cols[i].Name] = c.GetString_().GetSval()
 		}
 	}
-	ren := func(c string) string {
-		if n, ok := names[c]; ok {
-			return n
-		}
-		return c
-	}
-	r := *rule
-	r.Column = ren(rule.ExpiryColumn())
-	if r.BaseColumn != "" {
-		r.BaseColumn = ren(r.BaseColumn)
-	}
-	if r.IntervalColumn != "" {
-		r.IntervalColumn = ren(r.IntervalColumn)
-	}
-	r.KeyColumns = make([]string, len(rule.KeyColumns))
-	for i, k := range rule.KeyColumns {
-		r.KeyColumns[i] = ren(k)
-	}
-	return &r
+	return names
 }
 
 // columns returns the catalog's columns of the rule's table, or nil.
