@@ -125,8 +125,13 @@ func TestOracle(t *testing.T) {
 	t.Run("handwritten", func(t *testing.T) {
 		start := time.Now()
 		var equal, rejected int
+		runs := 0
 		for _, hc := range oracleHandwritten() {
 			for _, mode := range []execMode{modeSimple, modeExtended} {
+				if hc.simpleOnly && mode != modeSimple {
+					continue
+				}
+				runs++
 				rep, v := o.check(hc.name, hc.c, mode)
 				switch v {
 				case verdictEqual:
@@ -141,7 +146,8 @@ func TestOracle(t *testing.T) {
 				}
 			}
 		}
-		t.Logf("handwritten: %d runs, %d equal, %d rejected, in %v", 2*len(oracleHandwritten()), equal, rejected, time.Since(start).Round(time.Millisecond))
+		t.Logf("handwritten: %d cases, %d runs, %d equal, %d rejected, in %v",
+			len(oracleHandwritten()), runs, equal, rejected, time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("generated", func(t *testing.T) {
@@ -255,8 +261,8 @@ func (o *oracle) generated(t *testing.T, tables []*oTable) {
 			continue
 		}
 		g := newGen(o.seed, uint64(i), tables)
-		c := g.next()
 		mode := execMode(i % 3)
+		c := g.next(mode != modeSimple)
 		ran++
 		t0 := time.Now()
 		rep, v := o.check(fmt.Sprintf("case %d", i), c, mode)
@@ -472,10 +478,13 @@ func (o *oracle) describe(rep caseReport, stepIdx int, p, d result) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s (seed %d, %s protocol; rerun: -oracle.seed=%d -oracle.case=N)\n", rep.name, rep.reason, o.seed, rep.mode, o.seed)
 	fmt.Fprintf(&b, "  statement: %s\n", rep.c.sql)
+	if ps := rep.c.steps[stepIdx].params; len(ps) > 0 {
+		fmt.Fprintf(&b, "  params:    %q\n", ps)
+	}
 	if st := rep.c.steps[stepIdx]; st.sql != rep.c.sql {
 		fmt.Fprintf(&b, "  step:      %s\n", st.sql)
 	}
-	res, err := o.rw.Rewrite(rep.c.sql, o.sess)
+	res, err := o.rw.Rewrite(rep.c.steps[stepIdx].sql, o.sess)
 	switch {
 	case err != nil:
 		fmt.Fprintf(&b, "  rewritten: rejected locally: %v\n", err)
@@ -557,7 +566,7 @@ func (o *oracle) runSteps(ctx context.Context, conn *pgconn.PgConn, c genCase, m
 			}
 			out = append(out, r)
 		default:
-			out = append(out, execStep(sctx, conn, st.sql, mode))
+			out = append(out, execStep(sctx, conn, st, mode))
 		}
 		cancel()
 	}
@@ -565,7 +574,12 @@ func (o *oracle) runSteps(ctx context.Context, conn *pgconn.PgConn, c genCase, m
 }
 
 // execStep runs one statement with text results and renders its rows.
-func execStep(ctx context.Context, conn *pgconn.PgConn, sql string, mode execMode) result {
+func execStep(ctx context.Context, conn *pgconn.PgConn, st step, mode execMode) result {
+	sql := st.sql
+	var params [][]byte
+	for _, p := range st.params {
+		params = append(params, []byte(p))
+	}
 	var res *pgconn.Result
 	switch mode {
 	case modeSimple:
@@ -574,16 +588,26 @@ func execStep(ctx context.Context, conn *pgconn.PgConn, sql string, mode execMod
 			return result{err: err}
 		}
 		if len(results) != 1 {
-			return result{err: fmt.Errorf("%d results for one statement", len(results))}
+			// Several statements: their tags, and their rows numbered by
+			// statement.
+			var r result
+			for i, res := range results {
+				r.tag += res.CommandTag.String() + ";"
+				for _, row := range res.Rows {
+					r.rows = append(r.rows, fmt.Sprintf("#%d: %s", i+1, renderRow(row)))
+				}
+			}
+			slices.Sort(r.rows)
+			return r
 		}
 		res = results[0]
 	case modeExtended:
-		res = conn.ExecParams(ctx, sql, nil, nil, nil, nil).Read()
+		res = conn.ExecParams(ctx, sql, params, nil, nil, nil).Read()
 	case modePrepared:
 		if _, err := conn.Prepare(ctx, "oracle_stmt_p", sql, nil); err != nil {
 			return result{err: err}
 		}
-		res = conn.ExecPrepared(ctx, "oracle_stmt_p", nil, nil, nil).Read()
+		res = conn.ExecPrepared(ctx, "oracle_stmt_p", params, nil, nil).Read()
 		if err := conn.Deallocate(ctx, "oracle_stmt_p"); err != nil && res.Err == nil {
 			return result{err: fmt.Errorf("deallocate: %w", err)}
 		}
@@ -616,8 +640,9 @@ func renderRow(row [][]byte) string {
 
 // handCase is a hand-written oracle case.
 type handCase struct {
-	name string
-	c    genCase
+	name       string
+	c          genCase
+	simpleOnly bool // several statements in one Query message
 }
 
 func read(sql string) genCase {
@@ -686,6 +711,7 @@ func oracleHandwritten() []handCase {
 		{"nested EXISTS", `SELECT * FROM jobs j WHERE EXISTS (SELECT 1 FROM uploads u WHERE u.k = j.k AND EXISTS (SELECT 1 FROM pings p WHERE p.id = u.id))`},
 		{"correlated IN", `SELECT * FROM sessions s WHERE s.id IN (SELECT t.id FROM tokens t WHERE t.k = s.k)`},
 		{"name forms", `SELECT * FROM public.sessions`},
+		{"TTL table in another schema", `SELECT n.id, p.id FROM vault.notes n LEFT JOIN notes p USING (id)`},
 		{"quoted name", `SELECT * FROM "sessions"`},
 		{"quoted alias", `SELECT "S".id FROM public."sessions" AS "S"`},
 		{"ONLY", `SELECT * FROM ONLY sessions`},
@@ -700,10 +726,33 @@ func oracleHandwritten() []handCase {
 		{"for update skip locked", `SELECT id FROM sessions WHERE k = 1 ORDER BY id FOR UPDATE SKIP LOCKED`},
 		{"for update of alias", `SELECT s.id FROM sessions s JOIN accounts a ON a.k = s.k FOR UPDATE OF s SKIP LOCKED`},
 		{"for share nowait", `SELECT id FROM carts FOR SHARE NOWAIT`},
+		{"upper case name", `SELECT * FROM SESSIONS`},
+		{"mixed case qualified name", `SELECT * FROM Public.Sessions`},
+		{"unicode escape name", `SELECT * FROM U&"\0073essions"`},
+		{"unicode escape, other escape char", `SELECT * FROM U&"!0063arts" UESCAPE '!'`},
+		{"comment as separator", `SELECT * FROM/*x*/sessions/*y*/WHERE k = 1`},
+		{"line comment", "SELECT id FROM sessions -- all of them\nWHERE k <> 0"},
+		{"schema.table.column", `SELECT public.sessions.id FROM sessions WHERE public.sessions.k = 1`},
+		{"column alias list, column rule", `SELECT * FROM sessions AS s(a, b, c, d)`},
+		{"column alias list, derived rule", `SELECT s.a FROM jobs AS s(a, b, c, d, e)`},
+		{"column alias list, sidecar rule", `SELECT * FROM carts AS c(i)`},
+		{"join alias", `SELECT j.id FROM (sessions s LEFT JOIN tokens t USING (id)) AS j`},
+		{"whole-row reference", `SELECT s::text FROM sessions s`},
+		{"count of whole rows", `SELECT count(s), count(c) FROM sessions s FULL JOIN carts c USING (id)`},
+		{"system columns", `SELECT ctid, tableoid::regclass, id FROM carts`},
+		{"tablesample", `SELECT id FROM sessions TABLESAMPLE SYSTEM (100) REPEATABLE (1)`},
+		{"fetch first with ties", `SELECT id, k FROM sessions ORDER BY k FETCH FIRST 3 ROWS WITH TIES`},
+		{"row IN", `SELECT * FROM sessions s WHERE (s.k, s.v) IN (SELECT k, v FROM events)`},
+		{"VALUES statement", `VALUES ((SELECT count(*) FROM sessions), (SELECT count(*) FROM cart_items))`},
+		{"LIMIT subquery", `SELECT id FROM accounts ORDER BY id LIMIT (SELECT count(*) FROM sessions)`},
+		{"function argument subquery", `SELECT * FROM generate_series(1, (SELECT count(*) FROM tokens)) AS g(n)`},
+		{"ARRAY subquery", `SELECT a.id, ARRAY(SELECT s.id FROM sessions s WHERE s.k = a.k ORDER BY 1) FROM accounts a`},
+		{"ORDER BY subquery", `SELECT a.id FROM accounts a ORDER BY (SELECT count(*) FROM sessions s WHERE s.k = a.k), a.id LIMIT 5`},
+		{"DISTINCT ON outer join", `SELECT DISTINCT ON (a.k) a.k, s.id FROM accounts a LEFT JOIN sessions s USING (k) ORDER BY a.k, s.id`},
 	}
 	var out []handCase
 	for _, c := range cs {
-		out = append(out, handCase{c.name, read(c.sql)})
+		out = append(out, handCase{name: c.name, c: read(c.sql)})
 	}
 	dml := []struct {
 		name string
@@ -726,11 +775,67 @@ func oracleHandwritten() []handCase {
 		{"prepare with parameter", genCase{sql: `PREPARE oracle_p(int) AS SELECT id FROM sessions WHERE k = $1`, steps: []step{
 			{sql: `PREPARE oracle_p(int) AS SELECT id FROM sessions WHERE k = $1`, compare: true},
 			{sql: `EXECUTE oracle_p(1)`, compare: true}, {sql: `DEALLOCATE ALL`}}}},
-		{"copy out", genCase{sql: `COPY (SELECT id, v FROM tokens) TO STDOUT`, steps: []step{
-			{sql: `COPY (SELECT id, v FROM tokens) TO STDOUT`, compare: true, copyOut: true}}}},
+		{"copy out", copyOut(`COPY (SELECT id, v FROM tokens) TO STDOUT`)},
+		{"copy table", copyOut(`COPY sessions TO STDOUT`)},
+		{"copy table columns", copyOut(`COPY carts (id, v) TO STDOUT`)},
+		{"where current of", genCase{sql: `UPDATE sessions SET v = 'cur' WHERE CURRENT OF oracle_cur RETURNING id, v`, steps: []step{
+			{sql: "BEGIN"},
+			{sql: `DECLARE oracle_cur CURSOR FOR SELECT id, v FROM sessions ORDER BY id FOR UPDATE`, compare: true},
+			{sql: `FETCH 2 FROM oracle_cur`, compare: true},
+			{sql: `UPDATE sessions SET v = 'cur' WHERE CURRENT OF oracle_cur RETURNING id, v`, compare: true},
+			{sql: "ROLLBACK"}}}},
+		{"update self-subquery", inTx(`UPDATE sessions SET v = 'self' WHERE id IN (SELECT id FROM sessions WHERE k = 2) RETURNING id`)},
+		{"delete by ctid", inTx(`DELETE FROM sessions WHERE ctid = (SELECT min(ctid) FROM sessions) RETURNING id`)},
+		{"multi-column SET from TTL", inTx(`UPDATE accounts a SET (v, k) = (SELECT s.v, s.k FROM sessions s WHERE s.id = a.id) RETURNING a.id, a.v, a.k`)},
+		{"WITH on INSERT", inTx(`WITH c AS (SELECT id, v FROM sessions) INSERT INTO sink SELECT * FROM c`, `SELECT a, b FROM sink`)},
+		{"WITH on UPDATE", inTx(`WITH c AS (SELECT k FROM tokens) UPDATE accounts SET v = 'w' WHERE k IN (SELECT k FROM c) RETURNING id`)},
+		{"WITH on DELETE", inTx(`WITH c AS (SELECT id FROM carts) DELETE FROM cart_items WHERE id IN (SELECT id FROM c) RETURNING id, line`)},
+		{"INSERT ON CONFLICT from TTL", inTx(`INSERT INTO accounts (id, k, v, name) SELECT id, k, v, 'x' FROM sessions
+			ON CONFLICT (id) DO UPDATE SET name = excluded.name RETURNING id, name`)},
+		{"MERGE into TTL table", inTx(`MERGE INTO sessions s USING accounts a ON s.id = a.id
+			WHEN MATCHED THEN UPDATE SET v = 'm' WHEN NOT MATCHED THEN DO NOTHING`, `SELECT id, v FROM sessions`)},
+		{"MERGE from TTL table", inTx(`MERGE INTO accounts a USING tokens t ON t.id = a.id
+			WHEN MATCHED THEN UPDATE SET v = t.v WHEN NOT MATCHED THEN DO NOTHING`, `SELECT id, v FROM accounts`)},
+		{"temp view", inTx(`CREATE TEMP VIEW oracle_v AS SELECT id, k FROM sessions`, `SELECT * FROM oracle_v`)},
+		{"SET LOCAL search_path to another schema", genCase{sql: `SELECT * FROM sessions`, steps: []step{
+			{sql: "BEGIN"}, {sql: "SET LOCAL search_path = archive, public"},
+			{sql: `SELECT * FROM sessions`, compare: true},
+			{sql: `SELECT s.id, p.id FROM sessions s LEFT JOIN public.sessions p USING (id)`, compare: true},
+			{sql: "ROLLBACK"}}}},
+		{"SET search_path to another schema", genCase{sql: `SELECT * FROM sessions`, steps: []step{
+			{sql: "SET search_path = archive, public"},
+			{sql: `SELECT * FROM sessions`, compare: true},
+			{sql: `SELECT * FROM tokens`, compare: true},
+			{sql: "RESET search_path"}}}},
+		{"search_path reaching a TTL table", genCase{sql: `SELECT * FROM notes`, steps: []step{
+			{sql: "SET search_path = vault, public"},
+			{sql: `SELECT * FROM notes`, compare: true},
+			{sql: `SELECT n.id, p.id FROM notes n FULL JOIN public.notes p USING (id)`, compare: true},
+			{sql: "RESET search_path"}}}},
+		{"SET LOCAL search_path reaching a TTL table", genCase{sql: `SELECT * FROM notes`, steps: []step{
+			{sql: "BEGIN"}, {sql: "SET LOCAL search_path = vault"},
+			{sql: `SELECT * FROM notes`, compare: true},
+			{sql: "ROLLBACK"}}}},
+		{"set_config search_path reaching a TTL table", genCase{sql: `SELECT * FROM notes`, steps: []step{
+			{sql: "SELECT set_config('search_path', 'vault', false)"},
+			{sql: `SELECT * FROM notes`, compare: true},
+			{sql: "RESET search_path"}}}},
+		{"temp table named like a TTL table", genCase{sql: `SELECT * FROM sessions`, steps: []step{
+			{sql: "BEGIN"},
+			{sql: `CREATE TEMP TABLE sessions (id int, k int, v text, expires_at timestamptz) ON COMMIT DROP`, compare: true},
+			{sql: `INSERT INTO sessions VALUES (100, 1, 'tmp', now() - interval '1 day'), (101, 1, 'tmp', NULL)`, compare: true},
+			{sql: `SELECT * FROM sessions`, compare: true},
+			{sql: `SELECT id FROM public.sessions WHERE id < 4`, compare: true},
+			{sql: "ROLLBACK"}}}},
 	}
 	for _, d := range dml {
-		out = append(out, handCase{d.name, d.c})
+		out = append(out, handCase{name: d.name, c: d.c})
 	}
+	out = append(out, handCase{name: "several statements", simpleOnly: true,
+		c: read(`SELECT id FROM sessions WHERE k = 1; SELECT count(*) FROM carts; UPDATE accounts SET v = v WHERE k IN (SELECT k FROM tokens)`)})
 	return out
+}
+
+func copyOut(sql string) genCase {
+	return genCase{sql: sql, steps: []step{{sql: sql, compare: true, copyOut: true}}}
 }

@@ -145,6 +145,16 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 			all:  []string{"id", "line", "k", "v"},
 			cols: []oColumn{{"id", oInt}, {"line", oInt}, {"k", oInt}, {"v", oText}},
 		},
+		{
+			// Outside the search_path, and named like a plain public table.
+			rule:   rewrite.Rule{Schema: "vault", Table: "notes"},
+			create: `CREATE SCHEMA vault`,
+			fill: []string{
+				`CREATE TABLE vault.notes (id int PRIMARY KEY, k int, v text, expires_at timestamptz)`,
+				`INSERT INTO vault.notes SELECT id, k, v, ` + oracleTZ + ` FROM ` + oracleRows(5, 20),
+			},
+			all: []string{"id", "k", "v", "expires_at"},
+		},
 	}
 	for _, d := range defs {
 		r := d.rule
@@ -155,7 +165,10 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 		if cols == nil {
 			cols = ikv
 		}
-		tables = append(tables, &oTable{name: r.Table, cols: cols, all: d.all, rule: &rules[len(rules)-1]})
+		tables = append(tables, &oTable{schema: r.Schema, name: r.Table, cols: cols, all: d.all})
+	}
+	for i, t := range tables {
+		t.rule = &rules[i]
 	}
 	setup = append(setup,
 		`CREATE TABLE accounts (id int PRIMARY KEY, k int, v text, name text)`,
@@ -170,11 +183,14 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 		`INSERT INTO archive.sessions SELECT id, k, v, `+oracleTZ+` FROM `+oracleRows(0, 30),
 		// The target of INSERT … SELECT.
 		`CREATE TABLE sink (a int, b text)`,
+		`CREATE TABLE notes (id int PRIMARY KEY, k int, v text, expires_at timestamptz)`,
+		`INSERT INTO notes SELECT id, k, v, `+oracleTZ+` FROM `+oracleRows(4, 20),
 	)
 	tables = append(tables,
 		&oTable{name: "accounts", cols: ikv, all: []string{"id", "k", "v", "name"}},
 		&oTable{name: "tags", cols: ikv, all: []string{"id", "k", "v", "label"}},
 		&oTable{schema: "archive", name: "sessions", cols: ikv, all: []string{"id", "k", "v", "expires_at"}},
+		&oTable{name: "notes", cols: ikv, all: []string{"id", "k", "v", "expires_at"}},
 	)
 
 	// The oracle: a role that is neither owner nor superuser, so row-level
@@ -183,8 +199,8 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 	setup = append(setup,
 		`DO $$ BEGIN CREATE ROLE oracle_reader NOLOGIN;
 		EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`,
-		`GRANT USAGE ON SCHEMA public, archive TO oracle_reader`,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public, archive TO oracle_reader`,
+		`GRANT USAGE ON SCHEMA public, archive, vault TO oracle_reader`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public, archive, vault TO oracle_reader`,
 	)
 	for i := range rules {
 		r := &rules[i]
@@ -205,11 +221,25 @@ type genCase struct {
 	feats []string // the SQL features it uses, sorted
 }
 
+// withParams returns c with params bound to its statement under test.
+func (c genCase) withParams(params []string) genCase {
+	if len(params) == 0 {
+		return c
+	}
+	for i := range c.steps {
+		if c.steps[i].sql == c.sql {
+			c.steps[i].params = params
+		}
+	}
+	return c
+}
+
 // step is one statement of a case.
 type step struct {
 	sql     string
-	compare bool // compare the outcome; otherwise it only sets up or cleans up
-	copyOut bool // COPY … TO STDOUT
+	compare bool     // compare the outcome; otherwise it only sets up or cleans up
+	copyOut bool     // COPY … TO STDOUT
+	params  []string // values of $1, $2, … (extended protocol only)
 }
 
 // gen generates random statements over the oracle schema.
@@ -219,6 +249,8 @@ type gen struct {
 	n      int      // alias counter
 	ctes   []cteRel // CTEs in scope, innermost last
 	feats  map[string]bool
+	// params, when not nil, makes some constants parameters: their values.
+	params []string
 }
 
 // cteRel is a CTE in scope.
@@ -281,13 +313,31 @@ func (g *gen) alias(prefix string) string {
 	return fmt.Sprintf("%s%d", prefix, g.n)
 }
 
-// next generates one case.
-func (g *gen) next() genCase {
+// next generates one case; params allows $n parameters (for the extended
+// protocol).
+func (g *gen) next(params bool) genCase {
 	g.n = 0
 	g.ctes = nil
 	g.feats = map[string]bool{}
+	g.params = nil
+	kind := g.choose(76, 2, 3, 5, 5, 4, 2, 3)
+	if params && kind != 1 && kind != 7 && g.chance(0.35) {
+		// Not in TABLE, nor in the utility statements of wrapped, which
+		// take no parameters.
+		g.feat("parameters")
+		g.params = []string{}
+	}
+	c := g.statement(kind)
+	for f := range g.feats {
+		c.feats = append(c.feats, f)
+	}
+	slices.Sort(c.feats)
+	return c.withParams(g.params)
+}
+
+func (g *gen) statement(kind int) genCase {
 	var c genCase
-	switch g.choose(76, 2, 3, 5, 5, 4, 2, 3) {
+	switch kind {
 	case 0:
 		c.sql, _ = g.query(nil, nil, 0)
 		c.steps = []step{{sql: c.sql, compare: true}}
@@ -314,11 +364,17 @@ func (g *gen) next() genCase {
 	case 7:
 		c = g.wrapped()
 	}
-	for f := range g.feats {
-		c.feats = append(c.feats, f)
-	}
-	slices.Sort(c.feats)
 	return c
+}
+
+// param returns a parameter reference for value, cast to typ, when
+// parameters are on, half of the time.
+func (g *gen) param(value, typ string) (string, bool) {
+	if g.params == nil || !g.chance(0.5) {
+		return "", false
+	}
+	g.params = append(g.params, value)
+	return fmt.Sprintf("$%d::%s", len(g.params), typ), true
 }
 
 // wrapped runs a generated query through a statement that carries one:
@@ -326,7 +382,12 @@ func (g *gen) next() genCase {
 func (g *gen) wrapped() genCase {
 	types := g.types()
 	q, _ := g.query(nil, types, 1)
-	switch g.intn(4) {
+	switch g.intn(5) {
+	case 4:
+		g.feat("CREATE VIEW")
+		sql := "CREATE TEMP VIEW oracle_view" + colList(types) + " AS " + q
+		return genCase{sql: sql, steps: []step{{sql: "BEGIN"}, {sql: sql, compare: true},
+			{sql: "SELECT * FROM oracle_view", compare: true}, {sql: "ROLLBACK"}}}
 	case 0:
 		g.feat("CREATE TABLE AS")
 		sql := "CREATE TEMP TABLE oracle_tmp" + colList(types) + " AS " + q
@@ -386,7 +447,7 @@ func (g *gen) tableName(t *oTable, only bool) string {
 		return t.schema + "." + t.name
 	}
 	name := t.name
-	switch g.intn(8) {
+	switch g.intn(12) {
 	case 0, 1:
 		g.feat("public.t")
 		name = "public." + name
@@ -396,8 +457,18 @@ func (g *gen) tableName(t *oTable, only bool) string {
 	case 3:
 		g.feat(`public."t"`)
 		name = `public."` + name + `"`
+	case 4:
+		g.feat("upper case T")
+		name = strings.ToUpper(name)
+		if g.chance(0.5) {
+			name = "Public." + name
+		}
+	case 5:
+		// A Unicode escape hides the name from a byte-level search.
+		g.feat(`U&"t"`)
+		name = `U&"\` + fmt.Sprintf("%04x", name[0]) + name[1:] + `"`
 	}
-	if g.shadowed(t.name) && !strings.HasPrefix(name, "public.") {
+	if g.shadowed(t.name) && !strings.HasPrefix(strings.ToLower(name), "public.") {
 		g.feat("CTE shadows table")
 		name = "public." + name
 	}
@@ -512,7 +583,12 @@ func (g *gen) fromItem(sc *scope, depth int, lateral bool) (string, []rel) {
 	case 4:
 		g.feat("generate_series")
 		a := g.alias("g")
-		return fmt.Sprintf("generate_series(%d, %d) AS %s(k)", g.intn(2), 2+g.intn(5), a),
+		hi := fmt.Sprint(2 + g.intn(5))
+		if g.chance(0.2) {
+			g.feat("subquery in function argument")
+			hi = fmt.Sprintf("(SELECT count(*) / 4 FROM %s)", g.tableName(g.ttlTable(), false))
+		}
+		return fmt.Sprintf("generate_series(%d, %s) AS %s(k)", g.intn(2), hi, a),
 			[]rel{{qual: a, cols: []oColumn{{"k", oInt}}}}
 	case 5:
 		g.feat("nested join")
@@ -747,14 +823,22 @@ func (g *gen) intConst(null bool) string {
 	if null && g.chance(0.1) {
 		return "NULL::int"
 	}
-	return fmt.Sprint(g.intn(7))
+	v := fmt.Sprint(g.intn(7))
+	if p, ok := g.param(v, "int"); ok {
+		return p
+	}
+	return v
 }
 
 func (g *gen) textConst(null bool) string {
 	if null && g.chance(0.1) {
 		return "NULL::text"
 	}
-	return "'" + string(rune('a'+g.intn(5))) + "'"
+	v := string(rune('a' + g.intn(5)))
+	if p, ok := g.param(v, "text"); ok {
+		return p
+	}
+	return "'" + v + "'"
 }
 
 // expr returns an expression of type t over sc.
@@ -1028,7 +1112,11 @@ func (g *gen) orderLimit(n int, p float64) string {
 			g.feat("LIMIT subquery")
 			fmt.Fprintf(&b, " LIMIT (SELECT count(*) / 3 FROM %s)", g.tableName(g.ttlTable(), false))
 		} else {
-			fmt.Fprintf(&b, " LIMIT %d", 1+g.intn(8))
+			n := fmt.Sprint(1 + g.intn(8))
+			if p, ok := g.param(n, "int"); ok {
+				n = p
+			}
+			b.WriteString(" LIMIT " + n)
 		}
 		if g.chance(0.4) {
 			g.feat("OFFSET")
@@ -1074,9 +1162,12 @@ func (g *gen) with(outer *scope, want []oType, depth int) (string, []oType) {
 			// Shadow a TTL table's name with a CTE of the same columns.
 			g.feat("CTE shadows table")
 			t := g.ttlTable()
+			for g.shadowed(t.name) || t.schema != "" {
+				t = g.ttlTable()
+			}
 			src := g.table()
 			ref := g.tableName(src, false)
-			if src.name == t.name && src.schema == "" && !strings.HasPrefix(ref, "public.") {
+			if src.name == t.name && src.schema == "" && !strings.HasPrefix(strings.ToLower(ref), "public.") {
 				// Under WITH RECURSIVE the bare name would be the CTE itself.
 				ref = "public." + ref
 			}
@@ -1366,7 +1457,7 @@ func (g *gen) returning(sc *scope) string {
 		}
 	}
 	if g.chance(0.2) {
-		items = append(items, g.scalarSub(&scope{rels: sc.rels[:1]}, oInt, 2))
+		items = append(items, g.scalarSub(&scope{rels: sc.rels[:1]}, oInt, 2)+" AS sub")
 	}
 	return " RETURNING " + strings.Join(items, ", ")
 }
