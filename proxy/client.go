@@ -36,10 +36,10 @@ func (s *session) clientToServer() error {
 				fmt.Sprintf("message of %d bytes exceeds the proxy's limit of %d bytes", length+1, limit))
 		}
 		total := int(length) + 1
-		if !ready && typ != 'p' {
-			// Authentication responses ('p') go straight through; anything
-			// else waits for the end of startup (and the catalog query,
-			// which shares the upstream connection).
+		if !ready && typ != 'p' && typ != 'X' {
+			// Authentication responses ('p') and a Terminate go straight
+			// through; anything else waits for the end of startup (and the
+			// catalog query, which shares the upstream connection).
 			select {
 			case <-s.ready:
 				ready = true
