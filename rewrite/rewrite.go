@@ -1,5 +1,3 @@
-// Package rewrite turns SQL text into SQL text that hides expired rows of TTL
-// tables, or rejects it. It does no I/O.
 package rewrite
 
 import "time"
@@ -21,6 +19,12 @@ type Session struct {
 }
 
 // Catalog is what the proxy learned from the server about the TTL tables.
+//
+// The rewrite cache keys on the catalog's content, not its identity: the
+// schemas holding each TTL table name and each TTL table's column names. An
+// equal Catalog built for another session shares cache entries, and a changed
+// one never gets a stale entry. Rewrite reads the maps without locking, so
+// replace a Catalog that sessions use instead of modifying it.
 type Catalog struct {
 	// Tables by qualified name "schema.table".
 	Tables map[string]*TableInfo

@@ -1,0 +1,41 @@
+// Package rewrite turns SQL text into SQL text that hides expired rows of TTL
+// tables, or rejects it. It does no I/O.
+//
+// Usage:
+//
+//	rw, err := rewrite.New([]rewrite.Rule{{Table: "sessions", DefaultTTL: 24 * time.Hour}}, rewrite.Options{})
+//	if err != nil {
+//		return err
+//	}
+//	res, err := rw.Rewrite("SELECT * FROM sessions WHERE id = $1", &rewrite.Session{})
+//	var rej *rewrite.Error
+//	if errors.As(err, &rej) {
+//		// Send rej.Code and rej.Message to the client as an ErrorResponse.
+//	}
+//	// Send res.SQL: here
+//	// SELECT * FROM (sessions JOIN (SELECT) AS _ttl_0 ON ("sessions"."expires_at" IS NULL OR "sessions"."expires_at" >= now())) WHERE id = $1
+//
+// What it does to a statement that names a TTL table (DESIGN.md §1):
+//
+//   - A read in a FROM item, at any depth, becomes
+//     (t [AS] a JOIN (SELECT) AS _ttl_N ON <live(a)>): the planner flattens
+//     the join into a filter on the base scan, so whole-row references,
+//     qualified system columns, row locks, NATURAL/USING and outer joins keep
+//     their meaning (filtering happens at the base relation, like row-level
+//     security). Unqualified ctid/xmin… of a single filtered table are
+//     qualified.
+//   - UPDATE and DELETE get the live condition of their target in WHERE.
+//   - INSERT stamps the expiry column (every VALUES row, every leaf target
+//     list of INSERT … SELECT, DEFAULT VALUES) unless the statement gives it;
+//     UPDATE and ON CONFLICT DO UPDATE refresh it when the rule asks.
+//   - COPY t TO, COPY (query) TO, EXPLAIN, PREPARE, DECLARE, CREATE TABLE AS,
+//     SELECT INTO and CREATE [MATERIALIZED] VIEW are rewritten inside; DDL
+//     naming the table passes.
+//   - Anything else that touches a TTL table is rejected with an *Error
+//     carrying a SQLSTATE: TABLESAMPLE, MERGE, DO blocks and function bodies,
+//     rules, unparseable text, statements over the size and nesting limits.
+//
+// Text is edited at the parser's node locations, never deparsed, so comments
+// and planner hints survive, and text that cannot name a TTL table is
+// returned as is without being parsed.
+package rewrite
