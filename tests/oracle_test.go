@@ -100,6 +100,7 @@ const (
 // caseReport is a case that did not come out equal.
 type caseReport struct {
 	name    string
+	index   int // generated case number, -1 for a hand-written one
 	c       genCase
 	mode    execMode
 	verdict verdict
@@ -363,7 +364,10 @@ func featureCounts(reps []caseReport) string {
 
 // check runs c on both sides and compares every compared step.
 func (o *oracle) check(name string, c genCase, mode execMode) (caseReport, verdict) {
-	rep := caseReport{name: name, c: c, mode: mode}
+	rep := caseReport{name: name, index: -1, c: c, mode: mode}
+	if n, ok := strings.CutPrefix(name, "case "); ok {
+		fmt.Sscan(n, &rep.index)
+	}
 	ctx := context.Background()
 	pres := o.runSteps(ctx, o.proxied, c, mode)
 	dres := o.runSteps(ctx, o.direct, c, mode)
@@ -476,7 +480,11 @@ func (o *oracle) rejection(sql string, err error) (string, bool) {
 
 func (o *oracle) describe(rep caseReport, stepIdx int, p, d result) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %s (seed %d, %s protocol; rerun: -oracle.seed=%d -oracle.case=N)\n", rep.name, rep.reason, o.seed, rep.mode, o.seed)
+	fmt.Fprintf(&b, "%s: %s (%s protocol", rep.name, rep.reason, rep.mode)
+	if rep.index >= 0 {
+		fmt.Fprintf(&b, "; rerun: -oracle.seed=%d -oracle.case=%d", o.seed, rep.index)
+	}
+	b.WriteString(")\n")
 	fmt.Fprintf(&b, "  statement: %s\n", rep.c.sql)
 	if ps := rep.c.steps[stepIdx].params; len(ps) > 0 {
 		fmt.Fprintf(&b, "  params:    %q\n", ps)
@@ -784,6 +792,9 @@ func oracleHandwritten() []handCase {
 			{sql: `FETCH 2 FROM oracle_cur`, compare: true},
 			{sql: `UPDATE sessions SET v = 'cur' WHERE CURRENT OF oracle_cur RETURNING id, v`, compare: true},
 			{sql: "ROLLBACK"}}}},
+		{"queue: UPDATE from a locking CTE", inTx(`WITH next AS (SELECT id FROM jobs ORDER BY id LIMIT 5 FOR UPDATE SKIP LOCKED)
+			UPDATE jobs SET v = 'taken' FROM next WHERE jobs.id = next.id RETURNING jobs.id`)},
+		{"queue: DELETE IN locking subquery", inTx(`DELETE FROM carts WHERE id IN (SELECT id FROM carts ORDER BY id LIMIT 3 FOR UPDATE SKIP LOCKED) RETURNING id`)},
 		{"update self-subquery", inTx(`UPDATE sessions SET v = 'self' WHERE id IN (SELECT id FROM sessions WHERE k = 2) RETURNING id`)},
 		{"delete by ctid", inTx(`DELETE FROM sessions WHERE ctid = (SELECT min(ctid) FROM sessions) RETURNING id`)},
 		{"multi-column SET from TTL", inTx(`UPDATE accounts a SET (v, k) = (SELECT s.v, s.k FROM sessions s WHERE s.id = a.id) RETURNING a.id, a.v, a.k`)},

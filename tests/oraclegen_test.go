@@ -251,6 +251,8 @@ type gen struct {
 	feats  map[string]bool
 	// params, when not nil, makes some constants parameters: their values.
 	params []string
+	// reserved names an UPDATE or DELETE target used without an alias.
+	reserved string
 }
 
 // cteRel is a CTE in scope.
@@ -320,6 +322,7 @@ func (g *gen) next(params bool) genCase {
 	g.ctes = nil
 	g.feats = map[string]bool{}
 	g.params = nil
+	g.reserved = ""
 	kind := g.choose(76, 2, 3, 5, 5, 4, 2, 3)
 	if params && kind != 1 && kind != 7 && g.chance(0.35) {
 		// Not in TABLE, nor in the utility statements of wrapped, which
@@ -499,7 +502,7 @@ func (g *gen) baseItem(sc *scope) (string, rel) {
 	}
 	ref := g.tableName(t, true)
 	r := rel{cols: t.cols, all: t.all, natural: true, name: t.name, base: true}
-	unaliased := t.schema == "" && !inScope(sc, t.name) && !g.shadowed(t.name) && g.chance(0.2)
+	unaliased := t.schema == "" && !inScope(sc, t.name) && !g.shadowed(t.name) && t.name != g.reserved && g.chance(0.2)
 	if unaliased {
 		g.feat("unaliased")
 		switch g.intn(5) {
@@ -1433,9 +1436,30 @@ func (g *gen) target() (string, *scope) {
 	if t.ttl() {
 		g.feat("TTL target")
 	}
-	a := g.alias("x")
-	r := rel{qual: a, cols: t.cols, all: t.all, natural: true}
-	return g.tableName(t, true) + " AS " + a, &scope{rels: []rel{r}}
+	r := rel{cols: t.cols, all: t.all, natural: true}
+	if !g.shadowed(t.name) && g.chance(0.3) {
+		g.feat("unaliased target")
+		g.reserved = t.name
+		r.qual = t.name
+		return g.tableName(t, true), &scope{rels: []rel{r}}
+	}
+	r.qual = g.alias("x")
+	return g.tableName(t, true) + " AS " + r.qual, &scope{rels: []rel{r}}
+}
+
+// dmlWith is an optional WITH clause of an UPDATE or DELETE: a CTE in scope
+// until the returned function is called.
+func (g *gen) dmlWith() (string, func()) {
+	saved := len(g.ctes)
+	done := func() { g.ctes = g.ctes[:saved] }
+	if !g.chance(0.15) {
+		return "", done
+	}
+	g.feat("WITH on UPDATE/DELETE")
+	q, _ := g.query(nil, []oType{oInt}, 1)
+	c := derivedCTE(g.alias("w"), []oType{oInt})
+	g.ctes = append(g.ctes, c)
+	return "WITH " + c.name + "(c1) AS (" + q + ") ", done
 }
 
 // returning lists the target's columns: never those of the FROM/USING
@@ -1464,21 +1488,28 @@ func (g *gen) returning(sc *scope) string {
 
 func (g *gen) update() string {
 	g.feat("UPDATE")
+	with, done := g.dmlWith()
+	defer done()
 	target, sc := g.target()
 	x := sc.rels[0]
 	// Only v and k change: the expiry and the sidecar key stay, so a row the
 	// policy lets through stays visible to it (WITH CHECK passes).
-	set := "v = " + g.expr(&scope{rels: sc.rels[:1]}, oText, 1)
-	if g.chance(0.3) {
-		set += ", k = " + g.expr(&scope{rels: sc.rels[:1]}, oInt, 1)
-	}
+	var set string
 	if g.chance(0.12) {
 		g.feat("SET (…) = (SELECT …)")
 		set = fmt.Sprintf("(v, k) = (SELECT y.v, y.k FROM %s y WHERE y.id = %s.id ORDER BY 1, 2 LIMIT 1)",
 			g.tableName(g.table(), false), x.qual)
+	} else {
+		set = "v = " + g.expr(&scope{rels: sc.rels[:1]}, oText, 1)
+		if g.chance(0.3) {
+			set += ", k = " + g.expr(&scope{rels: sc.rels[:1]}, oInt, 1)
+		}
 	}
-	sql := "UPDATE " + target + " SET " + set
+	sql := with + "UPDATE " + target + " SET " + set
 	var conds []string
+	if with != "" && g.chance(0.7) {
+		conds = append(conds, x.qual+".k IN (SELECT c1 FROM "+g.ctes[len(g.ctes)-1].name+")")
+	}
 	if g.chance(0.3) {
 		g.feat("UPDATE FROM")
 		from := &scope{}
@@ -1500,10 +1531,15 @@ func (g *gen) update() string {
 
 func (g *gen) delete() string {
 	g.feat("DELETE")
+	with, done := g.dmlWith()
+	defer done()
 	target, sc := g.target()
 	x := sc.rels[0]
-	sql := "DELETE FROM " + target
+	sql := with + "DELETE FROM " + target
 	var conds []string
+	if with != "" && g.chance(0.7) {
+		conds = append(conds, x.qual+".k IN (SELECT c1 FROM "+g.ctes[len(g.ctes)-1].name+")")
+	}
 	if g.chance(0.3) {
 		g.feat("DELETE USING")
 		using := &scope{}
