@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"fmt"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -250,39 +249,11 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule,
 	if colsClose >= 0 {
 		w.insert(ts[colsClose-1].end, ", "+qcol)
 	} else {
-		cols := w.columns(rule)
-		what := fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: INSERT without a column list", rule.QualifiedName())
-		hint := fmt.Sprintf("Give a column list, e.g. INSERT INTO %s (a, b, …) ….", rule.Table)
-		switch {
-		case cols == nil:
-			w.fail(&Error{Code: "0A000", Message: what + " and the proxy does not know the table's columns", Hint: hint})
-			return
-		case plan.width < 0:
-			w.fail(&Error{Code: "0A000", Message: what + " from a query whose width the proxy does not know", Hint: hint})
-			return
+		list, given := w.implicitColumns(rule, col, plan.width, "INSERT")
+		if w.err != nil || given {
+			return // given: the values reach the stamp column
 		}
-		pos := -1
-		for k, c := range cols {
-			if c.Name == col {
-				pos = k
-			}
-		}
-		if pos < 0 {
-			w.fail(&Error{Code: "0A000", Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), qcol), Hint: hint})
-			return
-		}
-		if plan.width > pos {
-			return // the values reach the stamp column: the client gave it
-		}
-		var b strings.Builder
-		b.WriteString(" (")
-		for k := 0; k < plan.width; k++ {
-			b.WriteString(QuoteIdent(cols[k].Name))
-			b.WriteString(", ")
-		}
-		b.WriteString(qcol)
-		b.WriteString(")")
-		w.insert(ts[after-1].end, b.String())
+		w.insert(ts[after-1].end, list)
 	}
 	for _, at := range plan.appendAt {
 		w.insert(at, ", "+value)

@@ -73,6 +73,10 @@ func TestRewriteUpdateDelete(t *testing.T) {
 		{"update target named like a CTE", `WITH sessions AS (SELECT 1) UPDATE sessions SET note = 'x'`,
 			`WITH sessions AS (SELECT 1) UPDATE sessions SET note = 'x'` + set + ` WHERE ` + live(S)},
 		{"delete of another table", `DELETE FROM users WHERE id = 1`, ``},
+		{"multi-column SET from a subquery", `UPDATE accounts a SET (v, k) = (SELECT s.v, s.k FROM sessions s WHERE s.id = a.id)`,
+			`UPDATE accounts a SET (v, k) = (SELECT s.v, s.k FROM ` + join("sessions s", `"s"`, 0) + ` WHERE s.id = a.id)`},
+		{"multi-column SET of the target", `UPDATE sessions SET (note, owner) = (SELECT name, id FROM users WHERE id = 1)`,
+			`UPDATE sessions SET (note, owner) = (SELECT name, id FROM users WHERE id = 1)` + set + ` WHERE ` + live(S)},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, nil, c)

@@ -28,11 +28,15 @@
 //   - INSERT stamps the expiry column (every VALUES row, every leaf target
 //     list of INSERT … SELECT, DEFAULT VALUES) unless the statement gives it;
 //     UPDATE and ON CONFLICT DO UPDATE refresh it when the rule asks.
+//   - MERGE: the target's live condition joins the ON condition (an expired
+//     target row matches nothing, so its source row takes WHEN NOT MATCHED),
+//     and WHEN NOT MATCHED BY SOURCE gets it too; the source is a read;
+//     WHEN … THEN INSERT is stamped and THEN UPDATE refreshed as above.
 //   - COPY t TO, COPY (query) TO, EXPLAIN, PREPARE, DECLARE, CREATE TABLE AS,
 //     SELECT INTO and CREATE [MATERIALIZED] VIEW are rewritten inside; DDL
 //     naming the table passes.
 //   - Anything else that touches a TTL table is rejected with an *Error
-//     carrying a SQLSTATE: TABLESAMPLE, MERGE, DO blocks and function bodies,
+//     carrying a SQLSTATE: TABLESAMPLE, DO blocks and function bodies,
 //     rules, unparseable text, statements over the size and nesting limits.
 //
 // Text is edited at the parser's node locations, never deparsed, so comments

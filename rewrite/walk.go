@@ -228,7 +228,7 @@ func (w *walker) stmt(n *pg.Node, sc *scope, start, end int) {
 		}
 		w.functionBody(n, x.CreateFunctionStmt.Options, x.CreateFunctionStmt.SqlBody, what)
 	case *pg.Node_MergeStmt:
-		w.rejectAny(n, "MERGE")
+		w.mergeStmt(x.MergeStmt, sc, end)
 	default:
 		if isUtility(n) {
 			w.utility(n)
@@ -595,6 +595,10 @@ func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
 	case *pg.SelectStmt:
 		w.selectStmt(v, sc)
 		return
+	case *pg.MultiAssignRef:
+		if isRepeatedSource(v) {
+			return
+		}
 	case *pg.RangeVar:
 		w.mark(v)
 		if names {
@@ -640,6 +644,14 @@ func isLeaf(m protoreflect.Message) bool {
 	return false
 }
 
+// isRepeatedSource reports the second and later columns of a multi-column
+// assignment, SET (a, b) = (SELECT …): the parse tree repeats the source
+// under each column, and only the first copy has the text's locations to
+// itself.
+func isRepeatedSource(m *pg.MultiAssignRef) bool {
+	return m.Colno > 1
+}
+
 // forEachRangeVar calls fn for every table reference under n.
 func forEachRangeVar(n *pg.Node, fn func(*pg.RangeVar)) {
 	if n == nil || n.Node == nil {
@@ -650,9 +662,14 @@ func forEachRangeVar(n *pg.Node, fn func(*pg.RangeVar)) {
 		if isLeaf(m) {
 			return
 		}
-		if rv, ok := m.Interface().(*pg.RangeVar); ok {
-			fn(rv)
+		switch v := m.Interface().(type) {
+		case *pg.RangeVar:
+			fn(v)
 			return
+		case *pg.MultiAssignRef:
+			if isRepeatedSource(v) {
+				return
+			}
 		}
 		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 			if fd.Message() == nil || fd.IsMap() {

@@ -1,0 +1,266 @@
+package rewrite
+
+import (
+	"fmt"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// mergeStmt walks MERGE. The source is a FROM item (a read). An expired
+// target row must behave as absent, so the target's live condition joins the
+// ON condition: the row then matches nothing, and a source row that met only
+// expired rows takes the NOT MATCHED [BY TARGET] branch, as it would after
+// the sweeper. WHEN NOT MATCHED BY SOURCE (PostgreSQL 17) acts on target rows
+// that match nothing, expired ones included, so its condition gets the live
+// condition too. INSERT actions are stamped like INSERT and UPDATE actions
+// refreshed like UPDATE.
+func (w *walker) mergeStmt(m *pg.MergeStmt, sc *scope, end int) {
+	sc = w.with(m.WithClause, sc)
+	rv := m.Relation
+	w.mark(rv)
+	rule := w.ruleFor(rv, nil)
+	w.fromItem(m.SourceRelation, sc, false)
+	w.generic(m.JoinCondition, sc)
+	for _, n := range m.MergeWhenClauses {
+		c := n.GetMergeWhenClause()
+		w.generic(c.Condition, sc)
+		w.genericList(c.TargetList, sc)
+		w.genericList(c.Values, sc)
+	}
+	w.genericList(m.ReturningList, sc)
+	if rule == nil || w.err != nil {
+		return
+	}
+	ts := w.tokens()
+	after := w.targetEnd(rv)
+	if w.err != nil {
+		return
+	}
+	if ts.kind(after) != pg.Token_USING {
+		w.fail(internalError("cannot locate MERGE … USING"))
+		return
+	}
+	body := w.bodyEnd(after, end)
+	whens, on := mergeClauses(ts, after+1, body)
+	if len(whens) != len(m.MergeWhenClauses) || on < 0 || on+1 >= whens[0] {
+		w.fail(internalError("cannot locate the MERGE join condition"))
+		return
+	}
+	qual := qualifier(rv)
+	live := rule.LiveCondition(qual, "now()")
+	w.insert(ts[on+1].start, "(")
+	w.insert(ts[whens[0]-1].end, ") AND "+live)
+	if w.sidecarTTL(rule) {
+		for _, n := range m.MergeWhenClauses {
+			if n.GetMergeWhenClause().CommandType == pg.CmdType_CMD_INSERT {
+				w.rejectSidecarRegistration(rule, "MERGE … THEN INSERT")
+				return
+			}
+		}
+	}
+	for k, n := range m.MergeWhenClauses {
+		c := n.GetMergeWhenClause()
+		lim := body
+		if k+1 < len(whens) {
+			lim = ts[whens[k+1]].start
+		}
+		w.mergeWhen(c, rule, live, whens[k], lim)
+		if w.err != nil {
+			return
+		}
+	}
+}
+
+// mergeClauses returns the indices of the WHEN tokens that start MERGE's
+// WHEN clauses in tokens [i, limit) and of the ON before the first of them,
+// skipping brackets and CASE … END (whose WHEN belongs to the expression).
+func mergeClauses(ts tokens, i, limit int) (whens []int, on int) {
+	on = -1
+	depth, cases := 0, 0
+	for ; i < len(ts) && ts[i].start < limit; i++ {
+		switch ts[i].kind {
+		case pg.Token_ASCII_40, pg.Token_ASCII_91:
+			depth++
+		case pg.Token_ASCII_41, pg.Token_ASCII_93:
+			depth--
+		case pg.Token_CASE:
+			cases++
+		case pg.Token_END_P:
+			if cases > 0 {
+				cases--
+			}
+		case pg.Token_ON:
+			if depth == 0 && cases == 0 && len(whens) == 0 {
+				on = i
+			}
+		case pg.Token_WHEN:
+			if depth == 0 && cases == 0 {
+				whens = append(whens, i)
+			}
+		}
+	}
+	return whens, on
+}
+
+// thenOf returns the index of the THEN that ends the header of the WHEN
+// clause starting at token i, or -1.
+func thenOf(ts tokens, i, limit int) int {
+	depth, cases := 0, 0
+	for ; i < len(ts) && ts[i].start < limit; i++ {
+		switch ts[i].kind {
+		case pg.Token_ASCII_40, pg.Token_ASCII_91:
+			depth++
+		case pg.Token_ASCII_41, pg.Token_ASCII_93:
+			depth--
+		case pg.Token_CASE:
+			cases++
+		case pg.Token_END_P:
+			if cases > 0 {
+				cases--
+			}
+		case pg.Token_THEN:
+			if depth == 0 && cases == 0 {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// mergeWhen edits one WHEN clause whose tokens start at when and whose text
+// ends before the offset limit.
+func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *Rule, live string, when, limit int) {
+	ts := w.tokens()
+	then := thenOf(ts, when+1, limit)
+	if then < 0 {
+		w.fail(internalError("cannot locate THEN in MERGE"))
+		return
+	}
+	if c.MatchKind == pg.MergeMatchKind_MERGE_WHEN_NOT_MATCHED_BY_SOURCE {
+		// WHEN NOT MATCHED BY SOURCE [AND cond] THEN
+		h := when + 1
+		if ts.kind(h) == pg.Token_NOT {
+			h++
+		}
+		h++ // MATCHED
+		if ts.kind(h) == pg.Token_BY {
+			h += 2
+		}
+		switch {
+		case c.Condition == nil:
+			w.insert(ts[then-1].end, " AND "+live)
+		case ts.kind(h) == pg.Token_AND && h+1 < then:
+			w.insert(ts[h+1].start, "(")
+			w.insert(ts[then-1].end, ") AND "+live)
+		default:
+			w.fail(internalError("cannot locate the condition of WHEN NOT MATCHED BY SOURCE"))
+			return
+		}
+	}
+	last := ts.lastBefore(then+1, limit)
+	if last <= then {
+		w.fail(internalError("cannot locate the MERGE action"))
+		return
+	}
+	col := rule.StampColumn()
+	switch c.CommandType {
+	case pg.CmdType_CMD_UPDATE:
+		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(c.TargetList, col) {
+			w.insert(ts[last].end, ", "+QuoteIdent(col)+" = "+rule.StampValue(ttl))
+		}
+	case pg.CmdType_CMD_INSERT:
+		if ttl, ok := ttlFor(rule, w.s); ok && !setsColumn(c.TargetList, col) {
+			w.mergeInsert(c, rule, col, rule.StampValue(ttl), then+1, last)
+		}
+	}
+}
+
+// mergeInsert stamps `INSERT [(cols)] [OVERRIDING … VALUE] {VALUES (…) |
+// DEFAULT VALUES}` whose INSERT token is i and last token last.
+func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *Rule, col, value string, i, last int) {
+	ts := w.tokens()
+	if ts.kind(i) != pg.Token_INSERT {
+		w.fail(internalError("cannot locate INSERT in MERGE"))
+		return
+	}
+	qcol := QuoteIdent(col)
+	j := i + 1
+	colsClose := -1
+	if len(c.TargetList) > 0 {
+		if ts.kind(j) != pg.Token_ASCII_40 {
+			w.fail(internalError("cannot locate the column list in MERGE"))
+			return
+		}
+		colsClose = ts.match(j)
+		if colsClose < 0 {
+			w.fail(internalError("cannot locate the column list in MERGE"))
+			return
+		}
+		j = colsClose + 1
+	}
+	if ts.kind(j) == pg.Token_OVERRIDING {
+		j += 3
+	}
+	if ts.kind(j) == pg.Token_DEFAULT && ts.kind(j+1) == pg.Token_VALUES && j+1 == last {
+		w.replace(ts[j].start, ts[j+1].end, "("+qcol+") VALUES ("+value+")")
+		return
+	}
+	if ts.kind(j) != pg.Token_VALUES || ts.kind(j+1) != pg.Token_ASCII_40 || ts.match(j+1) != last {
+		w.fail(internalError("cannot locate VALUES in MERGE"))
+		return
+	}
+	if colsClose >= 0 {
+		w.insert(ts[colsClose-1].end, ", "+qcol)
+	} else {
+		list, given := w.implicitColumns(rule, col, len(c.Values), "MERGE … INSERT")
+		if w.err != nil || given {
+			return
+		}
+		w.insert(ts[i].end, list)
+	}
+	w.insert(ts[last-1].end, ", "+value)
+}
+
+// implicitColumns returns the column list ` (a, b, col)` that an INSERT
+// without one, giving width values per row, needs to take the stamp column
+// too; given reports that the values already reach the stamp column. It
+// fails when the catalog does not know the table's columns.
+func (w *walker) implicitColumns(rule *Rule, col string, width int, form string) (list string, given bool) {
+	cols := w.columns(rule)
+	what := fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: %s without a column list", rule.QualifiedName(), form)
+	hint := fmt.Sprintf("Give a column list, e.g. INSERT INTO %s (a, b, …) ….", rule.Table)
+	if form != "INSERT" {
+		hint = "Give the INSERT a column list, e.g. INSERT (a, b, …) VALUES (…)."
+	}
+	switch {
+	case cols == nil:
+		w.fail(&Error{Code: "0A000", Message: what + " and the proxy does not know the table's columns", Hint: hint})
+		return "", false
+	case width < 0:
+		w.fail(&Error{Code: "0A000", Message: what + " from a query whose width the proxy does not know", Hint: hint})
+		return "", false
+	}
+	pos := -1
+	for k, c := range cols {
+		if c.Name == col {
+			pos = k
+		}
+	}
+	if pos < 0 {
+		w.fail(&Error{Code: "0A000", Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), QuoteIdent(col)), Hint: hint})
+		return "", false
+	}
+	if width > pos {
+		return "", true
+	}
+	var b strings.Builder
+	b.WriteString(" (")
+	for k := 0; k < width; k++ {
+		b.WriteString(QuoteIdent(cols[k].Name))
+		b.WriteString(", ")
+	}
+	b.WriteString(QuoteIdent(col))
+	b.WriteString(")")
+	return b.String(), false
+}
