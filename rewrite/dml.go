@@ -178,10 +178,13 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 	w.selectStmt(sel, sc)
 	oc := ins.OnConflictClause
 	if oc != nil {
-		// The conflicting row that ON CONFLICT finds is not checked for
-		// expiry yet: an expired row still conflicts, DO NOTHING then skips
-		// the insert and DO UPDATE (and its WHERE) sees and updates the
-		// expired row. Handling the conflict target is a separate step.
+		// An expired row still conflicts: the unique index does not know
+		// about expiry. DO UPDATE gets the target's live condition in its
+		// WHERE, so such a row is neither updated nor (by the refresh)
+		// brought back with its old data; the INSERT then affects no row
+		// for it. DO NOTHING skips it. The collision triggers of package
+		// install delete the expired row first, so that the new row goes
+		// in and the guard never fires.
 		if oc.Infer != nil {
 			w.genericList(oc.Infer.IndexElems, sc)
 			w.generic(oc.Infer.WhereClause, sc)
@@ -201,6 +204,44 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) {
 			w.refreshConflict(oc, col, rule.StampValue(ttl), end)
 		}
+		w.conflictLive(oc, rule, qualifier(rv), end)
+	}
+}
+
+// conflictLive adds the live condition of the target (visible under qual)
+// to the WHERE of ON CONFLICT DO UPDATE: `WHERE (orig) AND live`, or
+// `WHERE live`.
+func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *Rule, qual string, end int) {
+	if w.err != nil {
+		return
+	}
+	ts := w.tokens()
+	i := ts.at(int(oc.Location))
+	if i < 0 {
+		w.fail(internalError("cannot locate ON CONFLICT"))
+		return
+	}
+	do := ts.findTop(i, end, pg.Token_DO)
+	if do < 0 || ts.kind(do+1) != pg.Token_UPDATE || ts.kind(do+2) != pg.Token_SET {
+		w.fail(internalError("cannot locate DO UPDATE SET"))
+		return
+	}
+	set := do + 2
+	live := rule.LiveCondition(qual, "now()")
+	lim := end
+	if r := ts.findTop(set+1, end, pg.Token_RETURNING); r >= 0 {
+		lim = ts[r].start
+	}
+	wi := ts.findTop(set+1, lim, pg.Token_WHERE)
+	last := ts.lastBefore(set+1, lim)
+	switch {
+	case oc.WhereClause == nil && wi < 0 && last > set:
+		w.insert(ts[last].end, " WHERE "+live)
+	case oc.WhereClause != nil && wi >= 0 && last > wi:
+		w.insert(ts[wi+1].start, "(")
+		w.insert(ts[last].end, ") AND "+live)
+	default:
+		w.fail(internalError("cannot locate the WHERE of DO UPDATE"))
 	}
 }
 

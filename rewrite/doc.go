@@ -28,6 +28,10 @@
 //   - INSERT stamps the expiry column (every VALUES row, every leaf target
 //     list of INSERT … SELECT, DEFAULT VALUES) unless the statement gives it;
 //     UPDATE and ON CONFLICT DO UPDATE refresh it when the rule asks.
+//   - ON CONFLICT DO UPDATE gets the target's live condition in its WHERE:
+//     an expired row that still holds the key is neither updated nor
+//     resurrected (the INSERT affects no row for it; the collision triggers
+//     of package install delete it first so that the new row goes in).
 //   - MERGE: the target's live condition joins the ON condition (an expired
 //     target row matches nothing, so its source row takes WHEN NOT MATCHED),
 //     and WHEN NOT MATCHED BY SOURCE gets it too; the source is a read;
