@@ -167,6 +167,7 @@ func (w *walker) whereLive(where *pg.Node, rule *Rule, qual string, after, body 
 // insertStmt walks an INSERT: its source query and RETURNING are reads; the
 // expiry is stamped and ON CONFLICT DO UPDATE refreshes it.
 func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
+	w.markRegistered(ins)
 	sc = w.with(ins.WithClause, sc)
 	rv := ins.Relation
 	w.mark(rv)
@@ -206,6 +207,7 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 		}
 		w.conflictLive(oc, rule, qualifier(rv), end)
 	}
+	w.registerSidecar(ins, rule, end)
 }
 
 // conflictLive adds the live condition of the target (visible under qual)

@@ -32,6 +32,12 @@
 //     an expired row that still holds the key is neither updated nor
 //     resurrected (the INSERT affects no row for it; the collision triggers
 //     of package install delete it first so that the new row goes in).
+//   - INSERT into a sidecar table with a lifetime registers each inserted
+//     row: WITH _ttl_ins AS (<insert> RETURNING <keys>) INSERT INTO
+//     <registry> … SELECT … FROM _ttl_ins ON CONFLICT (<keys>) DO UPDATE SET
+//     expires_at = EXCLUDED.expires_at; the command tag stays INSERT 0 n.
+//     With RETURNING, inside a WITH query, as a MERGE action, or as an upsert
+//     without refresh_on_update it is rejected.
 //   - MERGE: the target's live condition joins the ON condition (an expired
 //     target row matches nothing, so its source row takes WHEN NOT MATCHED),
 //     and WHEN NOT MATCHED BY SOURCE gets it too; the source is a read;

@@ -153,11 +153,15 @@ func (r *Rule) ExpiryValue(ttl time.Duration) string {
 
 // SidecarName returns the quoted qualified registry table name.
 func (r *Rule) SidecarName() string {
-	s := r.SidecarSchema
-	if s == "" {
-		s = r.SchemaName()
+	return QuoteIdent(r.sidecarSchema()) + "." + QuoteIdent(r.SidecarTable)
+}
+
+// sidecarSchema returns SidecarSchema or the table's schema.
+func (r *Rule) sidecarSchema() string {
+	if r.SidecarSchema == "" {
+		return r.SchemaName()
 	}
-	return QuoteIdent(s) + "." + QuoteIdent(r.SidecarTable)
+	return r.SidecarSchema
 }
 
 // QuotedName returns the quoted qualified table name, e.g. "public"."sessions".

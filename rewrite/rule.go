@@ -65,13 +65,17 @@ type Rule struct {
 
 	// SidecarSchema/SidecarTable (KindSidecar) name the registry table; it
 	// holds KeyColumns (the base table's primary key, same names) and an
-	// expires_at timestamptz column.
+	// expires_at timestamptz column. With a lifetime (DefaultTTL or the
+	// session's), INSERT registers each inserted row's expiry there with
+	// INSERT … ON CONFLICT (KeyColumns), so the registry needs a unique key
+	// (primary key or unique index) on exactly KeyColumns; without one the
+	// server rejects the INSERT (42P10).
 	SidecarSchema string
 	SidecarTable  string
 	KeyColumns    []string
 
-	// DefaultTTL is stamped on INSERT when the statement gives no expiry;
-	// 0 means no stamping.
+	// DefaultTTL is stamped on INSERT when the statement gives no expiry
+	// (registered in the registry for KindSidecar); 0 means no stamping.
 	DefaultTTL time.Duration
 	// RefreshOnUpdate: an UPDATE of a live row sets expiry to now()+DefaultTTL
 	// unless it sets the expiry itself.

@@ -2,7 +2,10 @@ package rewrite
 
 import (
 	"fmt"
+	"strings"
 	"time"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
 )
 
 // sidecarTTL reports that INSERT into the rule's table must register an
@@ -33,4 +36,84 @@ func (w *walker) rejectSidecarRegistration(rule *Rule, form string) {
 		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", rule.QualifiedName(), form),
 		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … without RETURNING, outside WITH, or insert the registry row yourself.", rule.Table),
 	})
+}
+
+// sidecarCTE names the data-modifying CTE that carries the rows of an INSERT
+// into a sidecar table to the registry.
+const sidecarCTE = "_ttl_ins"
+
+// registerSidecar makes an INSERT into a sidecar table register the expiry
+// of each row it inserts:
+//
+//	WITH _ttl_ins AS (<insert> RETURNING <keys>)
+//	INSERT INTO <registry> (<keys>, expires_at) SELECT <keys>, <expiry> FROM _ttl_ins
+//	ON CONFLICT (<keys>) DO UPDATE SET expires_at = EXCLUDED.expires_at
+//
+// The command tag stays INSERT 0 n: one registry row per inserted row. A
+// registry row left behind by a deleted base row is overwritten, which needs
+// a unique key on the registry's key columns. The INSERT's own WITH list is
+// kept and _ttl_ins appended to it. Forms whose result or rows cannot be
+// carried this way are rejected.
+func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *Rule, end int) {
+	ttl, ok := sidecarTTLFor(rule, w.s)
+	if !ok || w.registered[ins] {
+		return
+	}
+	switch {
+	case w.cteDepth > 0:
+		w.rejectSidecarRegistration(rule, "INSERT in a WITH query")
+		return
+	case len(ins.ReturningList) > 0:
+		w.rejectSidecarRegistration(rule, "INSERT … RETURNING")
+		return
+	case ins.OnConflictClause != nil && ins.OnConflictClause.Action == pg.OnConflictAction_ONCONFLICT_UPDATE && !rule.RefreshOnUpdate:
+		// RETURNING cannot tell an inserted row from an updated one, whose
+		// expiry must then stay as it is.
+		w.rejectSidecarRegistration(rule, "INSERT … ON CONFLICT DO UPDATE without refresh_on_update")
+		return
+	}
+	ts := w.tokens()
+	i := ts.at(int(ins.Relation.Location))
+	if i < 2 || ts.kind(i-1) != pg.Token_INTO || ts.kind(i-2) != pg.Token_INSERT {
+		w.fail(internalError("cannot locate INSERT INTO"))
+		return
+	}
+	last := ts.lastBefore(i, end)
+	if last < i {
+		w.fail(internalError("cannot locate the end of the INSERT"))
+		return
+	}
+	keys := make([]string, len(rule.KeyColumns))
+	for k, c := range rule.KeyColumns {
+		keys[k] = QuoteIdent(c)
+	}
+	list := strings.Join(keys, ", ")
+	open := "WITH " + sidecarCTE + " AS ("
+	if ins.WithClause != nil {
+		open = ", " + sidecarCTE + " AS ("
+	}
+	w.insert(ts[i-2].start, open)
+	w.insert(ts[last].end, " RETURNING "+list+") INSERT INTO "+rule.SidecarName()+" ("+list+", expires_at) SELECT "+
+		list+", "+rule.ExpiryValue(ttl)+" FROM "+sidecarCTE+" ON CONFLICT ("+list+") DO UPDATE SET expires_at = EXCLUDED.expires_at")
+}
+
+// markRegistered recognizes a statement registerSidecar wrote: the INSERT
+// into a sidecar table in the CTE _ttl_ins of an INSERT into that table's
+// registry. Rewriting it again must not register twice, nor reject the
+// INSERT for sitting in a WITH query.
+func (w *walker) markRegistered(outer *pg.InsertStmt) {
+	if outer.WithClause == nil || outer.Relation == nil {
+		return
+	}
+	for _, c := range outer.WithClause.Ctes {
+		cte := c.GetCommonTableExpr()
+		inner := cte.GetCtequery().GetInsertStmt()
+		if cte.GetCtename() != sidecarCTE || inner == nil {
+			continue
+		}
+		if r := w.ruleFor(inner.Relation, nil); r != nil && r.RuleKind() == KindSidecar &&
+			outer.Relation.Relname == r.SidecarTable && (outer.Relation.Schemaname == "" || outer.Relation.Schemaname == r.sidecarSchema()) {
+			w.registered[inner] = true
+		}
+	}
 }

@@ -30,10 +30,15 @@ type walker struct {
 	alias int
 	// construct names the statement being walked, for error messages.
 	construct string
+	// cteDepth counts the data-modifying CTEs being walked.
+	cteDepth int
+	// registered marks INSERTs whose sidecar registration the text already
+	// holds.
+	registered map[*pg.InsertStmt]bool
 }
 
 func newWalker(rw *Rewriter, sql string, s *Session) *walker {
-	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, alias: nextAlias(sql)}
+	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql)}
 }
 
 // nextAlias returns one more than the largest N of a _ttl_N in sql.
@@ -379,7 +384,9 @@ func (w *walker) cte(c *pg.CommonTableExpr, sc *scope) {
 	if w.err != nil {
 		return
 	}
+	w.cteDepth++
 	w.stmt(q, sc, start, end)
+	w.cteDepth--
 }
 
 // cteBody returns the offsets just inside the parentheses of a CTE body:
