@@ -173,12 +173,29 @@ func TestRefreshOnUpdate(t *testing.T) {
 func TestCancelThroughProxy(t *testing.T) {
 	s := newStack(t, stackOptions{rules: []rewrite.Rule{sessionsRule}})
 	conn := s.connect(s.proxied)
+	direct := s.connect(s.direct)
 	ctx := context.Background()
+	pid := conn.PgConn().PID()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		time.Sleep(300 * time.Millisecond)
+		// Cancel only once the backend is running the statement: a cancel
+		// that reaches an idle backend is ignored by the server.
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			var active bool
+			err := direct.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE pid = $1 AND state = 'active' AND query LIKE '%pg_sleep%')`, pid).Scan(&active)
+			if err != nil {
+				t.Errorf("pg_stat_activity: %v", err)
+				return
+			}
+			if active {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if err := conn.PgConn().CancelRequest(cctx); err != nil {
@@ -191,7 +208,7 @@ func TestCancelThroughProxy(t *testing.T) {
 	if code := sqlstate(err); code != "57014" {
 		t.Fatalf("pg_sleep(10) through the proxy: err %v (SQLSTATE %q), want 57014 query_canceled", err, code)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 8*time.Second {
 		t.Fatalf("cancel took %v", d)
 	}
 	// The session survives the cancel.
