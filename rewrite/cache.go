@@ -3,6 +3,7 @@ package rewrite
 import (
 	"encoding/binary"
 	"hash/maphash"
+	"strings"
 	"sync"
 )
 
@@ -156,6 +157,46 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 			b = binary.AppendUvarint(b, uint64(len(t.Columns)))
 			for _, c := range t.Columns {
 				str(c.Name)
+			}
+		}
+		if len(cat.Children) == 0 {
+			b = append(b, 0)
+		} else {
+			b = append(b, 1)
+			keys := rw.children.get(cat.Children).keys
+			b = binary.AppendUvarint(b, uint64(len(keys)))
+			for _, k := range keys {
+				str(k)
+				parent, ok := cat.Children[k]
+				if !ok {
+					b = append(b, 0)
+					continue
+				}
+				b = append(b, 1)
+				str(parent)
+				if t := cat.Tables[k]; t == nil {
+					b = append(b, 0)
+				} else {
+					b = append(b, 1)
+					b = binary.AppendUvarint(b, uint64(len(t.Columns)))
+					for _, c := range t.Columns {
+						str(c.Name)
+					}
+				}
+				// The schemas holding the child's name (either reading of a
+				// dotted key).
+				for _, name := range [2]string{k[strings.IndexByte(k, '.')+1:], k[strings.LastIndexByte(k, '.')+1:]} {
+					holders, ok := cat.Schemas[name]
+					if !ok {
+						b = append(b, 0)
+						continue
+					}
+					b = append(b, 1)
+					b = binary.AppendUvarint(b, uint64(len(holders)))
+					for _, h := range holders {
+						str(h)
+					}
+				}
 			}
 		}
 	}

@@ -39,6 +39,8 @@ type Rewriter struct {
 	// have a rule for a table name.
 	byKey  map[relKey]*Rule
 	byName map[string][]*Rule
+	// byQualified finds a rule by QualifiedName (Catalog.Children values).
+	byQualified map[string]*Rule
 	// names lists the distinct TTL table names, sorted (cache key).
 	names []string
 	// quick finds TTL and registry table names and U&" in raw text; tables
@@ -47,6 +49,8 @@ type Rewriter struct {
 	tables matcher
 
 	cache *cache
+	// children holds the matchers of the sessions' Children maps.
+	children childIndexes
 }
 
 type relKey struct{ schema, table string }
@@ -72,6 +76,8 @@ func New(rules []Rule, opts Options) (*Rewriter, error) {
 		opts:   opts,
 		byKey:  make(map[relKey]*Rule, len(rules)),
 		byName: make(map[string][]*Rule, len(rules)),
+
+		byQualified: make(map[string]*Rule, len(rules)),
 	}
 	for i := range rules {
 		r := &rules[i]
@@ -80,6 +86,7 @@ func New(rules []Rule, opts Options) (*Rewriter, error) {
 			return nil, fmt.Errorf("table %s has two rules", r.QualifiedName())
 		}
 		rw.byKey[k] = r
+		rw.byQualified[r.QualifiedName()] = r
 		if len(rw.byName[r.Table]) == 0 {
 			rw.names = append(rw.names, r.Table)
 		}
@@ -118,7 +125,7 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 	if s == nil {
 		s = &defaultSession
 	}
-	if s.Bypass || len(rw.rules) == 0 || rw.quick.find(sql) < 0 {
+	if s.Bypass || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsChild(sql, s)) {
 		return Result{SQL: sql}, nil
 	}
 	if len(sql) > rw.opts.MaxStatementBytes {

@@ -21,16 +21,27 @@ type Session struct {
 // Catalog is what the proxy learned from the server about the TTL tables.
 //
 // The rewrite cache keys on the catalog's content, not its identity: the
-// schemas holding each TTL table name and each TTL table's column names. An
+// schemas holding each TTL table name and each TTL table's column names, and
+// for each child its rule, its column names and the schemas holding its
+// name. An
 // equal Catalog built for another session shares cache entries, and a changed
 // one never gets a stale entry. Rewrite reads the maps without locking, so
 // replace a Catalog that sessions use instead of modifying it.
 type Catalog struct {
 	// Tables by qualified name "schema.table".
 	Tables map[string]*TableInfo
-	// Schemas lists, for each relation name that is also a TTL table name,
-	// every schema holding a relation of that name.
+	// Schemas lists, for each relation name that is also the name of a TTL
+	// table or of one of Children, every schema holding a relation of that
+	// name.
 	Schemas map[string][]string
+	// Children maps each inheritance child and partition of a TTL table, at
+	// any depth, "schema.table", to the qualified name (Rule.QualifiedName)
+	// of the TTL table whose rule it follows. A child is filtered, stamped
+	// and registered like its ancestor (same expiry column; a sidecar rule
+	// keeps the ancestor's registry); Tables should hold its columns, which
+	// may be ordered differently. The rewriter indexes a Children map by its
+	// identity on first use: build a new map instead of changing one.
+	Children map[string]string
 }
 
 // TableInfo describes one table.

@@ -35,6 +35,9 @@ type walker struct {
 	// registered marks INSERTs whose sidecar registration the text already
 	// holds.
 	registered map[*pg.InsertStmt]bool
+	// childRules holds the rules made for children of TTL tables, by
+	// "schema.table" (nil: not a TTL table).
+	childRules map[string]*Rule
 }
 
 func newWalker(rw *Rewriter, sql string, s *Session) *walker {
@@ -141,28 +144,29 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *Rule {
 		return nil
 	}
 	if rv.Schemaname != "" {
-		return w.rw.byKey[relKey{rv.Schemaname, rv.Relname}]
+		return w.ruleAt(rv.Schemaname, rv.Relname)
 	}
-	if len(w.rw.byName[rv.Relname]) == 0 || sc.has(rv.Relname) {
+	cat := w.s.Catalog
+	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.Children) == 0)) {
 		return nil
 	}
 	path := w.s.SearchPath
 	if path == nil {
 		path = publicPath
 	}
-	if cat := w.s.Catalog; cat != nil {
+	if cat != nil {
 		if holders, ok := cat.Schemas[rv.Relname]; ok {
 			for _, sch := range path {
 				for _, h := range holders {
 					if h == sch {
-						return w.rw.byKey[relKey{sch, rv.Relname}]
+						return w.ruleAt(sch, rv.Relname)
 					}
 				}
 			}
 		}
 	}
 	for _, sch := range path {
-		if r := w.rw.byKey[relKey{sch, rv.Relname}]; r != nil {
+		if r := w.ruleAt(sch, rv.Relname); r != nil {
 			return r
 		}
 	}
