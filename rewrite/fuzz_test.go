@@ -17,6 +17,9 @@ func FuzzRewrite(f *testing.F) {
 		`SELECT * FROM sessions s JOIN users u ON u.id = s.owner`,
 		`UPDATE sessions SET note = 'x' WHERE id = 1 RETURNING *`,
 		`INSERT INTO sessions (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET note = 'y'`,
+		`MERGE INTO sessions s USING src ON CASE WHEN src.k THEN s.id = src.id END WHEN MATCHED THEN UPDATE SET note = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)`,
+		`MERGE INTO t USING (SELECT * FROM sessions) s ON t.id = s.id WHEN NOT MATCHED BY SOURCE AND t.x THEN DELETE`,
+		`UPDATE t SET (a, b) = (SELECT owner, note FROM sessions WHERE id = t.id)`,
 	} {
 		f.Add(s)
 	}
