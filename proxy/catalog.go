@@ -45,16 +45,19 @@ func (c *catalogCache) put(db string, cat *rewrite.Catalog) {
 	c.mu.Unlock()
 }
 
-// catalogQueries are the proxy's own startup queries, encoded once.
+// catalogQueries are the proxy's own queries, encoded once.
 type catalogQueries struct {
-	// session: search_path, current_user, session_user.
-	session []byte
-	// full: session, then the TTL tables' columns, their unique keys, and
+	// state: the session state (stateQuery) as a simple Query.
+	state []byte
+	// refresh: the same in the extended protocol (encodeRefresh).
+	refresh []byte
+	// full: state, then the TTL tables' columns, their unique keys, and
 	// the schemas holding a relation named like a TTL table.
 	full []byte
+	// names are the distinct TTL table names, in the order stateQuery
+	// numbers them.
+	names []string
 }
-
-const sessionQuery = `SELECT pg_catalog.current_setting('search_path'), current_user, session_user`
 
 func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
 	var pairs, names []string
@@ -71,13 +74,20 @@ func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
 			names = append(names, literal(r.Table))
 		}
 	}
-	q := catalogQueries{session: appendQuery(nil, sessionQuery)}
+	var plain []string
+	for i := range rules {
+		if !slices.Contains(plain, rules[i].Table) {
+			plain = append(plain, rules[i].Table)
+		}
+	}
+	stateQuery := buildStateQuery(plain)
+	q := catalogQueries{state: appendQuery(nil, stateQuery), refresh: encodeRefresh(stateQuery), names: plain}
 	if len(pairs) == 0 {
-		q.full = q.session
+		q.full = q.state
 		return q
 	}
 	tables := strings.Join(pairs, ", ")
-	full := sessionQuery + `;
+	full := stateQuery + `;
 SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
   FROM pg_catalog.pg_attribute a
   JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
@@ -121,6 +131,7 @@ func literal(s string) string {
 func (s *session) finishStartup() error {
 	rs := &rewrite.Session{}
 	if len(s.srv.rules) > 0 && !s.replication {
+		s.track = true
 		if err := s.loadCatalog(rs); err != nil {
 			return err
 		}
@@ -133,7 +144,7 @@ func (s *session) finishStartup() error {
 func (s *session) loadCatalog(rs *rewrite.Session) error {
 	srv := s.srv
 	cat := srv.catalogs.get(s.database, srv.cfg.CatalogTTL)
-	query := srv.queries.session
+	query := srv.queries.state
 	if cat == nil {
 		query = srv.queries.full
 	}
@@ -148,7 +159,7 @@ func (s *session) loadCatalog(rs *rewrite.Session) error {
 	if _, err := up.Write(query); err != nil {
 		return fmt.Errorf("sending catalog query: %w", err)
 	}
-	results, qerr, err := readResults(s)
+	results, qerr, status, err := readResults(s)
 	if err != nil {
 		return fmt.Errorf("reading catalog query results: %w", err)
 	}
@@ -156,65 +167,73 @@ func (s *session) loadCatalog(rs *rewrite.Session) error {
 		s.log.Warn("catalog query failed; statements that need the catalog will be rejected",
 			"sqlstate", qerr.Code, "err", qerr.Message)
 	}
-	if len(results) > 0 && len(results[0]) == 1 && len(results[0][0]) == 3 {
-		row := results[0][0]
-		rs.SearchPath = parseSearchPath(row[0], row[1])
-		rs.Bypass = srv.bypass[row[1]] || srv.bypass[row[2]]
-	}
+	s.txStatus.Store(uint32(status))
 	if cat == nil && qerr == nil && len(results) == 4 {
 		cat = buildCatalog(results[1], results[2], results[3])
 		srv.catalogs.put(s.database, cat)
 	}
+	s.baseCatalog = cat
 	rs.Catalog = cat
+	if len(results) > 0 && len(results[0]) == 1 && len(results[0][0]) == stateColumns {
+		*rs = *s.applyState(rs, results[0][0])
+	} else {
+		// Without the state, refresh before the first statement.
+		s.dirty = true
+	}
 	s.log.Debug("session catalog",
 		"search_path", rs.SearchPath, "bypass", rs.Bypass, "catalog_known", cat != nil)
 	return nil
 }
 
 // readResults reads the answer to one simple Query up to ReadyForQuery:
-// the rows of each result set as text (NULL as ""), and the server's error
-// if there was one. Notices are dropped; asynchronous messages are passed on
-// to the client.
-func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, err error) {
+// the rows of each result set as text (NULL as ""), the server's error if
+// there was one, and the transaction status. Notices are dropped;
+// asynchronous messages are passed on to the client.
+func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
 	r := s.ur
 	var buf []byte
 	for {
 		_, length, err := peekHeader(r)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		if length < 4 || length > 1<<30 {
-			return nil, nil, fmt.Errorf("invalid message length %d from upstream", length)
+			return nil, nil, 0, fmt.Errorf("invalid message length %d from upstream", length)
 		}
 		if buf, err = readMessage(r, buf, int(length)+1); err != nil {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		body := buf[headerLen:]
 		switch buf[0] {
-		case 'T':
+		case 'T', '2':
+			// A result set starts with its RowDescription, or in the
+			// extended protocol with BindComplete.
 			results = append(results, nil)
 		case 'D':
 			if len(results) == 0 {
-				return nil, nil, errors.New("DataRow before RowDescription")
+				return nil, nil, 0, errors.New("DataRow before RowDescription")
 			}
 			row, err := decodeDataRow(body)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, 0, err
 			}
 			results[len(results)-1] = append(results[len(results)-1], row)
 		case 'S', 'A':
 			// Asynchronous ParameterStatus and NotificationResponse
 			// belong to the client.
 			if _, err := s.cw.Write(buf); err != nil {
-				return nil, nil, &writeError{err}
+				return nil, nil, 0, &writeError{err}
 			}
 		case 'E':
 			qerr = &pgproto3.ErrorResponse{}
 			if err := qerr.Decode(body); err != nil {
-				return nil, nil, err
+				return nil, nil, 0, err
 			}
 		case 'Z':
-			return results, qerr, nil
+			if len(body) > 0 {
+				status = body[0]
+			}
+			return results, qerr, status, nil
 		}
 	}
 }

@@ -51,8 +51,8 @@ func (s *session) clientToServer() error {
 		var partial bool
 		switch typ {
 		case 'Q':
-			if !s.expect() {
-				return errShutdown
+			if err := s.announce(!open); err != nil {
+				return err
 			}
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.clientEnded(err, false)
@@ -60,8 +60,8 @@ func (s *session) clientToServer() error {
 			err = s.forwardQuery(buf)
 		case 'P':
 			if !open {
-				if !s.expect() {
-					return errShutdown
+				if err := s.announce(true); err != nil {
+					return err
 				}
 				open = true
 			}
@@ -80,13 +80,38 @@ func (s *session) clientToServer() error {
 			if !s.expect() {
 				return errShutdown
 			}
+			// A FunctionCall may be set_config() by OID.
+			if s.track {
+				s.dirty, s.unseen = true, true
+			}
 			partial, err = relayRaw(r, w, total)
 		case 'B', 'E', 'D', 'C', 'H':
 			if !open {
-				if !s.expect() {
-					return errShutdown
+				if err := s.announce(true); err != nil {
+					return err
 				}
 				open = true
+				if typ == 'B' && len(s.prepared) > 0 {
+					if err := s.reprepareBound(r, total); err != nil {
+						return s.stateFailed(err)
+					}
+				}
+			}
+			if s.track && (typ == 'B' || typ == 'C') && (len(s.prepared) > 0 || len(s.stateStmts) > 0 || len(s.tempShadows) > 0) {
+				var stale error
+				if stale, err = s.inspect(typ, r, total); stale != nil && err == nil {
+					// Never bind a statement rewritten for another state:
+					// the server fails a placeholder in its place.
+					if _, err = r.Discard(total); err == nil {
+						p := pgproto3.Parse{Name: "ttlproxy_stale", Query: rejectMarker(s.addRejection(stale))}
+						s.out, _ = p.Encode(s.out[:0])
+						err = s.write(s.out)
+					}
+					break
+				}
+				if err != nil {
+					break
+				}
 			}
 			partial, err = relayRaw(r, w, total)
 		case 'X':
@@ -120,6 +145,35 @@ func (s *session) clientToServer() error {
 			}
 		}
 	}
+}
+
+// announce prepares to forward a Query or the Parse that starts a batch:
+// when refresh is set and the session state may have changed, it waits for
+// the answers the client is owed and re-reads the state (state.go); then it
+// announces the ReadyForQuery the message will cost.
+func (s *session) announce(refresh bool) error {
+	refresh = refresh && s.dirty && s.track
+	if refresh {
+		if err := s.awaitIdle(); err != nil {
+			return s.stateFailed(err)
+		}
+	}
+	if !s.expect() {
+		return errShutdown
+	}
+	if refresh {
+		if err := s.syncState(); err != nil {
+			return s.stateFailed(err)
+		}
+	}
+	return nil
+}
+
+func (s *session) stateFailed(err error) error {
+	if isWriteError(err) {
+		return s.upstreamWriteFailed(err)
+	}
+	return err
 }
 
 // clientEnded handles a failed read from the client: the client is gone.
@@ -175,7 +229,14 @@ func (s *session) forwardQuery(msg []byte) error {
 	if s.replication {
 		return s.write(msg)
 	}
-	res, err := s.rewriteStatement(string(text))
+	sql := string(text)
+	res, err := s.rewriteStatement(sql)
+	if s.track {
+		if err == nil && s.unseen && s.sensitive(res) {
+			err = errStalePipeline
+		}
+		s.noteStatement(sql)
+	}
 	switch {
 	case err != nil:
 		s.out = appendQuery(s.out[:0], rejectMarker(s.addRejection(err)))
@@ -202,7 +263,16 @@ func (s *session) forwardParse(msg []byte) error {
 	if s.replication {
 		return s.write(msg)
 	}
-	res, err := s.rewriteStatement(string(text))
+	sql := string(text)
+	res, err := s.rewriteStatement(sql)
+	if s.track {
+		s.noteParse(name, sql)
+		sensitive := err == nil && s.sensitive(res)
+		if sensitive && s.unseen {
+			err, sensitive = errStalePipeline, false
+		}
+		s.notePrepared(name, sql, rest[2:], sensitive)
+	}
 	if err == nil && !res.Rewritten {
 		return s.write(msg)
 	}

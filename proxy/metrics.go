@@ -18,6 +18,7 @@ type metrics struct {
 	rewriteCacheHits       prometheus.Counter
 	upstreamErrors         prometheus.Counter
 	cancelRequests         prometheus.Counter
+	sessionRefreshes       prometheus.Counter
 }
 
 const (
@@ -68,13 +69,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "cancel_requests_total",
 			Help: "CancelRequests relayed to the upstream server.",
 		}),
+		sessionRefreshes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "session_refreshes_total",
+			Help: "Queries the proxy ran to re-read a session's search_path, ttlproxy.ttl, role and temporary tables after a statement that may have changed them.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
-		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests,
+		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("proxy: registering metrics: %w", err)

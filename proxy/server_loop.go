@@ -29,6 +29,11 @@ func (s *session) serverToClient() error {
 
 		var partial bool
 		switch {
+		case typ != 'D' && s.refreshing.Load() > 0:
+			// The answer to the proxy's state query (state.go).
+			if err = s.readState(); err != nil && !isWriteError(err) {
+				return s.upstreamEnded(err, false, lastType)
+			}
 		case typ == 'Z' && length == 5:
 			hdr, err := r.Peek(6)
 			if err != nil {
@@ -55,11 +60,15 @@ func (s *session) serverToClient() error {
 			if s.nrejects.Load() > 0 {
 				s.dropRejections(zSeq)
 			}
+			s.txStatus.Store(uint32(status))
 			v := s.pending.Add(-1)
 			if v < 0 && !isClosed(v) {
 				// A ReadyForQuery the proxy did not foresee (a Sync ignored
 				// in COPY mode is the other way round): resynchronise.
 				s.pending.CompareAndSwap(v, 0)
+			}
+			if v <= 0 {
+				s.noteIdle()
 			}
 			s.writeZ(status)
 			if v <= 0 && s.shutdown.Load() && s.pending.CompareAndSwap(0, closedMark) {

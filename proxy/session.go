@@ -92,17 +92,49 @@ type session struct {
 	rejectMu sync.Mutex
 	rejects  []rejection
 	nrejects atomic.Int32
+
+	// Session state tracking (state.go). track is set at startup when
+	// statements are rewritten at all.
+	track bool
+	// txStatus is the status byte of the last ReadyForQuery.
+	txStatus atomic.Uint32
+	// refreshing hands the next results read by serverToClient to
+	// clientToServer (through refreshed) instead of the client.
+	// refreshing counts the answers (each up to a ReadyForQuery) that
+	// serverToClient hands clientToServer through refreshed.
+	refreshing atomic.Int32
+	refreshed  chan refreshResult
+	// idleWait asks serverToClient to signal idle when pending drops to 0.
+	idleWait atomic.Bool
+	idle     chan struct{}
+	// Owned by clientToServer (by serverToClient during startup).
+	dirty bool
+	// unseen: a statement that may change the state was forwarded since
+	// the state was last read.
+	unseen      bool
+	baseCatalog *rewrite.Catalog
+	tempShadows []string
+	stateStmts  map[string]struct{}
+	// stateKey identifies the rewrite-relevant state; gen counts its
+	// changes.
+	stateKey string
+	gen      uint64
+	// prepared holds the extended-protocol statements whose rewrite
+	// depends on the session state, by name.
+	prepared map[string]*preparedStmt
 }
 
 func newSession(srv *Server, conn net.Conn) *session {
 	id := srv.nextID.Add(1)
 	return &session{
-		srv:    srv,
-		id:     id,
-		log:    srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String()),
-		client: conn,
-		ready:  make(chan struct{}),
-		quit:   make(chan struct{}),
+		srv:       srv,
+		id:        id,
+		log:       srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String()),
+		client:    conn,
+		ready:     make(chan struct{}),
+		quit:      make(chan struct{}),
+		refreshed: make(chan refreshResult, 1),
+		idle:      make(chan struct{}, 1),
 	}
 }
 

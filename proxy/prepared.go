@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// Prepared statements and session state.
+//
+// A Parse is rewritten for the session state of its time, but PostgreSQL
+// re-analyses a prepared statement when search_path has changed since, and
+// a statement prepared for a bypass role carries no filter at all. So the
+// proxy keeps, for every prepared statement whose rewrite depends on the
+// state (it names a TTL table name, or the session bypassed the rewriter),
+// its text and the state generation it was rewritten for. When the state
+// changes outside a transaction block, those statements are prepared again
+// for the new state at once (Close and Parse under the same name, answered
+// to the proxy alone), so a client's statement cache keeps working. A stale
+// statement that could not be prepared again (inside a transaction block,
+// where a failure would abort the client's transaction, or after a
+// DEALLOCATE the proxy cannot follow) is rejected when bound: never run for
+// a state it was not rewritten for.
+
+// preparedStmt is one state-dependent prepared statement.
+type preparedStmt struct {
+	sql  string
+	oids []uint32
+	gen  uint64
+	// doubtful: the client may have deallocated it with SQL (DEALLOCATE,
+	// DISCARD ALL), so it must not be re-created.
+	doubtful bool
+	// rejected: preparing it again for the current state was rejected; the
+	// statement no longer exists on the server.
+	rejected error
+}
+
+// errStalePipeline rejects a statement that follows, in the same pipeline,
+// one that may have changed the session state.
+var errStalePipeline = &rewrite.Error{
+	Code: codeFeatureNotSupported,
+	Message: "ttlproxy: cannot rewrite a statement that follows a change of search_path, role, " +
+		"ttlproxy.ttl or temporary tables in the same pipeline",
+	Hint: "End the pipeline (Sync) after the statement that changes the setting.",
+}
+
+func staleStatementError(name string) *rewrite.Error {
+	return &rewrite.Error{
+		Code: codeFeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: prepared statement %q was prepared before a change of search_path, "+
+			"role, ttlproxy.ttl or temporary tables", name),
+		Hint: "Prepare the statement again.",
+	}
+}
+
+// sensitive reports whether the rewrite of a statement may differ in
+// another session state: it names a TTL table, or the rewriter was bypassed.
+func (s *session) sensitive(res rewrite.Result) bool {
+	return res.Parsed || res.Rewritten || s.rw.Bypass
+}
+
+// notePrepared records the outcome of a Parse: name now holds sql
+// (parameter types oids, raw big-endian) rewritten for the current state,
+// or nothing the proxy needs to follow.
+func (s *session) notePrepared(name []byte, sql string, oids []byte, keep bool) {
+	if !keep {
+		if len(s.prepared) > 0 {
+			delete(s.prepared, string(name))
+		}
+		return
+	}
+	if s.prepared == nil {
+		s.prepared = make(map[string]*preparedStmt)
+	}
+	p := &preparedStmt{sql: sql, gen: s.gen}
+	for ; len(oids) >= 4; oids = oids[4:] {
+		p.oids = append(p.oids, uint32(oids[0])<<24|uint32(oids[1])<<16|uint32(oids[2])<<8|uint32(oids[3]))
+	}
+	s.prepared[string(name)] = p
+}
+
+// noteClose forgets a statement closed with a Close message (body is its
+// body, possibly truncated).
+func (s *session) noteClose(body []byte) {
+	if len(body) < 1 || body[0] != 'S' {
+		return
+	}
+	if name, _, ok := cstring(body[1:]); ok {
+		delete(s.prepared, string(name))
+	}
+}
+
+// staleBind returns the rejection for a Bind (body possibly truncated) of a
+// statement that must not run in the current state, or nil.
+func (s *session) staleBind(body []byte) error {
+	_, rest, ok := cstring(body)
+	if !ok {
+		return nil
+	}
+	name, _, ok := cstring(rest)
+	if !ok {
+		return nil
+	}
+	p := s.prepared[string(name)]
+	if p == nil {
+		return nil
+	}
+	if p.gen != s.gen || s.unseen {
+		if p.rejected != nil {
+			return p.rejected
+		}
+		return staleStatementError(string(name))
+	}
+	return nil
+}
+
+// reprepare prepares every stale statement again for the current state.
+// Called between statements outside a transaction block, with nothing
+// outstanding.
+func (s *session) reprepare() error {
+	return s.reprepareOnly(nil)
+}
+
+// reprepareOnly is reprepare for the statements only names, or all when
+// only is nil.
+func (s *session) reprepareOnly(only []byte) error {
+	var msgs []byte
+	n := 0
+	for name, p := range s.prepared {
+		if p.gen == s.gen || p.doubtful || only != nil && name != string(only) {
+			continue
+		}
+		p.gen = s.gen
+		res, err := s.srv.cfg.rewriter.Rewrite(p.sql, s.rw)
+		msgs, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(msgs)
+		if err == nil {
+			q := &pgproto3.Parse{Name: name, Query: res.SQL, ParameterOIDs: p.oids}
+			if !res.Rewritten {
+				q.Query = p.sql
+			}
+			msgs, err = q.Encode(msgs)
+			if err != nil {
+				return &protocolError{code: codeProgramLimit, msg: "rewritten Parse message too large"}
+			}
+			p.rejected = nil
+		} else {
+			p.rejected = err
+		}
+		msgs = append(msgs, 'S', 0, 0, 0, 4)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	_, err := s.ask(msgs, n)
+	return err
+}
+
+// mayDeallocate reports whether sql may deallocate prepared statements
+// (DEALLOCATE, DISCARD ALL).
+func mayDeallocate(sql string) bool {
+	return containsFold(sql, "deallocate") || containsFold(sql, "discard") && containsFold(sql, "all")
+}
+
+// containsFold is an ASCII case-insensitive strings.Contains for a
+// lower-case needle.
+func containsFold(s, needle string) bool {
+	for i := 0; i+len(needle) <= len(s); i++ {
+		if s[i]|0x20 == needle[0] && strings.EqualFold(s[i:i+len(needle)], needle) {
+			return true
+		}
+	}
+	return false
+}
+
+// inspect looks at a Bind or Close about to be relayed (total bytes, still
+// unread in r): it returns the rejection for a Bind that must not run, and
+// notes what the message changes.
+func (s *session) inspect(typ byte, r *bufio.Reader, total int) (stale, err error) {
+	b, err := r.Peek(min(total, r.Size()))
+	if err != nil && len(b) < total {
+		return nil, err
+	}
+	body := b[headerLen:]
+	if typ == 'C' {
+		if len(s.prepared) > 0 {
+			s.noteClose(body)
+		}
+		return nil, nil
+	}
+	if len(s.prepared) > 0 {
+		if stale = s.staleBind(body); stale != nil {
+			return stale, nil
+		}
+	}
+	s.noteBind(body)
+	return nil, nil
+}
+
+// reprepareBound prepares again, inside a transaction block, the stale
+// statement that the Bind starting a batch (total bytes, unread in r) is
+// about to run: a failure is the failure running it would have. Nothing
+// but this batch may be outstanding.
+func (s *session) reprepareBound(r *bufio.Reader, total int) error {
+	if s.unseen || s.pending.Load() != 1 || byte(s.txStatus.Load()) != 'T' {
+		return nil
+	}
+	b, err := r.Peek(min(total, r.Size()))
+	if err != nil && len(b) < total {
+		return nil
+	}
+	_, rest, ok := cstring(b[headerLen:])
+	if !ok {
+		return nil
+	}
+	name, _, ok := cstring(rest)
+	if !ok {
+		return nil
+	}
+	if p := s.prepared[string(name)]; p == nil || p.gen == s.gen || p.doubtful {
+		return nil
+	}
+	return s.reprepareOnly(name)
+}

@@ -1,0 +1,385 @@
+package proxy
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+func TestMayChangeState(t *testing.T) {
+	for _, c := range []struct {
+		sql  string
+		want bool
+	}{
+		{"SELECT 1", false},
+		{"SELECT * FROM items WHERE note = 'x'", false},
+		{"SET search_path = other", true},
+		{"set SEARCH_PATH to other, public", true},
+		{`SET "search_path" = other`, true},
+		{"SET LOCAL search_path = other", true},
+		{"SELECT pg_catalog.set_config('search_path', 'other', false)", true},
+		{"SELECT SET_CONFIG('x', 'y', true)", true},
+		{"RESET ALL", true},
+		{"reset search_path", true},
+		{"DISCARD ALL", true},
+		{"SET ttlproxy.ttl = '10 minutes'", true},
+		{"SET ROLE app", true},
+		{"SET SESSION ROLE app", true},
+		{"SET LOCAL ROLE app", true},
+		{"SELECT role FROM users", false},
+		{"SET SESSION AUTHORIZATION app", true},
+		{"SELECT authorization FROM t", false},
+		{"SET SCHEMA 'other'", true},
+		{"CREATE SCHEMA other", false},
+		{"SELECT * FROM information_schema.tables", false},
+		{"CREATE TEMP TABLE items (id int)", true},
+		{"create temporary table items (id int)", true},
+		{"CREATE GLOBAL TEMPORARY TABLE items (id int)", true},
+		{"CREATE LOCAL TEMP TABLE items (id int)", true},
+		{"CREATE OR REPLACE TEMP VIEW items AS SELECT 1", true},
+		{"SELECT * INTO TEMP items FROM src", true},
+		{"CREATE TABLE pg_temp.items (id int)", true},
+		{"SELECT temp FROM readings", false},
+		{"SELECT * FROM template_items", false},
+		{"SELECT 1; SET search_path = x", true},
+	} {
+		if got := mayChangeState(c.sql); got != c.want {
+			t.Errorf("mayChangeState(%q) = %v, want %v", c.sql, got, c.want)
+		}
+	}
+}
+
+func TestParseTTLSetting(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"10 minutes", 10 * time.Minute},
+		{"00:10:00", 10 * time.Minute},
+		{"1 day 02:00:00", 26 * time.Hour},
+		{"@ 1 hour 30 mins", 90 * time.Minute},
+		{"1h30m", 90 * time.Minute},
+		{"7d", 7 * 24 * time.Hour},
+		{"2 weeks", 14 * 24 * time.Hour},
+		{"90", 90 * time.Second},
+		{"1.5 hours", 90 * time.Minute},
+		{" 1 day ", 24 * time.Hour},
+		{"00:00:01.5", 1500 * time.Millisecond},
+	} {
+		got, err := parseTTLSetting(c.in)
+		if err != nil || got == nil || *got != c.want {
+			t.Errorf("parseTTLSetting(%q) = %v, %v; want %v", c.in, got, err, c.want)
+		}
+	}
+	if got, err := parseTTLSetting(""); got != nil || err != nil {
+		t.Errorf(`parseTTLSetting("") = %v, %v`, got, err)
+	}
+	for _, bad := range []string{"1 month", "2 years", "soon", "-10 minutes", "0", "1 hour ago", "1:2:3:4", "minutes"} {
+		if got, err := parseTTLSetting(bad); err == nil {
+			t.Errorf("parseTTLSetting(%q) = %v, want an error", bad, *got)
+		}
+	}
+}
+
+// stateRules: public.items and ttl2.items are TTL tables; other.items is
+// not.
+var stateRules = []rewrite.Rule{
+	{Table: "items", DefaultTTL: time.Hour},
+	{Schema: "ttl2", Table: "items", DefaultTTL: time.Hour},
+}
+
+const stateSchema = `
+CREATE SCHEMA other;
+CREATE SCHEMA ttl2;
+CREATE TABLE public.items (id int PRIMARY KEY, expires_at timestamptz);
+CREATE TABLE other.items (id int PRIMARY KEY, expires_at timestamptz);
+CREATE TABLE ttl2.items (id int PRIMARY KEY, expires_at timestamptz);
+INSERT INTO public.items VALUES (1, NULL), (2, now() - interval '1 hour');
+INSERT INTO other.items VALUES (1, NULL), (2, now() - interval '1 hour'), (3, now() - interval '1 hour');
+INSERT INTO ttl2.items VALUES (1, NULL), (2, NULL), (3, now() - interval '1 hour'), (4, now() - interval '1 hour');
+`
+
+// Row counts through the proxy: public.items and ttl2.items filtered,
+// other.items not.
+const (
+	countPublic = 1
+	countOther  = 3
+	countTTL2   = 2
+)
+
+// startStateProxy runs the proxy with the real rewriter in front of a
+// database holding stateSchema.
+func startStateProxy(t *testing.T, cfg Config) (*testProxy, string) {
+	t.Helper()
+	rw, err := rewrite.New(stateRules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := rw.Rewrite("SELECT count(*) FROM items", &rewrite.Session{
+		Catalog: &rewrite.Catalog{
+			Tables:  map[string]*rewrite.TableInfo{"public.items": {Columns: []rewrite.Column{{Name: "id", Type: "integer"}, {Name: "expires_at", Type: "timestamp with time zone"}}}},
+			Schemas: map[string][]string{"items": {"public"}},
+		},
+	})
+	if err != nil || !probe.Rewritten {
+		t.Skipf("package rewrite does not filter yet (rewritten=%v, err=%v)", probe.Rewritten, err)
+	}
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, stateSchema)
+	cfg.Rewriter, cfg.rewriter = rw, rw
+	return startProxy(t, cfg), db
+}
+
+func countItems(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(testContext(t), "SELECT count(*) FROM items").Scan(&n); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	return n
+}
+
+func requireCount(t *testing.T, conn *pgx.Conn, want int, what string) {
+	t.Helper()
+	if got := countItems(t, conn); got != want {
+		t.Fatalf("%s: count(*) FROM items = %d, want %d", what, got, want)
+	}
+}
+
+func TestSearchPathTracking(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			requireCount(t, conn, countPublic, "default path")
+
+			mustExec(t, conn, "SET search_path = other")
+			requireCount(t, conn, countOther, "path other (non-TTL table)")
+			mustExec(t, conn, "SET search_path = ttl2, public")
+			requireCount(t, conn, countTTL2, "path ttl2 (TTL table)")
+			mustExec(t, conn, "RESET search_path")
+			requireCount(t, conn, countPublic, "after RESET")
+
+			// A rolled-back SET leaves the old path.
+			mustExec(t, conn, "BEGIN")
+			mustExec(t, conn, "SET search_path = other")
+			requireCount(t, conn, countOther, "SET inside a transaction")
+			mustExec(t, conn, "ROLLBACK")
+			requireCount(t, conn, countPublic, "after ROLLBACK")
+
+			// SET LOCAL reverts at COMMIT.
+			mustExec(t, conn, "BEGIN")
+			mustExec(t, conn, "SET LOCAL search_path = other")
+			requireCount(t, conn, countOther, "SET LOCAL")
+			mustExec(t, conn, "COMMIT")
+			requireCount(t, conn, countPublic, "after COMMIT of SET LOCAL")
+
+			mustExec(t, conn, "SELECT pg_catalog.set_config('search_path', 'other', false)")
+			requireCount(t, conn, countOther, "set_config")
+			mustExec(t, conn, "RESET ALL")
+			requireCount(t, conn, countPublic, "after RESET ALL")
+			mustExec(t, conn, "SET search_path = ttl2")
+			mustExec(t, conn, "DISCARD ALL")
+			if m.mode == pgx.QueryExecModeCacheStatement {
+				// DISCARD ALL deallocated pgx's cached statement behind
+				// its back: the next use fails, as without the proxy, and
+				// pgx prepares it again.
+				var n int
+				if err := conn.QueryRow(testContext(t), "SELECT count(*) FROM items").Scan(&n); err == nil {
+					t.Fatalf("statement deallocated by DISCARD ALL still ran (count %d)", n)
+				}
+			}
+			requireCount(t, conn, countPublic, "after DISCARD ALL")
+		})
+	}
+}
+
+// TestSearchPathSetConfigPrepared: a prepared set_config statement executed
+// again (only Bind and Execute reach the proxy) still marks the session.
+func TestSearchPathSetConfigPrepared(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
+	const setPath = "SELECT pg_catalog.set_config('search_path', $1, false)"
+	for range 2 {
+		mustExec(t, conn, setPath, "other")
+		requireCount(t, conn, countOther, "set_config other")
+		mustExec(t, conn, setPath, "public")
+		requireCount(t, conn, countPublic, "set_config public")
+	}
+}
+
+// TestSearchPathRefreshOnlyWhenNeeded: statements that cannot change the
+// state cost no extra round trip; one that may costs exactly one, before
+// the next statement.
+func TestSearchPathRefreshOnlyWhenNeeded(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			refreshes := func() float64 {
+				return counterValue(t, p.reg, "ttlproxy_proxy_session_refreshes_total")
+			}
+			before := refreshes()
+			for range 5 {
+				requireCount(t, conn, countPublic, "plain reads")
+				mustExec(t, conn, "INSERT INTO items VALUES (100, now()) ON CONFLICT (id) DO NOTHING")
+			}
+			if got := refreshes(); got != before {
+				t.Fatalf("%v refreshes for statements that cannot change the state", got-before)
+			}
+			mustExec(t, conn, "SET search_path = other")
+			requireCount(t, conn, countOther, "after SET")
+			requireCount(t, conn, countOther, "again")
+			if got := refreshes(); got != before+1 {
+				t.Fatalf("%v refreshes after one SET outside a transaction, want 1", got-before)
+			}
+			mustExec(t, conn, "RESET search_path")
+			requireCount(t, conn, countPublic, "after RESET")
+		})
+	}
+}
+
+func TestTTLSettingTracking(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			other := p.connect(t, db, m.mode)
+			base := map[string]int{"extended_cache": 1000, "extended_describe": 2000, "simple": 3000}[m.name]
+			lifetime := func(id int) float64 {
+				t.Helper()
+				direct := connectDirect(t, db, pgx.QueryExecModeSimpleProtocol)
+				var secs float64
+				if err := direct.QueryRow(testContext(t),
+					"SELECT extract(epoch FROM expires_at - now()) FROM public.items WHERE id = $1", id).Scan(&secs); err != nil {
+					t.Fatalf("row %d: %v", id, err)
+				}
+				return secs
+			}
+			near := func(id int, want time.Duration) {
+				t.Helper()
+				if got := lifetime(id); got < want.Seconds()-60 || got > want.Seconds()+5 {
+					t.Fatalf("row %d expires in %.0fs, want about %v", id, got, want)
+				}
+			}
+			mustExec(t, conn, "SET ttlproxy.ttl = '10 minutes'")
+			mustExec(t, conn, "INSERT INTO items (id) VALUES ($1)", base+1)
+			mustExec(t, other, "INSERT INTO items (id) VALUES ($1)", base+2)
+			near(base+1, 10*time.Minute)
+			near(base+2, time.Hour)
+			mustExec(t, conn, "RESET ttlproxy.ttl")
+			mustExec(t, conn, "INSERT INTO items (id) VALUES ($1)", base+3)
+			near(base+3, time.Hour)
+		})
+	}
+}
+
+func TestRoleTracking(t *testing.T) {
+	ensureRole(t, `DO $$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ttl_bypass_role') THEN CREATE ROLE ttl_bypass_role; END IF;
+END $$`)
+	p, db := startStateProxy(t, Config{BypassRoles: []string{"ttl_bypass_role"}})
+	execDirect(t, db, "GRANT SELECT ON ALL TABLES IN SCHEMA public TO ttl_bypass_role")
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			requireCount(t, conn, countPublic, "as postgres")
+			mustExec(t, conn, "SET ROLE ttl_bypass_role")
+			requireCount(t, conn, 2, "as a bypass role")
+			mustExec(t, conn, "RESET ROLE")
+			requireCount(t, conn, countPublic, "after RESET ROLE")
+		})
+	}
+}
+
+func TestTempTableShadowsTTLTable(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			requireCount(t, conn, countPublic, "before")
+			// No expiry column: a filter would fail loudly.
+			mustExec(t, conn, "CREATE TEMP TABLE items (id int)")
+			mustExec(t, conn, "INSERT INTO items VALUES (1), (2), (3), (4), (5)")
+			requireCount(t, conn, 5, "temporary table")
+			if got := queryString(t, conn, "SELECT count(*)::text FROM public.items"); got != "1" {
+				t.Fatalf("public.items = %s, want 1", got)
+			}
+			mustExec(t, conn, "DROP TABLE items")
+			requireCount(t, conn, countPublic, "after DROP of the temporary table")
+
+			mustExec(t, conn, "BEGIN")
+			mustExec(t, conn, "CREATE TEMP TABLE items (id int) ON COMMIT DROP")
+			requireCount(t, conn, 0, "ON COMMIT DROP table")
+			mustExec(t, conn, "COMMIT")
+			requireCount(t, conn, countPublic, "after COMMIT")
+
+			mustExec(t, conn, "SELECT 1 AS id INTO TEMP items")
+			requireCount(t, conn, 1, "SELECT INTO TEMP")
+			mustExec(t, conn, "DISCARD TEMP")
+			requireCount(t, conn, countPublic, "after DISCARD TEMP")
+		})
+	}
+}
+
+// TestPipelineWaitsForState: a client that pipelines past a SET has its
+// next statement held until the SET is answered, so that it is rewritten
+// for the new path.
+func TestPipelineWaitsForState(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	fe := conn.PgConn().Frontend()
+	fe.Send(&pgproto3.Query{String: "SET search_path = other"})
+	fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM items"})
+	fe.Send(&pgproto3.Query{String: "RESET search_path"})
+	fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM items"})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var counts []string
+	for z := 0; z < 4; {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			counts = append(counts, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("error: %s", m.Message)
+		case *pgproto3.ReadyForQuery:
+			z++
+		}
+	}
+	if want := []string{itoa(countOther), itoa(countPublic)}; !slices.Equal(counts, want) {
+		t.Fatalf("pipelined counts %v, want %v", counts, want)
+	}
+}
+
+func TestStateAtStartup(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	execDirect(t, db, `ALTER DATABASE `+db+` SET ttlproxy.ttl = '5 minutes'`)
+	cfg, err := pgx.ParseConfig(p.connString(t, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = "other"
+	conn := connectConfig(t, cfg)
+	requireCount(t, conn, countOther, "search_path from the startup packet")
+	mustExec(t, conn, "SET search_path = public")
+	mustExec(t, conn, "INSERT INTO items (id) VALUES (500)")
+	direct := connectDirect(t, db, pgx.QueryExecModeSimpleProtocol)
+	var secs float64
+	if err := direct.QueryRow(testContext(t), "SELECT extract(epoch FROM expires_at - now()) FROM public.items WHERE id = 500").Scan(&secs); err != nil {
+		t.Fatal(err)
+	}
+	if secs < 240 || secs > 305 {
+		t.Fatalf("row expires in %.0fs, want about 300 (ttlproxy.ttl from ALTER DATABASE)", secs)
+	}
+}
