@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
@@ -381,5 +382,93 @@ func TestStateAtStartup(t *testing.T) {
 	}
 	if secs < 240 || secs > 305 {
 		t.Fatalf("row expires in %.0fs, want about 300 (ttlproxy.ttl from ALTER DATABASE)", secs)
+	}
+}
+
+// TestPipelineSyncGroups: a pipeline that ends each statement with a Sync
+// sees the state each earlier statement left.
+func TestPipelineSyncGroups(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
+	ctx := testContext(t)
+	pl := conn.PgConn().StartPipeline(ctx)
+	pl.SendQueryParams("SET search_path = other", nil, nil, nil, nil)
+	if err := pl.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	pl.SendQueryParams("SELECT count(*) FROM items", nil, nil, nil, nil)
+	if err := pl.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var counts []string
+	for {
+		res, err := pl.GetResults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res == nil {
+			break
+		}
+		switch r := res.(type) {
+		case *pgconn.ResultReader:
+			rr := r.Read()
+			if rr.Err != nil {
+				t.Fatal(rr.Err)
+			}
+			for _, row := range rr.Rows {
+				counts = append(counts, string(row[0]))
+			}
+		case *pgconn.PipelineSync:
+		}
+	}
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(counts, []string{itoa(countOther)}) {
+		t.Fatalf("counts %v, want [%d]", counts, countOther)
+	}
+}
+
+// TestBatchAfterStateChange: a pgx.Batch (one Sync for all statements) that
+// changes search_path and then reads never runs the read rewritten for the
+// old path: from the non-TTL other.items to the TTL public.items, an
+// unfiltered read would show expired rows. In the extended protocol the proxy
+// rejects the read (it cannot learn the new path before the batch ends),
+// which rolls the batch back.
+func TestBatchAfterStateChange(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	for _, m := range append(modes[:len(modes):len(modes)], struct {
+		name string
+		mode pgx.QueryExecMode
+	}{"exec", pgx.QueryExecModeExec}) {
+		t.Run(m.name, func(t *testing.T) {
+			if m.mode == pgx.QueryExecModeSimpleProtocol {
+				t.Skip("one Query text holding SET and the read: the rewriter must follow the SET (or reject)")
+			}
+			conn := p.connect(t, db, m.mode)
+			mustExec(t, conn, "SET search_path = other")
+			requireCount(t, conn, countOther, "path other")
+			b := &pgx.Batch{}
+			b.Queue("SET search_path = public")
+			b.Queue("SELECT count(*) FROM items WHERE id > $1", 0)
+			br := conn.SendBatch(testContext(t), b)
+			_, setErr := br.Exec()
+			var n int
+			readErr := br.QueryRow().Scan(&n)
+			_ = br.Close()
+			switch {
+			case setErr != nil:
+				t.Fatalf("SET: %v", setErr)
+			case readErr == nil && n != countPublic:
+				t.Fatalf("read in the batch counted %d rows, want %d (new path) or a rejection", n, countPublic)
+			case readErr != nil:
+				requireCode(t, readErr, "0A000")
+				// The error ended the batch's implicit transaction: the
+				// SET is rolled back.
+				requireCount(t, conn, countOther, "after the rejected batch")
+				return
+			}
+			requireCount(t, conn, countPublic, "after the batch")
+		})
 	}
 }
