@@ -1,12 +1,10 @@
 package proxy
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -114,7 +112,7 @@ func (s *session) applyState(prev *rewrite.Session, row []string) *rewrite.Sessi
 		ns.Catalog = s.baseCatalog
 	}
 	ns.SearchPath = parseSearchPath(row[0], row[2])
-	ttl, err := parseTTLSetting(row[1])
+	ttl, err := rewrite.ParseTTLSetting(row[1])
 	if err != nil {
 		s.log.Warn("ignoring ttlproxy.ttl: statements are stamped with each table's default_ttl",
 			"value", row[1], "err", err)
@@ -335,15 +333,20 @@ func (s *session) noteBind(body []byte) {
 	}
 }
 
-// mayChangeState reports whether sql may change search_path, ttlproxy.ttl,
-// the current role or the session's temporary relations: it names
-// search_path, ttlproxy.*, set_config, RESET, DISCARD or pg_temp, or says
-// SET [SESSION|LOCAL] ROLE / SESSION AUTHORIZATION / SCHEMA, or CREATE
-// [GLOBAL|LOCAL] TEMP[ORARY], CREATE OR REPLACE TEMP, INTO TEMP. Words are
-// matched in comments and literals too: a false positive costs one round
-// trip, a false negative a stale state. A function that changes a setting
-// inside the server is not seen.
+// mayChangeState reports whether sql may change search_path, ttlproxy.ttl
+// (rewrite.SessionStateMayChange), the current role or the session's
+// temporary relations (mayChangeRoleOrTemp). A false positive costs one
+// round trip, a false negative a stale state. A function that changes a
+// setting inside the server is not seen.
 func mayChangeState(sql string) bool {
+	return rewrite.SessionStateMayChange(sql) || mayChangeRoleOrTemp(sql)
+}
+
+// mayChangeRoleOrTemp reports whether sql says SET [SESSION|LOCAL] ROLE,
+// SET SESSION AUTHORIZATION, SET SCHEMA (search_path by another name),
+// CREATE [GLOBAL|LOCAL] TEMP[ORARY], CREATE OR REPLACE TEMP, INTO TEMP, or
+// names pg_temp. Words are matched in comments and literals too.
+func mayChangeRoleOrTemp(sql string) bool {
 	prev := ""
 	for i := 0; i < len(sql); {
 		if !isIdentByte(sql[i]) {
@@ -361,32 +364,16 @@ func mayChangeState(sql string) bool {
 			if strings.EqualFold(w, "role") && afterSet(prev) || strings.EqualFold(w, "temp") && beforeTemp(prev) {
 				return true
 			}
-		case 5:
-			if strings.EqualFold(w, "reset") {
-				return true
-			}
 		case 6:
 			if strings.EqualFold(w, "schema") && afterSet(prev) {
 				return true
 			}
 		case 7:
-			if strings.EqualFold(w, "discard") || strings.EqualFold(w, "pg_temp") {
-				return true
-			}
-		case 8:
-			if strings.EqualFold(w, "ttlproxy") {
+			if strings.EqualFold(w, "pg_temp") {
 				return true
 			}
 		case 9:
 			if strings.EqualFold(w, "temporary") && beforeTemp(prev) {
-				return true
-			}
-		case 10:
-			if strings.EqualFold(w, "set_config") {
-				return true
-			}
-		case 11:
-			if strings.EqualFold(w, "search_path") {
 				return true
 			}
 		case 13:
@@ -413,121 +400,4 @@ func beforeTemp(prev string) bool {
 func isIdentByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 		c == '_' || c == '$' || c >= 0x80
-}
-
-// parseTTLSetting parses the value of ttlproxy.ttl: "" means no override;
-// otherwise a positive duration in PostgreSQL interval input syntax
-// ("10 minutes", "00:10:00", "1 day 02:00:00", "@ 1 hour 30 mins") or Go
-// syntax with days ("90s", "1h30m", "7d"). Months and years are rejected:
-// their length depends on the date.
-func parseTTLSetting(v string) (*time.Duration, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return nil, nil
-	}
-	d, err := parseInterval(v)
-	if err != nil {
-		return nil, err
-	}
-	if d <= 0 {
-		return nil, fmt.Errorf("ttlproxy.ttl %q is not positive", v)
-	}
-	return &d, nil
-}
-
-var intervalUnits = map[string]time.Duration{
-	"us": time.Microsecond, "usec": time.Microsecond, "usecs": time.Microsecond,
-	"microsecond": time.Microsecond, "microseconds": time.Microsecond,
-	"ms": time.Millisecond, "msec": time.Millisecond, "msecs": time.Millisecond,
-	"millisecond": time.Millisecond, "milliseconds": time.Millisecond,
-	"s": time.Second, "sec": time.Second, "secs": time.Second, "second": time.Second, "seconds": time.Second,
-	"m": time.Minute, "min": time.Minute, "mins": time.Minute, "minute": time.Minute, "minutes": time.Minute,
-	"h": time.Hour, "hr": time.Hour, "hrs": time.Hour, "hour": time.Hour, "hours": time.Hour,
-	"d": 24 * time.Hour, "day": 24 * time.Hour, "days": 24 * time.Hour,
-	"w": 7 * 24 * time.Hour, "week": 7 * 24 * time.Hour, "weeks": 7 * 24 * time.Hour,
-}
-
-var errBadInterval = errors.New("not an interval")
-
-func parseInterval(v string) (time.Duration, error) {
-	if d, err := time.ParseDuration(v); err == nil {
-		return d, nil
-	}
-	s := strings.ToLower(strings.TrimSpace(strings.TrimPrefix(v, "@")))
-	var total float64
-	seen := false
-	for s != "" {
-		// A number, possibly signed and fractional.
-		i := 0
-		if s[0] == '+' || s[0] == '-' {
-			i++
-		}
-		for i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.' || s[i] == ':') {
-			i++
-		}
-		num := s[:i]
-		s = strings.TrimLeft(s[i:], " \t")
-		if num == "" || num == "+" || num == "-" {
-			return 0, fmt.Errorf("ttlproxy.ttl %q: %w", v, errBadInterval)
-		}
-		if strings.Contains(num, ":") {
-			d, err := parseClock(num)
-			if err != nil {
-				return 0, fmt.Errorf("ttlproxy.ttl %q: %w", v, err)
-			}
-			total += float64(d)
-			seen = true
-			continue
-		}
-		n, err := strconv.ParseFloat(num, 64)
-		if err != nil {
-			return 0, fmt.Errorf("ttlproxy.ttl %q: %w", v, errBadInterval)
-		}
-		j := 0
-		for j < len(s) && s[j] >= 'a' && s[j] <= 'z' {
-			j++
-		}
-		unit := s[:j]
-		s = strings.TrimLeft(s[j:], " \t,")
-		if unit == "" {
-			// A bare number is seconds, as in PostgreSQL.
-			unit = "s"
-		}
-		u, ok := intervalUnits[unit]
-		if !ok {
-			return 0, fmt.Errorf("ttlproxy.ttl %q: unit %q is not supported (use weeks, days, hours, minutes or seconds)", v, unit)
-		}
-		total += n * float64(u)
-		seen = true
-		if strings.HasPrefix(s, "ago") {
-			total = -total
-			s = strings.TrimSpace(s[3:])
-		}
-	}
-	if !seen || total > float64(1<<62) || total < -float64(1<<62) {
-		return 0, fmt.Errorf("ttlproxy.ttl %q: %w", v, errBadInterval)
-	}
-	return time.Duration(total), nil
-}
-
-// parseClock parses [-]H:MM[:SS[.frac]].
-func parseClock(s string) (time.Duration, error) {
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimLeft(s, "+-")
-	parts := strings.Split(s, ":")
-	if len(parts) > 3 {
-		return 0, errBadInterval
-	}
-	var d float64
-	for i, p := range parts {
-		n, err := strconv.ParseFloat(p, 64)
-		if err != nil || n < 0 || i < len(parts)-1 && strings.Contains(p, ".") {
-			return 0, errBadInterval
-		}
-		d += n * float64([]time.Duration{time.Hour, time.Minute, time.Second}[i])
-	}
-	if neg {
-		d = -d
-	}
-	return time.Duration(d), nil
 }

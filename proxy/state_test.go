@@ -56,38 +56,6 @@ func TestMayChangeState(t *testing.T) {
 	}
 }
 
-func TestParseTTLSetting(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-	}{
-		{"10 minutes", 10 * time.Minute},
-		{"00:10:00", 10 * time.Minute},
-		{"1 day 02:00:00", 26 * time.Hour},
-		{"@ 1 hour 30 mins", 90 * time.Minute},
-		{"1h30m", 90 * time.Minute},
-		{"7d", 7 * 24 * time.Hour},
-		{"2 weeks", 14 * 24 * time.Hour},
-		{"90", 90 * time.Second},
-		{"1.5 hours", 90 * time.Minute},
-		{" 1 day ", 24 * time.Hour},
-		{"00:00:01.5", 1500 * time.Millisecond},
-	} {
-		got, err := parseTTLSetting(c.in)
-		if err != nil || got == nil || *got != c.want {
-			t.Errorf("parseTTLSetting(%q) = %v, %v; want %v", c.in, got, err, c.want)
-		}
-	}
-	if got, err := parseTTLSetting(""); got != nil || err != nil {
-		t.Errorf(`parseTTLSetting("") = %v, %v`, got, err)
-	}
-	for _, bad := range []string{"1 month", "2 years", "soon", "-10 minutes", "0", "1 hour ago", "1:2:3:4", "minutes"} {
-		if got, err := parseTTLSetting(bad); err == nil {
-			t.Errorf("parseTTLSetting(%q) = %v, want an error", bad, *got)
-		}
-	}
-}
-
 // stateRules: public.items and ttl2.items are TTL tables; other.items is
 // not.
 var stateRules = []rewrite.Rule{
