@@ -51,8 +51,9 @@ type catalogQueries struct {
 	state []byte
 	// refresh: the same in the extended protocol (encodeRefresh).
 	refresh []byte
-	// full: state, then the TTL tables' columns, their unique keys, and
-	// the schemas holding a relation named like a TTL table.
+	// full: state, then catalogSQL: columns and unique keys of the TTL
+	// tables and their children, the schemas holding relations so named,
+	// and the children.
 	full []byte
 	// names are the distinct TTL table names, in the order stateQuery
 	// numbers them.
@@ -60,7 +61,7 @@ type catalogQueries struct {
 }
 
 func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
-	var pairs, names []string
+	var pairs []string
 	seen := map[string]bool{}
 	for i := range rules {
 		r := &rules[i]
@@ -70,9 +71,6 @@ func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
 		}
 		seen[q] = true
 		pairs = append(pairs, "("+literal(r.SchemaName())+", "+literal(r.Table)+")")
-		if !slices.Contains(names, literal(r.Table)) {
-			names = append(names, literal(r.Table))
-		}
 	}
 	var plain []string
 	for i := range rules {
@@ -86,34 +84,62 @@ func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
 		q.full = q.state
 		return q
 	}
-	tables := strings.Join(pairs, ", ")
-	full := stateQuery + `;
-SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
+	q.full = appendQuery(nil, stateQuery+";\n"+catalogSQL(strings.Join(pairs, ", ")))
+	return q
+}
+
+// catalogSQL returns the catalog statements for the TTL tables given as
+// (schema, table) literal pairs: the columns, then the unique keys of the
+// TTL tables and of their inheritance children and partitions at any
+// depth; the schemas holding a relation named like one of those; and the
+// children with the TTL table whose rule each follows (a child that is a
+// TTL table itself keeps its own rule; one under two TTL tables follows the
+// first by name). Each statement repeats the relations CTE: the
+// statements of one Query do not share it.
+func catalogSQL(tables string) string {
+	rels := `WITH RECURSIVE ttl AS (
+  SELECT c.oid, n.nspname::pg_catalog.text || '.' || c.relname::pg_catalog.text AS rule
+    FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+   WHERE (n.nspname::pg_catalog.text, c.relname::pg_catalog.text) IN (VALUES ` + tables + `)
+), tree AS (
+  SELECT i.inhrelid AS oid, t.rule FROM pg_catalog.pg_inherits i JOIN ttl t ON i.inhparent = t.oid
+  UNION
+  SELECT i.inhrelid, tr.rule FROM pg_catalog.pg_inherits i JOIN tree tr ON i.inhparent = tr.oid
+), rels AS (
+  SELECT oid FROM ttl UNION SELECT oid FROM tree
+)
+`
+	return rels + `SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
   FROM pg_catalog.pg_attribute a
   JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE (n.nspname::text, c.relname::text) IN (VALUES ` + tables + `)
+ WHERE c.oid IN (SELECT oid FROM rels)
    AND a.attnum > 0 AND NOT a.attisdropped
  ORDER BY n.nspname, c.relname, a.attnum;
-SELECT n.nspname, c.relname, i.indexrelid::pg_catalog.int8, a.attname
+` + rels + `SELECT n.nspname, c.relname, i.indexrelid::pg_catalog.int8, a.attname
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  CROSS JOIN LATERAL pg_catalog.unnest(i.indkey::pg_catalog.int2[]) WITH ORDINALITY AS k(attnum, ord)
   JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
- WHERE (n.nspname::text, c.relname::text) IN (VALUES ` + tables + `)
+ WHERE c.oid IN (SELECT oid FROM rels)
    AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
    AND k.ord <= i.indnkeyatts
  ORDER BY 1, 2, 3, k.ord;
-SELECT c.relname, n.nspname
+` + rels + `SELECT c.relname, n.nspname
   FROM pg_catalog.pg_class c
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE c.relname::text IN (` + strings.Join(names, ", ") + `)
+ WHERE c.relname IN (SELECT r.relname FROM pg_catalog.pg_class r WHERE r.oid IN (SELECT oid FROM rels))
    AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
    AND n.nspname !~ '^pg_(toast_)?temp_'
- ORDER BY 1, 2`
-	q.full = appendQuery(nil, full)
-	return q
+ ORDER BY 1, 2;
+` + rels + `SELECT DISTINCT ON (n.nspname, c.relname) n.nspname, c.relname, tr.rule
+  FROM tree tr
+  JOIN pg_catalog.pg_class c ON c.oid = tr.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE tr.oid NOT IN (SELECT oid FROM ttl)
+ ORDER BY n.nspname, c.relname, tr.rule`
 }
 
 // literal quotes s as an escape string constant, which reads the same
@@ -168,8 +194,8 @@ func (s *session) loadCatalog(rs *rewrite.Session) error {
 			"sqlstate", qerr.Code, "err", qerr.Message)
 	}
 	s.txStatus.Store(uint32(status))
-	if cat == nil && qerr == nil && len(results) == 4 {
-		cat = buildCatalog(results[1], results[2], results[3])
+	if cat == nil && qerr == nil && len(results) == 5 {
+		cat = buildCatalog(results[1], results[2], results[3], results[4])
 		srv.catalogs.put(s.database, cat)
 	}
 	s.baseCatalog = cat
@@ -264,7 +290,7 @@ func decodeDataRow(b []byte) ([]string, error) {
 }
 
 // buildCatalog assembles the rows of the catalog query.
-func buildCatalog(columns, keys, schemas [][]string) *rewrite.Catalog {
+func buildCatalog(columns, keys, schemas, children [][]string) *rewrite.Catalog {
 	cat := &rewrite.Catalog{
 		Tables:  map[string]*rewrite.TableInfo{},
 		Schemas: map[string][]string{},
@@ -303,6 +329,15 @@ func buildCatalog(columns, keys, schemas [][]string) *rewrite.Catalog {
 			continue
 		}
 		cat.Schemas[row[0]] = append(cat.Schemas[row[0]], row[1])
+	}
+	for _, row := range children {
+		if len(row) != 3 {
+			continue
+		}
+		if cat.Children == nil {
+			cat.Children = map[string]string{}
+		}
+		cat.Children[row[0]+"."+row[1]] = row[2]
 	}
 	return cat
 }

@@ -181,3 +181,55 @@ func TestReplicationConnection(t *testing.T) {
 		t.Fatalf("rewriter called %d times on a replication connection", n)
 	}
 }
+
+// TestCatalogChildren: inheritance children and partitions of a TTL table,
+// at any depth, are in Catalog.Children with their columns and keys; a child
+// that is a TTL table itself keeps its own rule.
+func TestCatalogChildren(t *testing.T) {
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, `
+CREATE TABLE items (id int, expires_at timestamptz, PRIMARY KEY (id, expires_at)) PARTITION BY RANGE (expires_at);
+CREATE SCHEMA parts;
+CREATE TABLE parts.items_2030 PARTITION OF items FOR VALUES FROM ('2030-01-01') TO ('2031-01-01') PARTITION BY HASH (id);
+CREATE TABLE parts.items_2030_h0 PARTITION OF parts.items_2030 FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+CREATE TABLE parts.items_2030_h1 PARTITION OF parts.items_2030 FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+CREATE TABLE events (id int PRIMARY KEY, expires_at timestamptz);
+CREATE TABLE events_archive (note text) INHERITS (events);
+CREATE TABLE own (id int) INHERITS (events);
+CREATE TABLE other_parts (id int);
+`)
+	rules := []rewrite.Rule{{Table: "items"}, {Table: "events"}, {Table: "own"}}
+	rw, err := rewrite.New(rules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, Config{Rewriter: rw})
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	mustExec(t, conn, "SELECT 1")
+	cat := p.fake.lastSession().Catalog
+	if cat == nil {
+		t.Fatal("no catalog")
+	}
+	want := map[string]string{
+		"parts.items_2030":      "public.items",
+		"parts.items_2030_h0":   "public.items",
+		"parts.items_2030_h1":   "public.items",
+		"public.events_archive": "public.events",
+	}
+	if !reflect.DeepEqual(cat.Children, want) {
+		t.Fatalf("children %v, want %v", cat.Children, want)
+	}
+	h0 := cat.Tables["parts.items_2030_h0"]
+	if h0 == nil || len(h0.Columns) != 2 || !reflect.DeepEqual(h0.UniqueKeys, [][]string{{"id", "expires_at"}}) {
+		t.Fatalf("partition info %+v", h0)
+	}
+	if cols := cat.Tables["public.events_archive"].Columns; len(cols) != 3 || cols[2].Name != "note" {
+		t.Fatalf("child columns %+v", cols)
+	}
+	if got := cat.Schemas["items_2030_h1"]; !slices.Equal(got, []string{"parts"}) {
+		t.Fatalf("schemas of a partition name: %v", got)
+	}
+	if _, ok := cat.Tables["public.other_parts"]; ok {
+		t.Fatal("unrelated table in the catalog")
+	}
+}
