@@ -71,7 +71,7 @@ func newChildIndex(m map[string]string, p unsafe.Pointer) *childIndex {
 		x.keys = append(x.keys, k)
 		// "schema.table": either name may hold a dot; both readings are
 		// needles, which can only make the check parse more often.
-		for _, name := range []string{k[strings.IndexByte(k, '.')+1:], k[strings.LastIndexByte(k, '.')+1:]} {
+		for _, name := range childNames(k) {
 			x.quick.add(name, 0)
 			if strings.Contains(name, `"`) {
 				x.quick.add(strings.ReplaceAll(name, `"`, `""`), 0)
@@ -80,6 +80,12 @@ func newChildIndex(m map[string]string, p unsafe.Pointer) *childIndex {
 	}
 	sort.Strings(x.keys)
 	return x
+}
+
+// childNames returns the table name of a Children key "schema.table" in both
+// readings (either name may hold a dot).
+func childNames(key string) [2]string {
+	return [2]string{key[strings.IndexByte(key, '.')+1:], key[strings.LastIndexByte(key, '.')+1:]}
 }
 
 // mentionsChild reports that sql may name a child of a TTL table known to

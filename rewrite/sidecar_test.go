@@ -41,7 +41,7 @@ func TestRewriteSidecarInsert(t *testing.T) {
 			`WITH _ttl_ins AS (INSERT INTO pairs AS p (a, b, v) VALUES (1, 2, 'x') ON CONFLICT (a, b) DO UPDATE SET v = excluded.v WHERE ` + pairsLive +
 				` RETURNING "a", "b") INSERT INTO "reg"."pairs_ttl" ("a", "b", expires_at) SELECT "a", "b", (now() + interval '60 seconds') FROM _ttl_ins ON CONFLICT ("a", "b") DO UPDATE SET expires_at = EXCLUDED.expires_at`},
 		{"PREPARE", `PREPARE ins(int) AS INSERT INTO docs (id) VALUES ($1)`,
-			`PREPARE ins(int) AS WITH _ttl_ins AS (INSERT INTO docs (id) VALUES ($1)` + registerDocs},
+			`PREPARE ins(int) AS WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES ($1)` + registerDocs},
 		{"EXPLAIN", `EXPLAIN INSERT INTO docs (id) VALUES (1)`,
 			`EXPLAIN WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (1)` + registerDocs},
 		{"no lifetime, no registration", `INSERT INTO plain (id) VALUES (1)`, ``},

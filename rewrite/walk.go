@@ -38,6 +38,10 @@ type walker struct {
 	// childRules holds the rules made for children of TTL tables, by
 	// "schema.table" (nil: not a TTL table).
 	childRules map[string]*Rule
+	// pinning is set while the body of a PREPARE is walked; pins holds the
+	// schema qualifications it needs, by the offset of the name.
+	pinning bool
+	pins    map[int]*pinEdit
 }
 
 func newWalker(rw *Rewriter, sql string, s *Session) *walker {
@@ -150,27 +154,40 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *Rule {
 	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.Children) == 0)) {
 		return nil
 	}
+	if w.pinning {
+		w.pin(rv)
+	}
+	if sch, ok := w.resolve(rv.Relname); ok {
+		return w.ruleAt(sch, rv.Relname)
+	}
+	return nil
+}
+
+// resolve returns the schema an unqualified table name refers to in the
+// session, as ruleFor decides it; ok is false when neither the catalog nor
+// the rules place the name on the search path.
+func (w *walker) resolve(rel string) (string, bool) {
 	path := w.s.SearchPath
 	if path == nil {
 		path = publicPath
 	}
-	if cat != nil {
-		if holders, ok := cat.Schemas[rv.Relname]; ok {
+	if cat := w.s.Catalog; cat != nil {
+		if holders, ok := cat.Schemas[rel]; ok {
 			for _, sch := range path {
 				for _, h := range holders {
 					if h == sch {
-						return w.ruleAt(sch, rv.Relname)
+						return sch, true
 					}
 				}
 			}
 		}
 	}
 	for _, sch := range path {
-		if r := w.ruleAt(sch, rv.Relname); r != nil {
-			return r
+		if w.ruleAt(sch, rel) != nil {
+			return sch, true
 		}
 	}
-	return nil
+	return "", false
 }
 
 // rawStmt walks one top-level statement and then runs the safety net on it.
@@ -215,7 +232,10 @@ func (w *walker) stmt(n *pg.Node, sc *scope, start, end int) {
 	case *pg.Node_ExplainStmt:
 		w.stmt(x.ExplainStmt.Query, sc, start, end)
 	case *pg.Node_PrepareStmt:
+		w.pinning = true
 		w.stmt(x.PrepareStmt.Query, sc, start, end)
+		w.pinning = false
+		w.flushPins()
 	case *pg.Node_DeclareCursorStmt:
 		w.stmt(x.DeclareCursorStmt.Query, sc, start, end)
 	case *pg.Node_CreateTableAsStmt:
@@ -486,7 +506,7 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 		}
 	}
 	from, to := ts[first].start, ts[after-1].end
-	text := "(" + w.sql[from:to] + " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.liveCondition(qual, "now()", rename) + ")"
+	text := "(" + w.span(from, to) + " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.liveCondition(qual, "now()", rename) + ")"
 	w.alias++
 	if tableForm {
 		if ts.kind(first-1) != pg.Token_TABLE {
