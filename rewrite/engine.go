@@ -173,6 +173,9 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session) (Result, *Error) {
 	if err != nil {
 		return rw.parseFailed(sql, err)
 	}
+	if e := rw.stateChangeThenTTL(sql, tree.Stmts, s); e != nil {
+		return Result{Parsed: true}, e
+	}
 	w := newWalker(rw, sql, s)
 	for _, raw := range tree.Stmts {
 		w.rawStmt(raw)

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -10,18 +11,29 @@ import (
 
 // stateNeedles are the lower-case words whose presence means a statement may
 // change search_path or ttlproxy.ttl: SET/SET LOCAL/RESET of either, RESET
-// ALL, DISCARD ALL, set_config(), ROLLBACK [TO SAVEPOINT] undoing a SET, and
-// U&" spelling a name in escapes.
-var stateNeedles = [...]string{"search_path", "ttlproxy", "reset", "discard", "set_config", "rollback", `u&"`}
+// ALL, RESET ROLE, DISCARD ALL, set_config(), ROLLBACK [TO SAVEPOINT] undoing
+// a SET, and U&" spelling a name in escapes.
+var stateNeedles = [...]string{"search_path", "ttlproxy", "reset", "discard", "set_config", "rollback", `u&"`, "session_authorization"}
 
 // SessionStateMayChange reports whether sql may change the session's
-// search_path or ttlproxy.ttl, so that the proxy should read them back
-// (current_setting) before it rewrites the next statement. It is a
-// case-insensitive substring check: no parse, no allocation; it errs toward
-// true. A transaction's end also undoes SET LOCAL and a rolled-back SET:
-// the proxy should read them back when a transaction in which this reported
-// true ends (ReadyForQuery returning to idle).
+// search_path, ttlproxy.ttl, current role or temporary relations, so that
+// the proxy should read them back (current_setting) before it rewrites the
+// next statement. Besides the stateNeedles substrings it reports SET
+// [SESSION|LOCAL] ROLE, SET SESSION AUTHORIZATION, SET SCHEMA (search_path
+// by another name), CREATE [GLOBAL|LOCAL] TEMP[ORARY], CREATE OR REPLACE
+// TEMP, INTO TEMP, and any name starting with pg_temp. It is a
+// case-insensitive text check: no parse, no allocation; words in comments
+// are skipped between the keywords of a phrase, words in literals count, so
+// it errs toward true. A transaction's end also undoes SET LOCAL and a
+// rolled-back SET: the proxy should read them back when a transaction in
+// which this reported true ends (ReadyForQuery returning to idle). A
+// function that changes a setting inside the server is not seen.
 func SessionStateMayChange(sql string) bool {
+	return hasStateNeedle(sql) || roleOrTempPhrase(sql)
+}
+
+// hasStateNeedle reports whether sql holds one of stateNeedles.
+func hasStateNeedle(sql string) bool {
 	for i := 0; i < len(sql); i++ {
 		c := lowerTable[sql[i]]
 		for _, n := range stateNeedles {
@@ -33,6 +45,60 @@ func SessionStateMayChange(sql string) bool {
 	return false
 }
 
+// roleOrTempPhrase reports the phrases of SessionStateMayChange that are
+// keyword sequences: each word is compared with the one before it, comments
+// between them skipped.
+func roleOrTempPhrase(sql string) bool {
+	prev := ""
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+			continue
+		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
+			i = skipBlockComment(sql, i)
+			continue
+		case !isIdentByte(c):
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(sql) && isIdentByte(sql[j]) {
+			j++
+		}
+		w := sql[i:j]
+		i = j
+		switch {
+		case hasPrefixFold(w, "pg_temp"):
+			return true
+		case equalFold(w, "role"), equalFold(w, "schema"):
+			if equalFold(prev, "set") || equalFold(prev, "session") || equalFold(prev, "local") {
+				return true
+			}
+		case equalFold(w, "temp"), equalFold(w, "temporary"):
+			if equalFold(prev, "create") || equalFold(prev, "into") || equalFold(prev, "global") ||
+				equalFold(prev, "local") || equalFold(prev, "replace") {
+				return true
+			}
+		case equalFold(w, "authorization"):
+			if equalFold(prev, "session") {
+				return true
+			}
+		}
+		prev = w
+	}
+	return false
+}
+
+// equalFold reports whether s equals the lower-case word n under ASCII case
+// folding.
+func equalFold(s, n string) bool {
+	return len(s) == len(n) && hasPrefixFold(s, n)
+}
+
 // ParseTTLSetting parses the text of current_setting('ttlproxy.ttl', true)
 // into a session lifetime (Session.TTL). "" (and NULL read as "" or "null")
 // mean no override and return nil. Accepted: Go durations ("90s", "1h30m"),
@@ -42,16 +108,25 @@ func SessionStateMayChange(sql string) bool {
 // and ISO 8601 ("PT10M", "P1DT2H"). Months and years are rejected: their
 // length varies. A negative result is an error; 0 means no stamping.
 func ParseTTLSetting(value string) (*time.Duration, error) {
+	d, err := parseTTL(value)
+	if err != nil {
+		return nil, fmt.Errorf("ttlproxy.ttl %q: %w", value, err)
+	}
+	return d, nil
+}
+
+// parseTTL is ParseTTLSetting with errors that do not repeat the value.
+func parseTTL(value string) (*time.Duration, error) {
 	v := strings.TrimSpace(value)
 	if v == "" || strings.EqualFold(v, "null") {
 		return nil, nil
 	}
 	d, err := parseLifetime(v)
 	if err != nil {
-		return nil, fmt.Errorf("ttlproxy.ttl %q: %w", value, err)
+		return nil, err
 	}
 	if d < 0 {
-		return nil, fmt.Errorf("ttlproxy.ttl %q: negative lifetime", value)
+		return nil, errors.New("negative lifetime")
 	}
 	return &d, nil
 }

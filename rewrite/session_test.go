@@ -22,6 +22,31 @@ func TestSessionStateMayChange(t *testing.T) {
 		{`DISCARD ALL`, true},
 		{`ROLLBACK TO SAVEPOINT a`, true},
 		{`SET U&"search\005fpath" = app`, true},
+		{`SET ROLE alice`, true},
+		{`set session role alice`, true},
+		{`SET LOCAL ROLE NONE`, true},
+		{`SET "role" = 'alice'`, true},
+		{`RESET ROLE`, true},
+		{`SET SESSION AUTHORIZATION bob`, true},
+		{`SET session_authorization = bob`, true},
+		{`SET SCHEMA 'app'`, true},
+		{`CREATE TEMP TABLE t (id int)`, true},
+		{`create temporary view v as select 1`, true},
+		{`CREATE GLOBAL TEMPORARY TABLE t ()`, true},
+		{`CREATE LOCAL TEMP TABLE t ()`, true},
+		{`CREATE OR REPLACE TEMP VIEW v AS SELECT 1`, true},
+		{`CREATE /* a note */ TEMP TABLE t ()`, true},
+		{"CREATE -- a note\nTEMP TABLE t ()", true},
+		{`SELECT 1 INTO TEMP t`, true},
+		{`SELECT * INTO TEMPORARY TABLE t FROM u`, true},
+		{`CREATE TABLE pg_temp.t (id int)`, true},
+		{`SELECT * FROM pg_temp_3.t`, true},
+		{`DISCARD TEMP`, true},
+		{`UPDATE users SET role = 'admin'`, true}, // errs toward true
+		{`SELECT role, schema FROM users`, false},
+		{`CREATE TABLE temp (id int)`, false},
+		{`SELECT temp FROM readings`, false},
+		{`CREATE TABLE t (temporary int)`, false},
 		{`SELECT * FROM sessions WHERE id = $1`, false},
 		{`SET statement_timeout = 1000`, false},
 		{`BEGIN`, false},
@@ -31,7 +56,10 @@ func TestSessionStateMayChange(t *testing.T) {
 			t.Errorf("SessionStateMayChange(%q) = %v, want %v", c.in, got, c.want)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { SessionStateMayChange(`SELECT a, b FROM users WHERE id = $1 ORDER BY created_at`) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() {
+		SessionStateMayChange(`SELECT a, b FROM users WHERE id = $1 ORDER BY created_at`)
+		SessionStateMayChange(`CREATE /* x */ TEMP TABLE t (role int); -- set role`)
+	}); n != 0 {
 		t.Errorf("allocates %v times per call", n)
 	}
 }

@@ -1,0 +1,112 @@
+package rewrite
+
+import (
+	"fmt"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// A simple Query may hold several statements, and the whole text is rewritten
+// under the session state from before it: a statement that changes
+// search_path, the role, ttlproxy.ttl or the temporary relations takes effect
+// for the statements after it in the server, not in the rewrite. Following
+// the change exactly would need the server's answer between statements, so
+// such a text is rejected when a statement after the change may name a TTL
+// table.
+
+// stateChangeThenTTL rejects a text in which a statement that may change the
+// session state (SessionStateMayChange) comes before one that the cheap
+// identifier check does not clear; nil otherwise.
+func (rw *Rewriter) stateChangeThenTTL(sql string, stmts []*pg.RawStmt, s *Session) *Error {
+	if len(stmts) < 2 {
+		return nil
+	}
+	changed := false
+	for _, raw := range stmts {
+		text := stmtText(sql, raw)
+		if changed {
+			if what, ok := rw.namesTTL(text, s); ok {
+				return &Error{
+					Code:    "0A000",
+					Message: fmt.Sprintf("ttlproxy: a statement that may change search_path, role or ttlproxy.ttl is followed by a statement on %s in the same query string; send them as separate queries", what),
+					Detail:  "The proxy rewrites a query string under the session state from before it; a change made inside it applies to the statements after it only in the server.",
+					Hint:    "Send the statement that changes the setting in its own query string.",
+				}
+			}
+			continue
+		}
+		changed = stmtMayChangeState(text, raw.Stmt)
+	}
+	return nil
+}
+
+// stmtText returns the text of one parsed statement.
+func stmtText(sql string, raw *pg.RawStmt) string {
+	start := int(raw.StmtLocation)
+	end := len(sql)
+	if raw.StmtLen > 0 {
+		end = start + int(raw.StmtLen)
+	}
+	if start < 0 || start > end || end > len(sql) {
+		return sql
+	}
+	return sql[start:end]
+}
+
+// stmtMayChangeState is SessionStateMayChange for one parsed statement. The
+// keyword phrases (SET ROLE, SET SCHEMA, CREATE TEMP, …) also match column
+// names (UPDATE t SET role = …), so a statement matched only by them counts
+// when the tree confirms it: a SET, or a relation created temporary. Text
+// naming pg_temp always counts.
+func stmtMayChangeState(text string, n *pg.Node) bool {
+	if hasStateNeedle(text) {
+		return true
+	}
+	if !roleOrTempPhrase(text) {
+		return false
+	}
+	if indexFold(text, "pg_temp") >= 0 || n.GetVariableSetStmt() != nil {
+		return true
+	}
+	temp := false
+	forEachRangeVar(n, func(rv *pg.RangeVar) {
+		if rv.Relpersistence == "t" {
+			temp = true
+		}
+	})
+	return temp
+}
+
+// namesTTL reports whether text is not cleared by the cheap identifier
+// check, and describes the first name that holds it.
+func (rw *Rewriter) namesTTL(text string, s *Session) (string, bool) {
+	if k := rw.quick.find(text); k >= 0 {
+		o := rw.quick.owner[k]
+		if o < 0 {
+			return `a name spelled with U&"…" escapes`, true
+		}
+		r := &rw.rules[o]
+		if n := rw.quick.needles[k]; r.RuleKind() == KindSidecar && n == lowerASCII(r.SidecarTable) && n != lowerASCII(r.Table) {
+			return "the registry of TTL table " + r.QualifiedName(), true
+		}
+		return "TTL table " + r.QualifiedName(), true
+	}
+	cat := s.Catalog
+	if cat == nil || len(cat.Children) == 0 {
+		return "", false
+	}
+	ci := rw.children.get(cat.Children)
+	k := ci.quick.find(text)
+	if k < 0 {
+		return "", false
+	}
+	n := ci.quick.needles[k]
+	for _, key := range ci.keys {
+		for _, name := range childNames(key) {
+			if lowerASCII(name) == n {
+				return "TTL table " + key, true
+			}
+		}
+	}
+	return "a child of a TTL table", true
+}
