@@ -126,7 +126,10 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 		s = &defaultSession
 	}
 	if s.Bypass || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsChild(sql, s)) {
-		return Result{SQL: sql}, nil
+		if len(rw.rules) == 0 || !mentionsTTLSetting(sql) {
+			return Result{SQL: sql}, nil
+		}
+		return rw.settingsOnly(sql)
 	}
 	if len(sql) > rw.opts.MaxStatementBytes {
 		return Result{}, &Error{
@@ -173,6 +176,13 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session) (Result, *Error) {
 	if err != nil {
 		return rw.parseFailed(sql, err)
 	}
+	if mentionsTTLSetting(sql) || indexFold(sql, "set_config") >= 0 || indexFold(sql, "u&") >= 0 {
+		for _, raw := range tree.Stmts {
+			if e := checkSettings(raw.Stmt); e != nil {
+				return Result{Parsed: true}, e
+			}
+		}
+	}
 	if e := rw.stateChangeThenTTL(sql, tree.Stmts, s); e != nil {
 		return Result{Parsed: true}, e
 	}
@@ -201,6 +211,50 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session) (Result, *Error) {
 		return Result{Parsed: true}, internalError("rewritten text has a different number of statements")
 	}
 	return Result{SQL: out, Rewritten: true, Parsed: true}, nil
+}
+
+// settingsOnly checks the ttlproxy.ttl settings of a text that names no TTL
+// table (or of any text in a bypass session): it comes back unchanged or is
+// rejected. Text over the parse limits, or that does not parse, passes: the
+// limits protect the parser, and the server rejects what it cannot parse.
+func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
+	if len(sql) > rw.opts.MaxStatementBytes {
+		return Result{SQL: sql}, nil
+	}
+	if brackets, chain := nesting(sql); brackets > rw.opts.MaxNestingDepth || chain > chainFactor*rw.opts.MaxNestingDepth {
+		return Result{SQL: sql}, nil
+	}
+	var key []byte
+	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
+		// 'S' never starts a cacheKey, which starts with its search path.
+		key = append((*keyBufs.Get().(*[]byte))[:0], 'S')
+		key = append(key, sql...)
+		defer putKeyBuf(key)
+		if res, err, ok := rw.cache.get(key); ok {
+			res.CacheHit = true
+			if err != nil {
+				return res, err
+			}
+			return res, nil
+		}
+	}
+	res := Result{SQL: sql, Parsed: true}
+	var rerr *Error
+	if tree, err := pg.Parse(sql); err == nil {
+		for _, raw := range tree.Stmts {
+			if rerr = checkSettings(raw.Stmt); rerr != nil {
+				res = Result{Parsed: true}
+				break
+			}
+		}
+	}
+	if key != nil {
+		rw.cache.put(key, res, rerr)
+	}
+	if rerr != nil {
+		return res, rerr
+	}
+	return res, nil
 }
 
 // parseFailed handles text the parser rejects. If a TTL table name appears

@@ -9,9 +9,9 @@ import (
 
 // FuzzRewrite checks the rewriter's invariants on arbitrary text: no panic;
 // rejections are *Error with a SQLSTATE; text that cannot name a TTL table
-// comes back byte for byte; output parses when the input does; rewriting the
-// output again still parses, keeps the statement count, and leaves its
-// stamping alone.
+// comes back byte for byte (parsed only for the ttlproxy.ttl check); output
+// parses when the input does; rewriting the output again still parses, keeps
+// the statement count, and leaves its stamping alone.
 func FuzzRewrite(f *testing.F) {
 	for _, s := range []string{
 		`SELECT * FROM sessions s JOIN users u ON u.id = s.owner`,
@@ -20,6 +20,9 @@ func FuzzRewrite(f *testing.F) {
 		`MERGE INTO sessions s USING src ON CASE WHEN src.k THEN s.id = src.id END WHEN MATCHED THEN UPDATE SET note = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)`,
 		`MERGE INTO t USING (SELECT * FROM sessions) s ON t.id = s.id WHEN NOT MATCHED BY SOURCE AND t.x THEN DELETE`,
 		`UPDATE t SET (a, b) = (SELECT owner, note FROM sessions WHERE id = t.id)`,
+		`SET LOCAL ttlproxy.ttl = '10 minutes'; SELECT set_config('ttlproxy.ttl', '1 day', true)`,
+		`SET search_path = app, public; SELECT * FROM sessions`,
+		`PREPARE p(int) AS WITH c AS (SELECT * FROM sessions) SELECT * FROM c JOIN ONLY sessions s ON s.id = $1`,
 	} {
 		f.Add(s)
 	}
@@ -39,7 +42,9 @@ func FuzzRewrite(f *testing.F) {
 		if !res.Rewritten && res.SQL != sql {
 			t.Fatalf("Rewrite(%q): unchanged result differs: %q", sql, res.SQL)
 		}
-		if rw.quick.find(sql) < 0 && (res.Parsed || res.SQL != sql) {
+		// Only the ttlproxy.ttl check may parse such text, and it changes
+		// nothing.
+		if rw.quick.find(sql) < 0 && (res.SQL != sql || (res.Parsed && !mentionsTTLSetting(sql))) {
 			t.Fatalf("Rewrite(%q): text without a TTL table name was touched", sql)
 		}
 		in, perr := pg.Parse(sql)

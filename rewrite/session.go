@@ -149,6 +149,7 @@ func parseLifetime(v string) (time.Duration, error) {
 	if len(fields) == 0 {
 		return 0, fmt.Errorf("empty interval")
 	}
+	bare := false // the field before was a number without a unit
 	for i := 0; i < len(fields); i++ {
 		f := fields[i]
 		if strings.Contains(f, ":") {
@@ -157,10 +158,14 @@ func parseLifetime(v string) (time.Duration, error) {
 				return 0, err
 			}
 			total += s
+			bare = false
 			continue
 		}
 		num, unit := splitNumber(f)
 		if num == "" {
+			if _, err := unitSeconds(f); bare && err != nil {
+				return 0, err
+			}
 			return 0, fmt.Errorf("expected a number at %q", f)
 		}
 		n, err := strconv.ParseFloat(num, 64)
@@ -171,6 +176,7 @@ func parseLifetime(v string) (time.Duration, error) {
 			i++
 			unit = fields[i]
 		}
+		bare = unit == ""
 		per, err := unitSeconds(unit)
 		if err != nil {
 			return 0, err

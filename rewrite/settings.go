@@ -1,0 +1,192 @@
+package rewrite
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// ttlproxy.ttl is a custom setting: the server accepts any text for it, and
+// the proxy reads it back (ParseTTLSetting) only to find it unusable, after
+// which stamping falls back to each rule's default_ttl without the client
+// knowing. So a literal value is checked here, where the client still gets
+// the error: SET [SESSION|LOCAL] ttlproxy.ttl {TO|=} value (also in ALTER
+// ROLE/DATABASE/SYSTEM … SET and a function's SET clause) and
+// set_config('ttlproxy.ttl', 'value', …).
+
+// ttlSettingWord is the cheap check for statements that may set
+// ttlproxy.ttl: the word is present whether the name is written
+// ttlproxy.ttl, "ttlproxy"."ttl" or ttlproxy . ttl.
+const ttlSettingWord = "ttlproxy"
+
+// ttlSettingName is the setting's name; setting names are case-insensitive.
+const ttlSettingName = "ttlproxy.ttl"
+
+// mentionsTTLSetting reports whether sql may name the ttlproxy.ttl setting.
+// It does not allocate.
+func mentionsTTLSetting(sql string) bool {
+	return indexFold(sql, ttlSettingWord) >= 0
+}
+
+// checkSettings rejects a statement that sets ttlproxy.ttl to a literal value
+// ParseTTLSetting does not accept.
+func checkSettings(n *pg.Node) *Error {
+	if n == nil || n.Node == nil {
+		return nil
+	}
+	var err *Error
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		if err != nil || isLeaf(m) {
+			return
+		}
+		switch v := m.Interface().(type) {
+		case *pg.VariableSetStmt:
+			err = checkVariableSet(v)
+		case *pg.FuncCall:
+			err = checkSetConfig(v)
+		}
+		if err != nil {
+			return
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+			if fd.Message() == nil || fd.IsMap() {
+				return true
+			}
+			if fd.IsList() {
+				l := val.List()
+				for i := 0; i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+				return true
+			}
+			visit(val.Message())
+			return true
+		})
+	}
+	visit(n.ProtoReflect())
+	return err
+}
+
+// checkVariableSet checks SET ttlproxy.ttl = value. SET … TO DEFAULT, FROM
+// CURRENT and RESET pass: they restore a value that was checked, or none.
+func checkVariableSet(v *pg.VariableSetStmt) *Error {
+	if v.Kind != pg.VariableSetKind_VAR_SET_VALUE || !strings.EqualFold(v.Name, ttlSettingName) {
+		return nil
+	}
+	if len(v.Args) != 1 {
+		return &Error{
+			Code:    "22023",
+			Message: "ttlproxy: SET ttlproxy.ttl takes only one value",
+			Hint:    ttlSettingHint,
+		}
+	}
+	value, ok := constText(v.Args[0])
+	if !ok {
+		return &Error{
+			Code:    "22023",
+			Message: "ttlproxy: invalid value for ttlproxy.ttl: the proxy accepts only a literal value",
+			Hint:    ttlSettingHint,
+		}
+	}
+	return checkTTLValue(value)
+}
+
+// checkSetConfig checks set_config('ttlproxy.ttl', 'value', is_local) with
+// literal arguments, positional or named. A value given by a parameter or an
+// expression cannot be checked here and passes.
+func checkSetConfig(f *pg.FuncCall) *Error {
+	switch len(f.Funcname) {
+	case 1:
+	case 2:
+		if f.Funcname[0].GetString_().GetSval() != "pg_catalog" {
+			return nil
+		}
+	default:
+		return nil
+	}
+	if f.Funcname[len(f.Funcname)-1].GetString_().GetSval() != "set_config" || len(f.Args) < 2 {
+		return nil
+	}
+	var name, value *pg.Node
+	for i, a := range f.Args {
+		if na := a.GetNamedArgExpr(); na != nil {
+			switch na.Name {
+			case "setting_name":
+				name = na.Arg
+			case "new_value":
+				value = na.Arg
+			}
+			continue
+		}
+		switch i {
+		case 0:
+			name = a
+		case 1:
+			value = a
+		}
+	}
+	if n, ok := stringConst(name); !ok || !strings.EqualFold(n, ttlSettingName) {
+		return nil
+	}
+	v, ok := stringConst(value)
+	if !ok {
+		return nil
+	}
+	return checkTTLValue(v)
+}
+
+const ttlSettingHint = "Give a lifetime such as '90s', '10 minutes', '1 day', '00:10:00' or 'PT10M'; months and years are not accepted, and '' or RESET removes the override."
+
+// checkTTLValue rejects a value ParseTTLSetting does not accept.
+func checkTTLValue(value string) *Error {
+	if _, err := parseTTL(value); err != nil {
+		return &Error{
+			Code:    "22023",
+			Message: fmt.Sprintf("ttlproxy: invalid value for ttlproxy.ttl: %q: %v", value, err),
+			Hint:    ttlSettingHint,
+		}
+	}
+	return nil
+}
+
+// constText returns the text the server stores for a SET argument.
+func constText(n *pg.Node) (string, bool) {
+	c := n.GetAConst()
+	if c == nil || c.Isnull {
+		return "", false
+	}
+	switch v := c.Val.(type) {
+	case *pg.A_Const_Sval:
+		return v.Sval.GetSval(), true
+	case *pg.A_Const_Ival:
+		return strconv.FormatInt(int64(v.Ival.GetIval()), 10), true
+	case *pg.A_Const_Fval:
+		return v.Fval.GetFval(), true
+	case *pg.A_Const_Boolval:
+		if v.Boolval.GetBoolval() {
+			return "on", true
+		}
+		return "off", true
+	}
+	return "", false
+}
+
+// stringConst returns the value of a string literal, possibly cast
+// ('…'::text); ok is false for anything else, NULL included.
+func stringConst(n *pg.Node) (string, bool) {
+	if tc := n.GetTypeCast(); tc != nil {
+		n = tc.Arg
+	}
+	c := n.GetAConst()
+	if c == nil || c.Isnull {
+		return "", false
+	}
+	if s, ok := c.Val.(*pg.A_Const_Sval); ok {
+		return s.Sval.GetSval(), true
+	}
+	return "", false
+}
