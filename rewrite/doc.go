@@ -44,7 +44,15 @@
 //     WHEN … THEN INSERT is stamped and THEN UPDATE refreshed as above.
 //   - COPY t TO, COPY (query) TO, EXPLAIN, PREPARE, DECLARE, CREATE TABLE AS,
 //     SELECT INTO and CREATE [MATERIALIZED] VIEW are rewritten inside; DDL
-//     naming the table passes.
+//     naming the table passes. In a PREPARE body an unqualified TTL table
+//     name is qualified with the schema it resolves to now ("public".t), as
+//     EXECUTE analyses it again under a later search_path.
+//   - A query string in which a statement that may change search_path, the
+//     role, ttlproxy.ttl or temporary relations (SessionStateMayChange) comes
+//     before a statement naming a TTL table is rejected: the whole text is
+//     rewritten under the state from before it.
+//   - SET ttlproxy.ttl and set_config('ttlproxy.ttl', …) with a literal value
+//     ParseTTLSetting does not accept are rejected with 22023.
 //   - Anything else that touches a TTL table is rejected with an *Error
 //     carrying a SQLSTATE: TABLESAMPLE, DO blocks and function bodies,
 //     rules, unparseable text, statements over the size and nesting limits.
