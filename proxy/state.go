@@ -113,9 +113,13 @@ func (s *session) applyState(prev *rewrite.Session, row []string) *rewrite.Sessi
 	}
 	ns.SearchPath = parseSearchPath(row[0], row[2])
 	ttl, err := rewrite.ParseTTLSetting(row[1])
+	ns.TTLInvalid = ""
 	if err != nil {
-		s.log.Warn("ignoring ttlproxy.ttl: statements are stamped with each table's default_ttl",
-			"value", row[1], "err", err)
+		// Set where the proxy could not check it (ALTER ROLE … SET, a
+		// parameter to set_config): statements that would stamp are
+		// rejected until it is corrected.
+		s.log.Warn("invalid ttlproxy.ttl: statements that stamp an expiry are rejected", "value", row[1], "err", err)
+		ns.TTLInvalid = row[1]
 	}
 	ns.TTL = ttl
 	ns.Bypass = srv.bypass[row[2]] || srv.bypass[row[3]]

@@ -59,7 +59,15 @@ func stmtText(sql string, raw *pg.RawStmt) string {
 // when the tree confirms it: a SET, or a relation created temporary. Text
 // naming pg_temp always counts.
 func stmtMayChangeState(text string, n *pg.Node) bool {
+	if n.GetVariableShowStmt() != nil {
+		return false // SHOW reads a setting
+	}
 	if hasStateNeedle(text) {
+		// A plain SELECT that only reads a setting (current_setting, the
+		// SHOW rewrite) changes nothing; one calling set_config does.
+		if sel := n.GetSelectStmt(); sel != nil && sel.IntoClause == nil && indexFold(text, "set_config") < 0 {
+			return false
+		}
 		return true
 	}
 	if !roleOrTempPhrase(text) {

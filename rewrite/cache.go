@@ -131,6 +131,10 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 		b = append(b, 'T')
 		b = binary.AppendVarint(b, int64(*s.TTL))
 	}
+	if s.TTLInvalid != "" {
+		b = append(b, 'X')
+		str(s.TTLInvalid)
+	}
 	if cat := s.Catalog; cat == nil {
 		b = append(b, 'N')
 	} else {

@@ -86,7 +86,7 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 		return
 	}
 	body := w.bodyEnd(after, end)
-	if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(u.TargetList, rule.StampColumn()) {
+	if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(u.TargetList, rule.StampColumn()) && w.sessionTTLUsable(rule) {
 		set := ts.findTop(after, body, pg.Token_SET)
 		if set < 0 {
 			w.fail(internalError("cannot locate SET"))
@@ -199,10 +199,14 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 	}
 	col := rule.StampColumn()
 	if ttl, ok := ttlFor(rule, w.s); ok {
+		n := len(w.edits)
 		w.stampInsert(ins, sel, rule, col, rule.StampValue(ttl), end)
+		if len(w.edits) > n && !w.sessionTTLUsable(rule) {
+			return
+		}
 	}
 	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
-		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) {
+		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) && w.sessionTTLUsable(rule) {
 			w.refreshConflict(oc, col, rule.StampValue(ttl), end)
 		}
 		w.conflictLive(oc, rule, qualifier(rv), end)

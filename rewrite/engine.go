@@ -241,10 +241,22 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 	res := Result{SQL: sql, Parsed: true}
 	var rerr *Error
 	if tree, err := pg.Parse(sql); err == nil {
+		var edits []edit
 		for _, raw := range tree.Stmts {
 			if rerr = checkSettings(raw.Stmt); rerr != nil {
 				res = Result{Parsed: true}
 				break
+			}
+			if e, ok := showTTLEdit(sql, raw); ok {
+				e.seq = len(edits)
+				edits = append(edits, e)
+			}
+		}
+		if rerr == nil && len(edits) > 0 {
+			if out, ok := applyEdits(sql, edits); ok {
+				res = Result{SQL: out, Rewritten: true, Parsed: true}
+			} else {
+				res, rerr = Result{Parsed: true}, internalError("overlapping edits")
 			}
 		}
 	}
@@ -300,6 +312,22 @@ func (rw *Rewriter) parseFailed(sql string, perr error) (Result, *Error) {
 
 func internalError(what string) *Error {
 	return &Error{Code: "XX000", Message: "ttlproxy: internal rewrite error: " + what}
+}
+
+// sessionTTLUsable is called where a stamp is about to be written: when the
+// session's ttlproxy.ttl holds a value the proxy could not read
+// (Session.TTLInvalid), the statement fails closed instead of silently
+// stamping with default_ttl.
+func (w *walker) sessionTTLUsable(r *Rule) bool {
+	if w.s.TTLInvalid == "" {
+		return true
+	}
+	w.fail(&Error{
+		Code:    "22023",
+		Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: the session's ttlproxy.ttl %q is not a valid lifetime", r.QualifiedName(), w.s.TTLInvalid),
+		Hint:    ttlSettingHint,
+	})
+	return false
 }
 
 // ttlFor returns the lifetime stamped on INSERT into the rule's table in

@@ -166,11 +166,11 @@ func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *Rule, live string, when,
 	col := rule.StampColumn()
 	switch c.CommandType {
 	case pg.CmdType_CMD_UPDATE:
-		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(c.TargetList, col) {
+		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
 			w.insert(ts[last].end, ", "+QuoteIdent(col)+" = "+rule.StampValue(ttl))
 		}
 	case pg.CmdType_CMD_INSERT:
-		if ttl, ok := ttlFor(rule, w.s); ok && !setsColumn(c.TargetList, col) {
+		if ttl, ok := ttlFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
 			w.mergeInsert(c, rule, col, rule.StampValue(ttl), then+1, last)
 		}
 	}

@@ -11,6 +11,11 @@ type Session struct {
 	// TTL overrides every rule's DefaultTTL for stamping (SET ttlproxy.ttl);
 	// nil means no override.
 	TTL *time.Duration
+	// TTLInvalid holds the server's ttlproxy.ttl when it is set to text
+	// ParseTTLSetting rejects (set where the proxy could not check it, e.g.
+	// ALTER ROLE … SET or set_config with a parameter); statements that would
+	// stamp are then rejected with SQLSTATE 22023. "" when valid or unset.
+	TTLInvalid string
 	// Bypass disables filtering and stamping (a role in bypass_roles).
 	Bypass bool
 	// Catalog describes the TTL tables in the session's database; nil when

@@ -190,3 +190,27 @@ func stringConst(n *pg.Node) (string, bool) {
 	}
 	return "", false
 }
+
+// showTTLQuery answers SHOW ttlproxy.ttl. The server knows a custom setting
+// only once something has set it, so a plain SHOW would fail with 42704 in a
+// session that never did; this reads it the same way and shows "" (each
+// table's default_ttl) when unset. The result column is named like SHOW's;
+// the command tag is SELECT 1 instead of SHOW.
+const showTTLQuery = `SELECT COALESCE(pg_catalog.current_setting('ttlproxy.ttl', true), '') AS "ttlproxy.ttl"`
+
+// showTTLEdit returns the edit that replaces a SHOW ttlproxy.ttl statement
+// (its whole span after leading white space; leading comments go) with showTTLQuery.
+func showTTLEdit(sql string, raw *pg.RawStmt) (edit, bool) {
+	v, ok := raw.GetStmt().GetNode().(*pg.Node_VariableShowStmt)
+	if !ok || !strings.EqualFold(v.VariableShowStmt.GetName(), ttlSettingName) {
+		return edit{}, false
+	}
+	start, end := int(raw.StmtLocation), len(sql)
+	if raw.StmtLen > 0 {
+		end = start + int(raw.StmtLen)
+	}
+	for start < end && strings.IndexByte(" \t\r\n\f", sql[start]) >= 0 {
+		start++
+	}
+	return edit{start: start, end: end, text: showTTLQuery}, true
+}

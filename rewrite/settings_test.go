@@ -50,7 +50,6 @@ func TestRewriteTTLSettingAccepted(t *testing.T) {
 		`SET ttlproxy.ttl = DEFAULT`,
 		`SET ttlproxy.ttl FROM CURRENT`,
 		`RESET ttlproxy.ttl`,
-		`SHOW ttlproxy.ttl`,
 		`SELECT current_setting('ttlproxy.ttl', true)`,
 		`SELECT set_config('ttlproxy.ttl', '7d', false)`,
 		`SELECT set_config('ttlproxy.ttl', $1, false)`,
@@ -89,5 +88,49 @@ func TestRewriteTTLSettingAccepted(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { rw.Rewrite(`SET statement_timeout = 1000`, nil) }); n != 0 {
 		t.Errorf("fast path allocates %v times per call", n)
+	}
+}
+
+// SHOW ttlproxy.ttl works before anything set it: it reads the setting with
+// current_setting(…, true) instead of failing with 42704.
+func TestRewriteShowTTLSetting(t *testing.T) {
+	rw := newTestRewriter(t)
+	const q = `SELECT COALESCE(pg_catalog.current_setting('ttlproxy.ttl', true), '') AS "ttlproxy.ttl"`
+	for _, s := range []*Session{nil, {Bypass: true}} {
+		for _, c := range []rwCase{
+			{"SHOW", `SHOW ttlproxy.ttl`, q},
+			{"upper case", `show TTLPROXY.TTL`, q},
+			{"in a list", `SELECT 1; SHOW ttlproxy.ttl; SELECT 2`, `SELECT 1; ` + q + `; SELECT 2`},
+			{"next to a TTL read", `SHOW ttlproxy.ttl; SELECT id FROM sessions`, ""},
+			{"other settings", `SHOW search_path`, ""},
+		} {
+			if c.name == "next to a TTL read" {
+				if s != nil {
+					continue
+				}
+				c.out = q + `; SELECT id FROM (sessions JOIN (SELECT) AS _ttl_0 ON ` +
+					(&Rule{Table: "sessions"}).LiveCondition(`"sessions"`, "now()") + `)`
+			}
+			checkRewrite(t, rw, s, c)
+		}
+	}
+}
+
+// A session whose ttlproxy.ttl the proxy could not read (set where it could
+// not be checked) stamps nothing: statements that would stamp are rejected,
+// the others are rewritten as usual.
+func TestRewriteInvalidSessionTTL(t *testing.T) {
+	rw := newTestRewriter(t)
+	s := &Session{TTLInvalid: "3 parsecs"}
+	checkReject(t, rw, s, rejCase{"stamping INSERT", `INSERT INTO sessions (id) VALUES (1)`, "22023",
+		[]string{"public.sessions", `"3 parsecs"`}})
+	checkRewrite(t, rw, s, rwCase{"INSERT that gives the expiry", `INSERT INTO sessions (id, expires_at) VALUES (1, NULL)`, ""})
+	if _, err := rw.Rewrite(`SELECT id FROM sessions`, s); err != nil {
+		t.Errorf("a read in a session with an invalid ttlproxy.ttl: %v", err)
+	}
+	// The invalid value is part of the cache key: a valid session is not
+	// answered with the rejection.
+	if _, err := rw.Rewrite(`INSERT INTO sessions (id) VALUES (1)`, nil); err != nil {
+		t.Errorf("stamping INSERT in a valid session after a rejected one: %v", err)
 	}
 }

@@ -56,7 +56,7 @@ const sidecarCTE = "_ttl_ins"
 // carried this way are rejected.
 func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *Rule, end int) {
 	ttl, ok := sidecarTTLFor(rule, w.s)
-	if !ok || w.registered[ins] {
+	if !ok || w.registered[ins] || !w.sessionTTLUsable(rule) {
 		return
 	}
 	switch {

@@ -197,6 +197,10 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 	if raw.StmtLen > 0 {
 		end = start + int(raw.StmtLen)
 	}
+	if e, ok := showTTLEdit(w.sql, raw); ok {
+		w.replace(e.start, e.end, e.text)
+		return
+	}
 	w.construct = constructName(raw.Stmt)
 	w.stmt(raw.Stmt, nil, start, end)
 	if w.err != nil {

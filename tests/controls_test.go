@@ -1,0 +1,149 @@
+package tests
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// stampedMinutes returns the lifetime, in whole minutes, stamped on the
+// sessions row id (read directly, bypassing the proxy).
+func stampedMinutes(t *testing.T, direct *pgx.Conn, id int) string {
+	t.Helper()
+	return ids(t, direct, `SELECT round(extract(epoch FROM expires_at - now()) / 60)::int FROM sessions WHERE id = $1`, id)
+}
+
+// TestSessionTTL checks SET/RESET/SHOW ttlproxy.ttl through the proxy: the
+// setting changes the lifetime stamped by this session's INSERTs only.
+func TestSessionTTL(t *testing.T) {
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
+	other := s.connect(s.proxied)
+	direct := s.connect(s.direct)
+	ctx := context.Background()
+	exec := func(c *pgx.Conn, sql string, args ...any) {
+		t.Helper()
+		if _, err := c.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	if got := ids(t, conn, `SHOW ttlproxy.ttl`); got != "" {
+		t.Errorf("SHOW ttlproxy.ttl before any SET: %q, want empty (the tables' default)", got)
+	}
+	exec(conn, `SET ttlproxy.ttl = '10 minutes'`)
+	if got := ids(t, conn, `SHOW ttlproxy.ttl`); got != "10 minutes" {
+		t.Errorf("SHOW ttlproxy.ttl after SET: %q", got)
+	}
+	exec(conn, `INSERT INTO sessions (id, owner, note) VALUES (10, 1, 'ten minutes')`)
+	exec(other, `INSERT INTO sessions (id, owner, note) VALUES (11, 1, 'default')`)
+	if got := stampedMinutes(t, direct, 10); got != "10" {
+		t.Errorf("row stamped after SET ttlproxy.ttl = '10 minutes' lives %s minutes", got)
+	}
+	if got := stampedMinutes(t, direct, 11); got != "60" {
+		t.Errorf("another session's row lives %s minutes, want the default 60", got)
+	}
+
+	// An invalid value is refused before it reaches the server.
+	_, err := conn.Exec(ctx, `SET ttlproxy.ttl = '3 parsecs'`)
+	if sqlstate(err) != "22023" {
+		t.Errorf("SET ttlproxy.ttl = '3 parsecs': %v, want 22023", err)
+	}
+	if got := ids(t, conn, `SHOW ttlproxy.ttl`); got != "10 minutes" {
+		t.Errorf("SHOW after a refused SET: %q, want 10 minutes", got)
+	}
+
+	exec(conn, `RESET ttlproxy.ttl`)
+	exec(conn, `INSERT INTO sessions (id, owner, note) VALUES (12, 1, 'after reset')`)
+	if got := stampedMinutes(t, direct, 12); got != "60" {
+		t.Errorf("row stamped after RESET lives %s minutes, want 60", got)
+	}
+
+	// A value the proxy could not check (a parameter) fails closed on the
+	// next statement that would stamp; reads go on.
+	ext := s.connect(s.proxied)
+	exec(ext, `SELECT set_config('ttlproxy.ttl', $1, false)`, "3 parsecs")
+	_, err = ext.Exec(ctx, `INSERT INTO sessions (id, owner, note) VALUES (13, 1, 'invalid ttl')`)
+	if sqlstate(err) != "22023" {
+		t.Errorf("stamping INSERT with an invalid session ttlproxy.ttl: %v, want 22023", err)
+	}
+	if got := ids(t, ext, `SELECT count(*) FROM sessions WHERE id < 10`); got != "2" {
+		t.Errorf("read with an invalid session ttlproxy.ttl: %q", got)
+	}
+	if got := ids(t, direct, `SELECT count(*) FROM sessions WHERE id = 13`); got != "0" {
+		t.Errorf("the INSERT refused for an invalid ttlproxy.ttl reached the table")
+	}
+}
+
+// TestBypassRoles checks that a role listed in bypass_roles sees every row,
+// also after SET ROLE, and that RESET ROLE filters again.
+func TestBypassRoles(t *testing.T) {
+	s := newStack(t, stackOptions{
+		setup: append(append([]string{}, sessionsSetup...),
+			`DROP ROLE IF EXISTS ttl_maintenance`,
+			`CREATE ROLE ttl_maintenance`,
+			`GRANT SELECT, UPDATE, DELETE ON sessions TO ttl_maintenance`),
+		rules:       []rewrite.Rule{sessionsRule},
+		bypassRoles: []string{"ttl_maintenance"},
+	})
+	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
+	if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "2" {
+		t.Fatalf("filtered count: %s", got)
+	}
+	if _, err := conn.Exec(context.Background(), `SET ROLE ttl_maintenance`); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "3" {
+		t.Errorf("a bypass role sees %s rows, want all 3", got)
+	}
+	if _, err := conn.Exec(context.Background(), `RESET ROLE`); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "2" {
+		t.Errorf("after RESET ROLE: %s rows, want 2", got)
+	}
+}
+
+// TestSearchPathTracking checks that the proxy follows search_path: a
+// same-named plain table in another schema is not filtered, the TTL table is,
+// a SET and a TTL read in one query string are refused, and a prepared
+// statement keeps reading the table it was prepared for.
+func TestSearchPathTracking(t *testing.T) {
+	s := newStack(t, stackOptions{
+		setup: append(append([]string{}, sessionsSetup...),
+			`CREATE SCHEMA archive`,
+			`CREATE TABLE archive.sessions (id int, owner int, note text, expires_at timestamptz)`,
+			`INSERT INTO archive.sessions VALUES (1, 1, 'old', now() - interval '1 day'), (2, 1, 'old', now() - interval '2 days')`),
+		rules: []rewrite.Rule{sessionsRule},
+	})
+	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `PREPARE live_count AS SELECT count(*) FROM sessions`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SET search_path = archive, public`); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "2" {
+		t.Errorf("archive.sessions (not a TTL table) through the proxy: %s rows, want both", got)
+	}
+	if got := ids(t, conn, `EXECUTE live_count`); got != "2" {
+		t.Errorf("statement prepared for public.sessions, executed after SET search_path: %s, want 2 live rows", got)
+	}
+	if _, err := conn.Exec(ctx, `SET search_path = public`); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "2" {
+		t.Errorf("public.sessions after SET search_path = public: %s rows, want the 2 live ones", got)
+	}
+	_, err := conn.Exec(ctx, `SET search_path = archive, public; SELECT count(*) FROM sessions`)
+	if sqlstate(err) != "0A000" {
+		t.Errorf("SET and a TTL read in one query string: %v, want 0A000", err)
+	}
+	if got := ids(t, conn, `SHOW search_path`); got != "public" {
+		t.Errorf("the refused query string changed search_path to %q", got)
+	}
+}
