@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,8 @@ import (
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
+var psqlAll = flag.Bool("psql.all", false, "TestPsqlTransparency: run every script of the corpus, not the default selection")
+
 // TestPsqlTransparency runs PostgreSQL's own regression scripts with psql,
 // once directly and once through the proxy (each in a fresh database), and
 // requires identical output: statements that touch no TTL table must behave
@@ -19,8 +22,27 @@ import (
 func TestPsqlTransparency(t *testing.T) {
 	psql := pgTool(t, "psql")
 	dir := corpusDir(t)
-	scripts := []string{"boolean.sql", "int4.sql", "strings.sql", "text.sql", "varchar.sql",
-		"delete.sql", "errors.sql", "copydml.sql", "prepare.sql", "portals.sql", "transactions.sql"}
+	// Scripts whose output is the same in any two runs. Over the whole corpus
+	// (-psql.all) two differ between runs whatever the route: alter_table
+	// prints OIDs, and triggers attributes an asynchronous NOTICE during COPY
+	// to a psql line that depends on how packets happen to coalesce.
+	scripts := []string{"aggregates.sql", "arrays.sql", "boolean.sql", "case.sql", "char.sql",
+		"copydml.sql", "copyselect.sql", "create_view.sql", "delete.sql", "errors.sql", "float4.sql",
+		"float8.sql", "insert.sql", "insert_conflict.sql", "int2.sql", "int4.sql", "int8.sql", "join.sql",
+		"limit.sql", "merge.sql", "numeric.sql", "portals.sql", "prepare.sql", "returning.sql",
+		"rowtypes.sql", "select.sql", "select_distinct.sql", "select_having.sql", "select_implicit.sql",
+		"strings.sql", "subselect.sql", "text.sql", "transactions.sql", "union.sql", "update.sql",
+		"varchar.sql", "window.sql", "with.sql"}
+	if *psqlAll {
+		all, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts = scripts[:0]
+		for _, p := range all {
+			scripts = append(scripts, filepath.Base(p))
+		}
+	}
 	// A TTL rule is configured, but for a table the scripts never name.
 	rules := []rewrite.Rule{{Table: "ttl_only_here", DefaultTTL: time.Hour}}
 	for _, name := range scripts {
