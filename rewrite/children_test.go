@@ -54,7 +54,8 @@ func TestRewriteChildren(t *testing.T) {
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
 	}
-	checkReject(t, rw, s, rejCase{"child TABLESAMPLE", `SELECT * FROM sessions_2024 TABLESAMPLE SYSTEM (1)`, "0A000", []string{"public.sessions_2024", "TABLESAMPLE"}})
+	checkRewrite(t, rw, s, rwCase{"child TABLESAMPLE", `SELECT * FROM sessions_2024 TABLESAMPLE SYSTEM (1)`,
+		`SELECT * FROM (sessions_2024 TABLESAMPLE SYSTEM (1) JOIN (SELECT) AS _ttl_0 ON ` + (&Rule{Table: "sessions"}).LiveCondition(`"sessions_2024"`, "now()") + `)`})
 
 	// Without the catalog a child is an ordinary table, never parsed.
 	res, err := rw.Rewrite(`SELECT * FROM sessions_2024`, nil)

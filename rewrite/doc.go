@@ -53,9 +53,13 @@
 //     rewritten under the state from before it.
 //   - SET ttlproxy.ttl and set_config('ttlproxy.ttl', …) with a literal value
 //     ParseTTLSetting does not accept are rejected with 22023.
+//   - TABLESAMPLE on a TTL table is wrapped whole: the sample is drawn, then
+//     its expired rows are dropped.
+//   - SHOW ttlproxy.ttl reads the setting with current_setting(…, true), so
+//     it works before anything set it.
 //   - Anything else that touches a TTL table is rejected with an *Error
-//     carrying a SQLSTATE: TABLESAMPLE, DO blocks and function bodies,
-//     rules, unparseable text, statements over the size and nesting limits.
+//     carrying a SQLSTATE: DO blocks and function bodies, rules, unparseable
+//     text, statements over the size and nesting limits.
 //
 // Text is edited at the parser's node locations, never deparsed, so comments
 // and planner hints survive, and text that cannot name a TTL table is

@@ -72,8 +72,6 @@ WHEN NOT MATCHED THEN DO NOTHING`},
 	for _, c := range []rejCase{
 		{"no column list without catalog", `MERGE INTO sessions s USING src ON s.id = src.id WHEN NOT MATCHED THEN INSERT VALUES (src.id)`,
 			"0A000", []string{"public.sessions", "MERGE", "column list"}},
-		{"TABLESAMPLE source", `MERGE INTO t USING sessions s TABLESAMPLE SYSTEM (1) ON t.id = s.id WHEN MATCHED THEN DELETE`,
-			"0A000", []string{"public.sessions", "TABLESAMPLE"}},
 	} {
 		checkReject(t, rw, nil, c)
 	}

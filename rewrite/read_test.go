@@ -28,6 +28,13 @@ func TestRewriteReads(t *testing.T) {
 			`SELECT * FROM ` + join("ONLY (sessions) s", `"s"`, 0)},
 		{"inheritance star", `SELECT * FROM sessions * s`,
 			`SELECT * FROM ` + join("sessions * s", `"s"`, 0)},
+		{"TABLESAMPLE", `SELECT id FROM sessions TABLESAMPLE SYSTEM (10)`,
+			`SELECT id FROM ` + join("sessions TABLESAMPLE SYSTEM (10)", S, 0)},
+		{"TABLESAMPLE with alias and REPEATABLE", `SELECT s.id FROM public.sessions AS s TABLESAMPLE bernoulli (50) REPEATABLE (42) JOIN users u ON u.id = s.owner`,
+			`SELECT s.id FROM ` + join("public.sessions AS s TABLESAMPLE bernoulli (50) REPEATABLE (42)", `"s"`, 0) + ` JOIN users u ON u.id = s.owner`},
+		{"TABLESAMPLE argument with a subquery", `SELECT id FROM sessions TABLESAMPLE SYSTEM ((SELECT count(*) FROM sessions)::real)`,
+			`SELECT id FROM (sessions TABLESAMPLE SYSTEM ((SELECT count(*) FROM ` + join("sessions", S, 1) + `)::real) JOIN (SELECT) AS _ttl_0 ON ` +
+				(&Rule{Table: "sessions"}).LiveCondition(S, "now()") + `)`},
 		{"TABLE", `TABLE sessions`,
 			`SELECT * FROM ` + join("sessions", S, 0)},
 		{"TABLE ONLY", `TABLE ONLY public.sessions`,

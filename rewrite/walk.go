@@ -468,7 +468,7 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, tableForm bool) {
 		if rv := ts.Relation.GetRangeVar(); rv != nil {
 			w.mark(rv)
 			if r := w.ruleFor(rv, sc); r != nil {
-				w.failf("0A000", "cannot filter TTL table %s in TABLESAMPLE", r.QualifiedName())
+				w.sampleRangeVar(rv, r, ts, sc)
 				return
 			}
 		}
@@ -499,19 +499,12 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 	if !ok {
 		return
 	}
-	qual := QuoteIdent(rv.Relname)
-	var rename map[string]string
-	if rv.Alias != nil {
-		qual = QuoteIdent(rv.Alias.Aliasname)
-		if len(rv.Alias.Colnames) > 0 {
-			if rename = w.renamed(rule, rv); rename == nil {
-				return
-			}
-		}
+	join, ok := w.filterJoin(rule, rv)
+	if !ok {
+		return
 	}
 	from, to := ts[first].start, ts[after-1].end
-	text := "(" + w.span(from, to) + " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.liveCondition(qual, "now()", rename) + ")"
-	w.alias++
+	text := "(" + w.span(from, to) + join + ")"
 	if tableForm {
 		if ts.kind(first-1) != pg.Token_TABLE {
 			w.fail(internalError("cannot locate TABLE"))
@@ -521,6 +514,73 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 		text = "SELECT * FROM " + text
 	}
 	w.replace(from, to, text)
+}
+
+// filterJoin returns ` JOIN (SELECT) AS _ttl_N ON <live>` for a TTL table
+// reference: the filter that wraps the FROM item, qualified by its alias
+// (with its column aliases) or its name.
+func (w *walker) filterJoin(rule *Rule, rv *pg.RangeVar) (string, bool) {
+	qual := QuoteIdent(rv.Relname)
+	var rename map[string]string
+	if rv.Alias != nil {
+		qual = QuoteIdent(rv.Alias.Aliasname)
+		if len(rv.Alias.Colnames) > 0 {
+			if rename = w.renamed(rule, rv); rename == nil {
+				return "", false
+			}
+		}
+	}
+	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.liveCondition(qual, "now()", rename)
+	w.alias++
+	return text, true
+}
+
+// sampleRangeVar filters `t [alias] TABLESAMPLE method (args) [REPEATABLE
+// (seed)]` by wrapping the whole item: the sample is drawn from the table and
+// its expired rows are then dropped, so the result holds only live rows (a
+// sample of the live rows, not the rows a table without the expired ones would
+// have given for the same seed). Parentheses are inserted rather than the
+// item replaced, so subqueries in the arguments keep their own edits.
+func (w *walker) sampleRangeVar(rv *pg.RangeVar, rule *Rule, sample *pg.RangeTableSample, sc *scope) {
+	ts := w.tokens()
+	if w.err != nil {
+		return
+	}
+	first, after, ok := w.itemSpan(rv)
+	if !ok {
+		return
+	}
+	if ts.kind(after) != pg.Token_TABLESAMPLE {
+		w.fail(internalError("cannot locate TABLESAMPLE"))
+		return
+	}
+	open := after + 1
+	for open < len(ts) && ts[open].kind != pg.Token_ASCII_40 {
+		open++
+	}
+	end := ts.match(open)
+	if end < 0 || end >= len(ts) {
+		w.fail(internalError("cannot locate the TABLESAMPLE arguments"))
+		return
+	}
+	if ts.kind(end+1) == pg.Token_REPEATABLE {
+		if ts.kind(end+2) != pg.Token_ASCII_40 {
+			w.fail(internalError("cannot locate REPEATABLE"))
+			return
+		}
+		if end = ts.match(end + 2); end < 0 || end >= len(ts) {
+			w.fail(internalError("cannot locate the REPEATABLE seed"))
+			return
+		}
+	}
+	join, ok := w.filterJoin(rule, rv)
+	if !ok {
+		return
+	}
+	w.insert(ts[first].start, "(")
+	w.insert(ts[end].end, join+")")
+	w.genericList(sample.Args, sc)
+	w.generic(sample.Repeatable, sc)
 }
 
 // itemSpan returns the token range [first, after) of a table reference with
