@@ -204,8 +204,32 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil, fmt.Errorf("pg_ctl start: %w: %s\n%s", err, out, log)
 		}
 	}
+	if err := c.watch(); err != nil {
+		return nil, err
+	}
 	ok = true
 	return c, nil
+}
+
+// watch starts a small detached shell that waits for this process to exit
+// and then stops the server (immediate shutdown) and removes its directory.
+// Stop does the same at once; the watcher covers a process that is killed
+// first, such as a test binary at its -timeout or a demo sent SIGKILL, so no
+// server outlives its owner.
+func (c *Cluster) watch() error {
+	script := `while kill -0 "$1" 2>/dev/null; do sleep 1; done
+pid=$(head -n 1 "$2/postmaster.pid" 2>/dev/null)
+if [ -n "$pid" ]; then
+	kill -QUIT "$pid" 2>/dev/null
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+fi
+rm -rf "$3"`
+	cmd := exec.Command("/bin/sh", "-c", script, "pgcluster-watch", strconv.Itoa(os.Getpid()), c.DataDir, c.root)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the cluster watcher: %w", err)
+	}
+	return cmd.Process.Release()
 }
 
 // Stop stops the server (fast shutdown, then immediate) and removes its
