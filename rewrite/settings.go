@@ -38,10 +38,9 @@ func checkSettings(n *pg.Node) *Error {
 		return nil
 	}
 	var err *Error
-	var visit func(m protoreflect.Message)
-	visit = func(m protoreflect.Message) {
+	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
 		if err != nil || isLeaf(m) {
-			return
+			return false
 		}
 		switch v := m.Interface().(type) {
 		case *pg.VariableSetStmt:
@@ -49,25 +48,8 @@ func checkSettings(n *pg.Node) *Error {
 		case *pg.FuncCall:
 			err = checkSetConfig(v)
 		}
-		if err != nil {
-			return
-		}
-		m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
-			if fd.Message() == nil || fd.IsMap() {
-				return true
-			}
-			if fd.IsList() {
-				l := val.List()
-				for i := 0; i < l.Len(); i++ {
-					visit(l.Get(i).Message())
-				}
-				return true
-			}
-			visit(val.Message())
-			return true
-		})
-	}
-	visit(n.ProtoReflect())
+		return err == nil
+	})
 	return err
 }
 

@@ -324,39 +324,25 @@ var systemColumns = map[string]bool{"ctid": true, "xmin": true, "xmax": true, "c
 // does. References in subqueries are left alone.
 func (w *walker) qualifySystemColumns(sel *pg.SelectStmt, rv *pg.RangeVar) {
 	qual := qualifier(rv)
-	var visit func(m protoreflect.Message)
-	visit = func(m protoreflect.Message) {
+	visit := func(m protoreflect.Message) bool {
 		switch v := m.Interface().(type) {
 		case *pg.SelectStmt:
-			return
+			return false
 		case *pg.ColumnRef:
 			if len(v.Fields) == 1 && systemColumns[v.Fields[0].GetString_().GetSval()] && v.Location >= 0 {
 				if ts := w.tokens(); ts.at(int(v.Location)) >= 0 {
 					w.insert(int(v.Location), qual+".")
 				}
 			}
-			return
+			return false
 		}
-		m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
-			if fd.Message() == nil || fd.IsMap() {
-				return true
-			}
-			if fd.IsList() {
-				l := val.List()
-				for i := 0; i < l.Len(); i++ {
-					visit(l.Get(i).Message())
-				}
-				return true
-			}
-			visit(val.Message())
-			return true
-		})
+		return true
 	}
 	for _, list := range [][]*pg.Node{sel.TargetList, sel.DistinctClause, sel.GroupClause, sel.WindowClause, sel.SortClause,
 		{sel.WhereClause, sel.HavingClause}} {
 		for _, n := range list {
 			if n != nil && n.Node != nil {
-				visit(n.ProtoReflect())
+				walkMessages(n.ProtoReflect(), visit)
 			}
 		}
 	}
@@ -683,42 +669,51 @@ func (w *walker) generic(n *pg.Node, sc *scope) {
 // genericMsg walks m; with names set, table references outside queries are
 // DDL names (allowed) instead of unknown positions.
 func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
-	if isLeaf(m) {
-		return
-	}
-	switch v := m.Interface().(type) {
-	case *pg.SelectStmt:
-		w.selectStmt(v, sc)
-		return
-	case *pg.MultiAssignRef:
-		if isRepeatedSource(v) {
-			return
+	walkMessages(m, func(m protoreflect.Message) bool {
+		if w.err != nil || isLeaf(m) {
+			return false
 		}
-	case *pg.RangeVar:
-		w.mark(v)
-		if names {
-			return
+		switch v := m.Interface().(type) {
+		case *pg.SelectStmt:
+			w.selectStmt(v, sc)
+			return false
+		case *pg.MultiAssignRef:
+			if isRepeatedSource(v) {
+				return false
+			}
+		case *pg.RangeVar:
+			w.mark(v)
+			if names {
+				return false
+			}
+			if r := w.ruleFor(v, sc); r != nil {
+				w.failf("0A000", "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), w.construct)
+			}
+			return false
 		}
-		if r := w.ruleFor(v, sc); r != nil {
-			w.failf("0A000", "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), w.construct)
-		}
+		return true
+	})
+}
+
+// walkMessages calls visit on m and then, depth first in field order, on the
+// messages below it, map fields aside. Where visit returns false, the
+// messages below that one are skipped.
+func walkMessages(m protoreflect.Message, visit func(protoreflect.Message) bool) {
+	if !visit(m) {
 		return
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		if w.err != nil {
-			return false
-		}
 		if fd.Message() == nil || fd.IsMap() {
 			return true
 		}
 		if fd.IsList() {
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				w.genericMsg(l.Get(i).Message(), sc, names)
+				walkMessages(l.Get(i).Message(), visit)
 			}
 			return true
 		}
-		w.genericMsg(v.Message(), sc, names)
+		walkMessages(v.Message(), visit)
 		return true
 	})
 }
@@ -752,36 +747,21 @@ func forEachRangeVar(n *pg.Node, fn func(*pg.RangeVar)) {
 	if n == nil || n.Node == nil {
 		return
 	}
-	var walk func(m protoreflect.Message)
-	walk = func(m protoreflect.Message) {
+	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
 		if isLeaf(m) {
-			return
+			return false
 		}
 		switch v := m.Interface().(type) {
 		case *pg.RangeVar:
 			fn(v)
-			return
+			return false
 		case *pg.MultiAssignRef:
 			if isRepeatedSource(v) {
-				return
+				return false
 			}
 		}
-		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			if fd.Message() == nil || fd.IsMap() {
-				return true
-			}
-			if fd.IsList() {
-				l := v.List()
-				for i := 0; i < l.Len(); i++ {
-					walk(l.Get(i).Message())
-				}
-				return true
-			}
-			walk(v.Message())
-			return true
-		})
-	}
-	walk(n.ProtoReflect())
+		return true
+	})
 }
 
 // utility walks a DDL or utility statement: the tables it names are objects,
