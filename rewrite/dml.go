@@ -222,17 +222,10 @@ func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *Rule, qual string, 
 		return
 	}
 	ts := w.tokens()
-	i := ts.at(int(oc.Location))
-	if i < 0 {
-		w.fail(internalError("cannot locate ON CONFLICT"))
+	set := w.doUpdateSet(oc, end)
+	if set < 0 {
 		return
 	}
-	do := ts.findTop(i, end, pg.Token_DO)
-	if do < 0 || ts.kind(do+1) != pg.Token_UPDATE || ts.kind(do+2) != pg.Token_SET {
-		w.fail(internalError("cannot locate DO UPDATE SET"))
-		return
-	}
-	set := do + 2
 	live := rule.LiveCondition(qual, "now()")
 	lim := end
 	if r := ts.findTop(set+1, end, pg.Token_RETURNING); r >= 0 {
@@ -262,45 +255,26 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule,
 	if w.err != nil {
 		return
 	}
-	i := after
-	colsClose := -1
-	if len(ins.Cols) > 0 {
-		if ts.kind(i) != pg.Token_ASCII_40 {
-			w.fail(internalError("cannot locate the column list"))
-			return
-		}
-		colsClose = ts.match(i)
-		if colsClose < 0 {
-			w.fail(internalError("cannot locate the column list"))
-			return
-		}
-		i = colsClose + 1
+	colsClose, i, ok := ts.insertColumns(after, len(ins.Cols) > 0)
+	if !ok {
+		w.fail(internalError("cannot locate the column list"))
+		return
 	}
-	if ts.kind(i) == pg.Token_OVERRIDING {
-		i += 3
-	}
-	qcol := QuoteIdent(col)
 	if sel == nil {
 		// DEFAULT VALUES
 		if ts.kind(i) != pg.Token_DEFAULT || ts.kind(i+1) != pg.Token_VALUES {
 			w.fail(internalError("cannot locate DEFAULT VALUES"))
 			return
 		}
-		w.replace(ts[i].start, ts[i+1].end, "("+qcol+") VALUES ("+value+")")
+		w.replace(ts[i].start, ts[i+1].end, "("+QuoteIdent(col)+") VALUES ("+value+")")
 		return
 	}
 	plan := w.planSource(sel, i, end)
 	if w.err != nil {
 		return
 	}
-	if colsClose >= 0 {
-		w.insert(ts[colsClose-1].end, ", "+qcol)
-	} else {
-		list, given := w.implicitColumns(rule, col, plan.width, "INSERT")
-		if w.err != nil || given {
-			return // given: the values reach the stamp column
-		}
-		w.insert(ts[after-1].end, list)
+	if !w.stampColumn(rule, col, colsClose, after-1, plan.width, "INSERT") {
+		return
 	}
 	for _, at := range plan.appendAt {
 		w.insert(at, ", "+value)
@@ -309,6 +283,47 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule,
 		w.insert(plan.wrapFrom, "SELECT *, "+value+" FROM (")
 		w.insert(plan.wrapTo, ") AS _ttl_src")
 	}
+}
+
+// insertColumns finds the column list of an INSERT, which starts at token i
+// when hasCols, and the OVERRIDING … VALUE after it. It returns the index of
+// the list's closing bracket (-1 without a list) and of the token after both;
+// ok is false when the list cannot be located.
+func (ts tokens) insertColumns(i int, hasCols bool) (colsClose, next int, ok bool) {
+	colsClose = -1
+	if hasCols {
+		if ts.kind(i) != pg.Token_ASCII_40 {
+			return -1, i, false
+		}
+		colsClose = ts.match(i)
+		if colsClose < 0 {
+			return -1, i, false
+		}
+		i = colsClose + 1
+	}
+	if ts.kind(i) == pg.Token_OVERRIDING {
+		i += 3
+	}
+	return colsClose, i, true
+}
+
+// stampColumn adds the stamp column col to an INSERT's column list whose
+// closing bracket is token colsClose or, without a list (colsClose -1),
+// inserts the list implicitColumns gives for width values per row after token
+// before. It reports whether the stamp value is still to be added to the
+// values: false when they already reach the stamp column, or on failure.
+func (w *walker) stampColumn(rule *Rule, col string, colsClose, before, width int, form string) bool {
+	ts := w.tokens()
+	if colsClose >= 0 {
+		w.insert(ts[colsClose-1].end, ", "+QuoteIdent(col))
+		return true
+	}
+	list, given := w.implicitColumns(rule, col, width, form)
+	if w.err != nil || given {
+		return false
+	}
+	w.insert(ts[before].end, list)
+	return true
 }
 
 // sourcePlan says where an INSERT's source gets the stamp value: appended to
@@ -439,21 +454,31 @@ func endsTargetList(ts tokens, k int) bool {
 	return false
 }
 
-// refreshConflict appends `col = value` to the SET list of ON CONFLICT DO
-// UPDATE.
-func (w *walker) refreshConflict(oc *pg.OnConflictClause, col, value string, end int) {
+// doUpdateSet returns the index of the SET token of ON CONFLICT DO UPDATE
+// SET, or -1 after failing when it cannot be located.
+func (w *walker) doUpdateSet(oc *pg.OnConflictClause, end int) int {
 	ts := w.tokens()
 	i := ts.at(int(oc.Location))
 	if i < 0 {
 		w.fail(internalError("cannot locate ON CONFLICT"))
-		return
+		return -1
 	}
 	do := ts.findTop(i, end, pg.Token_DO)
 	if do < 0 || ts.kind(do+1) != pg.Token_UPDATE || ts.kind(do+2) != pg.Token_SET {
 		w.fail(internalError("cannot locate DO UPDATE SET"))
+		return -1
+	}
+	return do + 2
+}
+
+// refreshConflict appends `col = value` to the SET list of ON CONFLICT DO
+// UPDATE.
+func (w *walker) refreshConflict(oc *pg.OnConflictClause, col, value string, end int) {
+	ts := w.tokens()
+	set := w.doUpdateSet(oc, end)
+	if set < 0 {
 		return
 	}
-	set := do + 2
 	stop := ts.findTop(set+1, end, pg.Token_WHERE, pg.Token_RETURNING)
 	lim := end
 	if stop >= 0 {

@@ -77,52 +77,54 @@ func (w *walker) mergeStmt(m *pg.MergeStmt, sc *scope, end int) {
 // skipping brackets and CASE … END (whose WHEN belongs to the expression).
 func mergeClauses(ts tokens, i, limit int) (whens []int, on int) {
 	on = -1
-	depth, cases := 0, 0
+	var n clauseNesting
 	for ; i < len(ts) && ts[i].start < limit; i++ {
+		if !n.top(ts[i].kind) {
+			continue
+		}
 		switch ts[i].kind {
-		case pg.Token_ASCII_40, pg.Token_ASCII_91:
-			depth++
-		case pg.Token_ASCII_41, pg.Token_ASCII_93:
-			depth--
-		case pg.Token_CASE:
-			cases++
-		case pg.Token_END_P:
-			if cases > 0 {
-				cases--
-			}
 		case pg.Token_ON:
-			if depth == 0 && cases == 0 && len(whens) == 0 {
+			if len(whens) == 0 {
 				on = i
 			}
 		case pg.Token_WHEN:
-			if depth == 0 && cases == 0 {
-				whens = append(whens, i)
-			}
+			whens = append(whens, i)
 		}
 	}
 	return whens, on
 }
 
+// clauseNesting follows brackets and CASE … END through a run of tokens, so
+// that a scan can tell a clause keyword from one inside an expression.
+type clauseNesting struct {
+	depth, cases int
+}
+
+// top takes the next token's kind and reports whether the scan is then
+// outside all brackets and CASE … END.
+func (n *clauseNesting) top(k pg.Token) bool {
+	switch k {
+	case pg.Token_ASCII_40, pg.Token_ASCII_91:
+		n.depth++
+	case pg.Token_ASCII_41, pg.Token_ASCII_93:
+		n.depth--
+	case pg.Token_CASE:
+		n.cases++
+	case pg.Token_END_P:
+		if n.cases > 0 {
+			n.cases--
+		}
+	}
+	return n.depth == 0 && n.cases == 0
+}
+
 // thenOf returns the index of the THEN that ends the header of the WHEN
 // clause starting at token i, or -1.
 func thenOf(ts tokens, i, limit int) int {
-	depth, cases := 0, 0
+	var n clauseNesting
 	for ; i < len(ts) && ts[i].start < limit; i++ {
-		switch ts[i].kind {
-		case pg.Token_ASCII_40, pg.Token_ASCII_91:
-			depth++
-		case pg.Token_ASCII_41, pg.Token_ASCII_93:
-			depth--
-		case pg.Token_CASE:
-			cases++
-		case pg.Token_END_P:
-			if cases > 0 {
-				cases--
-			}
-		case pg.Token_THEN:
-			if depth == 0 && cases == 0 {
-				return i
-			}
+		if n.top(ts[i].kind) && ts[i].kind == pg.Token_THEN {
+			return i
 		}
 	}
 	return -1
@@ -184,42 +186,22 @@ func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *Rule, col, value strin
 		w.fail(internalError("cannot locate INSERT in MERGE"))
 		return
 	}
-	qcol := QuoteIdent(col)
-	j := i + 1
-	colsClose := -1
-	if len(c.TargetList) > 0 {
-		if ts.kind(j) != pg.Token_ASCII_40 {
-			w.fail(internalError("cannot locate the column list in MERGE"))
-			return
-		}
-		colsClose = ts.match(j)
-		if colsClose < 0 {
-			w.fail(internalError("cannot locate the column list in MERGE"))
-			return
-		}
-		j = colsClose + 1
-	}
-	if ts.kind(j) == pg.Token_OVERRIDING {
-		j += 3
+	colsClose, j, ok := ts.insertColumns(i+1, len(c.TargetList) > 0)
+	if !ok {
+		w.fail(internalError("cannot locate the column list in MERGE"))
+		return
 	}
 	if ts.kind(j) == pg.Token_DEFAULT && ts.kind(j+1) == pg.Token_VALUES && j+1 == last {
-		w.replace(ts[j].start, ts[j+1].end, "("+qcol+") VALUES ("+value+")")
+		w.replace(ts[j].start, ts[j+1].end, "("+QuoteIdent(col)+") VALUES ("+value+")")
 		return
 	}
 	if ts.kind(j) != pg.Token_VALUES || ts.kind(j+1) != pg.Token_ASCII_40 || ts.match(j+1) != last {
 		w.fail(internalError("cannot locate VALUES in MERGE"))
 		return
 	}
-	if colsClose >= 0 {
-		w.insert(ts[colsClose-1].end, ", "+qcol)
-	} else {
-		list, given := w.implicitColumns(rule, col, len(c.Values), "MERGE … INSERT")
-		if w.err != nil || given {
-			return
-		}
-		w.insert(ts[i].end, list)
+	if w.stampColumn(rule, col, colsClose, i, len(c.Values), "MERGE … INSERT") {
+		w.insert(ts[last-1].end, ", "+value)
 	}
-	w.insert(ts[last-1].end, ", "+value)
 }
 
 // implicitColumns returns the column list ` (a, b, col)` that an INSERT
