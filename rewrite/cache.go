@@ -139,11 +139,11 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 		b = append(b, 'N')
 	} else {
 		b = append(b, 'C')
-		for _, name := range rw.names {
+		schemas := func(name string) {
 			holders, ok := cat.Schemas[name]
 			if !ok {
 				b = append(b, 0)
-				continue
+				return
 			}
 			b = append(b, 1)
 			b = binary.AppendUvarint(b, uint64(len(holders)))
@@ -151,17 +151,22 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 				str(h)
 			}
 		}
-		for i := range rw.rules {
-			t := cat.Tables[rw.rules[i].QualifiedName()]
+		columns := func(t *TableInfo) {
 			if t == nil {
 				b = append(b, 0)
-				continue
+				return
 			}
 			b = append(b, 1)
 			b = binary.AppendUvarint(b, uint64(len(t.Columns)))
 			for _, c := range t.Columns {
 				str(c.Name)
 			}
+		}
+		for _, name := range rw.names {
+			schemas(name)
+		}
+		for i := range rw.rules {
+			columns(cat.Tables[rw.rules[i].QualifiedName()])
 		}
 		if len(cat.Children) == 0 {
 			b = append(b, 0)
@@ -178,28 +183,11 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 				}
 				b = append(b, 1)
 				str(parent)
-				if t := cat.Tables[k]; t == nil {
-					b = append(b, 0)
-				} else {
-					b = append(b, 1)
-					b = binary.AppendUvarint(b, uint64(len(t.Columns)))
-					for _, c := range t.Columns {
-						str(c.Name)
-					}
-				}
+				columns(cat.Tables[k])
 				// The schemas holding the child's name (either reading of a
 				// dotted key).
 				for _, name := range [2]string{k[strings.IndexByte(k, '.')+1:], k[strings.LastIndexByte(k, '.')+1:]} {
-					holders, ok := cat.Schemas[name]
-					if !ok {
-						b = append(b, 0)
-						continue
-					}
-					b = append(b, 1)
-					b = binary.AppendUvarint(b, uint64(len(holders)))
-					for _, h := range holders {
-						str(h)
-					}
+					schemas(name)
 				}
 			}
 		}

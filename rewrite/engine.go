@@ -150,20 +150,14 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 		defer putKeyBuf(key)
 		if res, err, ok := rw.cache.get(key); ok {
 			res.CacheHit = true
-			if err != nil {
-				return res, err
-			}
-			return res, nil
+			return result(res, err)
 		}
 	}
 	res, rerr := rw.rewriteParsed(sql, s)
 	if key != nil {
 		rw.cache.put(key, res, rerr)
 	}
-	if rerr != nil {
-		return res, rerr
-	}
-	return res, nil
+	return result(res, rerr)
 }
 
 var defaultSession Session
@@ -232,10 +226,7 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 		defer putKeyBuf(key)
 		if res, err, ok := rw.cache.get(key); ok {
 			res.CacheHit = true
-			if err != nil {
-				return res, err
-			}
-			return res, nil
+			return result(res, err)
 		}
 	}
 	res := Result{SQL: sql, Parsed: true}
@@ -263,8 +254,14 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 	if key != nil {
 		rw.cache.put(key, res, rerr)
 	}
-	if rerr != nil {
-		return res, rerr
+	return result(res, rerr)
+}
+
+// result returns res and err as Rewrite does: a nil *Error becomes a nil
+// error, not a non-nil interface holding a nil pointer.
+func result(res Result, err *Error) (Result, error) {
+	if err != nil {
+		return res, err
 	}
 	return res, nil
 }
