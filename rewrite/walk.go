@@ -695,27 +695,33 @@ func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
 	})
 }
 
-// walkMessages calls visit on m and then, depth first in field order, on the
+// walkMessages calls visit on m and then, depth first in Range order, on the
 // messages below it, map fields aside. Where visit returns false, the
 // messages below that one are skipped.
 func walkMessages(m protoreflect.Message, visit func(protoreflect.Message) bool) {
-	if !visit(m) {
-		return
-	}
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	// One Range callback serves the whole walk rather than a new closure
+	// per message: every parsed statement is walked this way.
+	var walk func(protoreflect.Message)
+	field := func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		if fd.Message() == nil || fd.IsMap() {
 			return true
 		}
 		if fd.IsList() {
 			l := v.List()
 			for i := 0; i < l.Len(); i++ {
-				walkMessages(l.Get(i).Message(), visit)
+				walk(l.Get(i).Message())
 			}
 			return true
 		}
-		walkMessages(v.Message(), visit)
+		walk(v.Message())
 		return true
-	})
+	}
+	walk = func(m protoreflect.Message) {
+		if visit(m) {
+			m.Range(field)
+		}
+	}
+	walk(m)
 }
 
 // isLeaf reports nodes that by their schema hold no table reference and no
