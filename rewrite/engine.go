@@ -150,14 +150,20 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 		defer putKeyBuf(key)
 		if res, err, ok := rw.cache.get(key); ok {
 			res.CacheHit = true
-			return result(res, err)
+			if err != nil {
+				return res, err
+			}
+			return res, nil
 		}
 	}
 	res, rerr := rw.rewriteParsed(sql, s)
 	if key != nil {
 		rw.cache.put(key, res, rerr)
 	}
-	return result(res, rerr)
+	if rerr != nil {
+		return res, rerr
+	}
+	return res, nil
 }
 
 var defaultSession Session
@@ -226,7 +232,10 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 		defer putKeyBuf(key)
 		if res, err, ok := rw.cache.get(key); ok {
 			res.CacheHit = true
-			return result(res, err)
+			if err != nil {
+				return res, err
+			}
+			return res, nil
 		}
 	}
 	res := Result{SQL: sql, Parsed: true}
@@ -254,14 +263,8 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 	if key != nil {
 		rw.cache.put(key, res, rerr)
 	}
-	return result(res, rerr)
-}
-
-// result returns res and err as Rewrite does: a nil *Error becomes a nil
-// error, not a non-nil interface holding a nil pointer.
-func result(res Result, err *Error) (Result, error) {
-	if err != nil {
-		return res, err
+	if rerr != nil {
+		return res, rerr
 	}
 	return res, nil
 }
