@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ttlproxy/ttlproxy/internal/leakcheck"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
@@ -226,23 +226,7 @@ func requireCode(t testing.TB, err error, code string) *pgconn.PgError {
 // running after the proxy was stopped.
 func checkNoLeaks(t testing.TB) {
 	t.Helper()
-	var stacks string
-	for range 100 {
-		buf := make([]byte, 1<<20)
-		stacks = string(buf[:runtime.Stack(buf, true)])
-		leaked := false
-		for _, g := range strings.Split(stacks, "\n\n") {
-			if strings.Contains(g, "ttlproxy/proxy.(*") && !strings.Contains(g, "proxy.checkNoLeaks") {
-				leaked = true
-				break
-			}
-		}
-		if !leaked {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Errorf("goroutines leaked:\n%s", stacks)
+	leakcheck.Check(t, "ttlproxy/proxy.(*")
 }
 
 // rawClient is a hand-driven frontend for what pgx will not send.

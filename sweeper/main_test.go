@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ttlproxy/ttlproxy/internal/leakcheck"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 )
 
@@ -116,42 +116,10 @@ var leakMarkers = []string{
 }
 
 // checkNoGoroutineLeak fails t if a sweeper or connection pool goroutine is
-// still running once the test's cleanups (Stop among them) are done.
+// still running.
 func checkNoGoroutineLeak(t *testing.T) {
 	t.Helper()
-	var leaked []string
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		leaked = leakedGoroutines()
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if len(leaked) > 0 {
-		t.Errorf("%d goroutine(s) leaked:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-	}
-}
-
-func leakedGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var out []string
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "leakedGoroutines") {
-			continue
-		}
-		if slices.ContainsFunc(leakMarkers, func(m string) bool { return strings.Contains(g, m) }) {
-			out = append(out, g)
-		}
-	}
-	return out
+	leakcheck.Check(t, leakMarkers...)
 }
 
 // ----- logging -----
