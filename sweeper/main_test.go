@@ -108,6 +108,27 @@ func (e *env) newSweeper(t *testing.T, cfg Config) *Sweeper {
 	return s
 }
 
+// otherTx begins a transaction on a second connection, for tests of what
+// the sweeper does to rows another session holds. It is rolled back (if
+// still open) and its connection closed when the test ends.
+func (e *env) otherTx(t *testing.T) pgx.Tx {
+	t.Helper()
+	other, err := pgx.Connect(e.ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := other.Begin(e.ctx)
+	if err != nil {
+		other.Close(context.Background())
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = tx.Rollback(context.Background())
+		other.Close(context.Background())
+	})
+	return tx
+}
+
 // leakMarkers identify goroutines that must not outlive a test.
 var leakMarkers = []string{
 	"ttlproxy/sweeper.(*Sweeper)",

@@ -102,16 +102,7 @@ func equalInts(a, b []int64) bool {
 func TestRefreshedRowSurvives(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "sessions", 50, 5, 0)
-	other, err := pgx.Connect(e.ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	tx, err := other.Begin(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	tx := e.otherTx(t)
 	if _, err := tx.Exec(e.ctx, "UPDATE sessions SET expires_at = now() + interval '1 day' WHERE id = 7"); err != nil {
 		t.Fatal(err)
 	}
@@ -143,15 +134,7 @@ func TestRefreshedRowSurvives(t *testing.T) {
 func TestLockedRowLeftForNextRun(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "sessions", 20, 0, 0)
-	other, err := pgx.Connect(e.ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	tx, err := other.Begin(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := e.otherTx(t)
 	if _, err := tx.Exec(e.ctx, "SELECT 1 FROM sessions WHERE id = 3 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
@@ -174,16 +157,7 @@ func TestLockedRowLeftForNextRun(t *testing.T) {
 func TestDeleteRechecksAfterWait(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "sessions", 30, 0, 0)
-	other, err := pgx.Connect(e.ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	tx, err := other.Begin(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	tx := e.otherTx(t)
 	if _, err := tx.Exec(e.ctx, "UPDATE sessions SET expires_at = now() + interval '1 day' WHERE id = 5"); err != nil {
 		t.Fatal(err)
 	}
@@ -313,16 +287,7 @@ func TestTimeoutHalvesBatchSize(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "slow", 3000, 0, 0)
 	createSessions(t, e, "fast", 10, 0, 0)
-	other, err := pgx.Connect(e.ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	tx, err := other.Begin(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	tx := e.otherTx(t)
 	if _, err := tx.Exec(e.ctx, "LOCK TABLE slow IN SHARE MODE"); err != nil {
 		t.Fatal(err)
 	}
@@ -489,16 +454,7 @@ func TestOldestExpiredAge(t *testing.T) {
 		e.exec(t, "INSERT INTO "+table+" SELECT g, $1::timestamptz - g * interval '1 hour' FROM generate_series(1, 5) g", cutoff)
 	}
 	e.exec(t, "CREATE INDEX ON indexed (expires_at)")
-	other, err := pgx.Connect(e.ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	tx, err := other.Begin(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	tx := e.otherTx(t)
 	// Row 3 (expired 3h before the cutoff) is held and survives the run.
 	if _, err := tx.Exec(e.ctx, "SELECT 1 FROM indexed WHERE id = 3 FOR UPDATE"); err != nil {
 		t.Fatal(err)
@@ -600,16 +556,7 @@ func TestSidecarRefreshedRowSurvives(t *testing.T) {
 	e.exec(t, "CREATE TABLE items_ttl (id bigint PRIMARY KEY, expires_at timestamptz NOT NULL)")
 	e.exec(t, "INSERT INTO items SELECT g, 'x' FROM generate_series(1, 20) g")
 	e.exec(t, "INSERT INTO items_ttl SELECT g, now() - interval '1 hour' FROM generate_series(1, 20) g")
-	other, err := pgx.Connect(e.ctx, e.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close(context.Background())
-	tx, err := other.Begin(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(context.Background())
+	tx := e.otherTx(t)
 	if _, err := tx.Exec(e.ctx, "UPDATE items_ttl SET expires_at = now() + interval '1 day' WHERE id = 4"); err != nil {
 		t.Fatal(err)
 	}
