@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
 // metrics are created even without a Registerer so the hot path never checks
@@ -26,7 +28,7 @@ const (
 	subsystem = "proxy"
 )
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, rw *rewrite.Rewriter) (*metrics, error) {
 	statements := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name: "statements_total",
@@ -78,10 +80,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{
+	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes,
-	} {
+	}
+	if rw != nil {
+		collectors = append(collectors,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: namespace, Subsystem: subsystem,
+				Name: "rewrite_shape_hits_total",
+				Help: "Statements rewritten from the template of an earlier statement of the same shape (differing only in literals), without parsing.",
+			}, func() float64 { return float64(rw.Stats().ShapeHits) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: namespace, Subsystem: subsystem,
+				Name: "rewrite_shape_mismatches_total",
+				Help: "Shape templates that a full rewrite of a later statement contradicted (each shape is then cached by exact text); anything but 0 is a bug to report.",
+			}, func() float64 { return float64(rw.Stats().ShapeMismatches) }),
+		)
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("proxy: registering metrics: %w", err)
 		}

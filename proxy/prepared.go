@@ -109,10 +109,12 @@ func (s *session) staleBind(body []byte) error {
 	if p == nil {
 		return nil
 	}
-	if p.gen != s.gen || s.unseen {
-		if p.rejected != nil {
-			return p.rejected
-		}
+	switch {
+	case p.rejected != nil:
+		// Preparing it again for the current state was rejected: the
+		// statement no longer exists on the server.
+		return p.rejected
+	case p.gen != s.gen || s.unseen:
 		return staleStatementError(string(name))
 	}
 	return nil

@@ -115,10 +115,10 @@ type session struct {
 	baseCatalog *rewrite.Catalog
 	tempShadows []string
 	stateStmts  map[string]struct{}
-	// stateKey identifies the rewrite-relevant state; gen counts its
-	// changes.
-	stateKey string
-	gen      uint64
+	// stateFP is the rewriter's fingerprint of rw (every fact a rewrite
+	// depends on); gen counts its changes.
+	stateFP uint64
+	gen     uint64
 	// prepared holds the extended-protocol statements whose rewrite
 	// depends on the session state, by name.
 	prepared map[string]*preparedStmt

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,13 +140,10 @@ func (s *session) applyState(prev *rewrite.Session, row []string) *rewrite.Sessi
 			ns.Catalog = withTempRelations(cat, shadows)
 		}
 	}
-	ttlText := "none"
-	if ttl != nil {
-		ttlText = ttl.String()
-	}
-	key := fmt.Sprintf("%q %s %v %q", ns.SearchPath, ttlText, ns.Bypass, shadows)
-	if key != s.stateKey {
-		s.stateKey = key
+	// Statements rewritten under another fingerprint would rewrite
+	// differently now: prepared ones are prepared again (prepared.go).
+	if fp := srv.cfg.Rewriter.Fingerprint(ns); fp != s.stateFP {
+		s.stateFP = fp
 		s.gen++
 	}
 	return ns
@@ -337,71 +333,11 @@ func (s *session) noteBind(body []byte) {
 	}
 }
 
-// mayChangeState reports whether sql may change search_path, ttlproxy.ttl
-// (rewrite.SessionStateMayChange), the current role or the session's
-// temporary relations (mayChangeRoleOrTemp). A false positive costs one
-// round trip, a false negative a stale state. A function that changes a
-// setting inside the server is not seen.
+// mayChangeState reports whether sql may change search_path, ttlproxy.ttl,
+// the current role or the session's temporary relations
+// (rewrite.SessionStateMayChange). A false positive costs one round trip, a
+// false negative a stale state. A function that changes a setting inside
+// the server is not seen.
 func mayChangeState(sql string) bool {
-	return rewrite.SessionStateMayChange(sql) || mayChangeRoleOrTemp(sql)
-}
-
-// mayChangeRoleOrTemp reports whether sql says SET [SESSION|LOCAL] ROLE,
-// SET SESSION AUTHORIZATION, SET SCHEMA (search_path by another name),
-// CREATE [GLOBAL|LOCAL] TEMP[ORARY], CREATE OR REPLACE TEMP, INTO TEMP, or
-// names pg_temp. Words are matched in comments and literals too.
-func mayChangeRoleOrTemp(sql string) bool {
-	prev := ""
-	for i := 0; i < len(sql); {
-		if !isIdentByte(sql[i]) {
-			i++
-			continue
-		}
-		j := i + 1
-		for j < len(sql) && isIdentByte(sql[j]) {
-			j++
-		}
-		w := sql[i:j]
-		i = j
-		switch len(w) {
-		case 4:
-			if strings.EqualFold(w, "role") && afterSet(prev) || strings.EqualFold(w, "temp") && beforeTemp(prev) {
-				return true
-			}
-		case 6:
-			if strings.EqualFold(w, "schema") && afterSet(prev) {
-				return true
-			}
-		case 7:
-			if strings.EqualFold(w, "pg_temp") {
-				return true
-			}
-		case 9:
-			if strings.EqualFold(w, "temporary") && beforeTemp(prev) {
-				return true
-			}
-		case 13:
-			if strings.EqualFold(w, "authorization") && strings.EqualFold(prev, "session") {
-				return true
-			}
-		}
-		prev = w
-	}
-	return false
-}
-
-func afterSet(prev string) bool {
-	return strings.EqualFold(prev, "set") || strings.EqualFold(prev, "session") || strings.EqualFold(prev, "local")
-}
-
-func beforeTemp(prev string) bool {
-	return strings.EqualFold(prev, "create") || strings.EqualFold(prev, "into") ||
-		strings.EqualFold(prev, "global") || strings.EqualFold(prev, "local") || strings.EqualFold(prev, "replace")
-}
-
-// isIdentByte: letters, digits, _ and $ and any non-ASCII byte, as in
-// PostgreSQL's scanner.
-func isIdentByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-		c == '_' || c == '$' || c >= 0x80
+	return rewrite.SessionStateMayChange(sql)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -442,4 +443,30 @@ func TestBatchAfterStateChange(t *testing.T) {
 			requireCount(t, conn, countPublic, "after the batch")
 		})
 	}
+}
+
+// TestTTLInvalidReachesPreparedStatements: a statement prepared while
+// ttlproxy.ttl was valid is prepared again when the session's ttlproxy.ttl
+// becomes a value the proxy cannot read (here set through a parameter,
+// which the rewriter cannot check), so that it fails with 22023 instead of
+// stamping default_ttl.
+func TestTTLInvalidReachesPreparedStatements(t *testing.T) {
+	p, db := startStateProxy(t, Config{})
+	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
+	const insert = "INSERT INTO items (id) VALUES ($1)"
+	mustExec(t, conn, insert, 5001)
+	mustExec(t, conn, "SELECT pg_catalog.set_config('ttlproxy.ttl', $1, false)", "forever")
+	_, err := conn.Exec(testContext(t), insert, 5002)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "22023" {
+		t.Fatalf("INSERT after ttlproxy.ttl became unreadable: %v, want SQLSTATE 22023", err)
+	}
+	direct := connectDirect(t, db, pgx.QueryExecModeSimpleProtocol)
+	var n int
+	if err := direct.QueryRow(testContext(t), "SELECT count(*) FROM public.items WHERE id = 5002").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("row 5002: count %d, %v; want no row", n, err)
+	}
+	// A valid value again: the statement stamps with it.
+	mustExec(t, conn, "SELECT pg_catalog.set_config('ttlproxy.ttl', $1, false)", "10 minutes")
+	mustExec(t, conn, insert, 5003)
 }

@@ -13,8 +13,9 @@ const maxCachedStatementBytes = 64 << 10
 
 const cacheShards = 16
 
-// cache is a bounded concurrent map from (session facts, SQL) to a rewrite:
-// sharded, each shard evicting with the clock algorithm.
+// cache is a bounded concurrent map from a key (keyShape, keyExact or
+// keySettings, the session fingerprint, then the shape or the text) to a
+// cached value: sharded, each shard evicting with the clock algorithm.
 type cache struct {
 	seed   maphash.Seed
 	shards [cacheShards]shard
@@ -30,8 +31,7 @@ type shard struct {
 
 type cacheEntry struct {
 	key string
-	res Result
-	err *Error
+	val *cached
 	ref bool
 }
 
@@ -49,34 +49,41 @@ func (c *cache) shard(key []byte) *shard {
 	return &c.shards[maphash.Bytes(c.seed, key)%cacheShards]
 }
 
-func (c *cache) get(key []byte) (Result, *Error, bool) {
+// get returns the value stored for key, or nil. The value is shared: never
+// modify it.
+func (c *cache) get(key []byte) *cached {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	i, ok := sh.index[string(key)]
 	if !ok {
 		sh.mu.Unlock()
-		return Result{}, nil, false
+		return nil
 	}
 	e := &sh.entries[i]
 	e.ref = true
-	res, err := e.res, e.err
+	v := e.val
 	sh.mu.Unlock()
-	if err != nil {
-		cp := *err
-		err = &cp
-	}
-	return res, err, true
+	return v
 }
 
-func (c *cache) put(key []byte, res Result, err *Error) {
+// put stores v for key unless key is already present.
+func (c *cache) put(key []byte, v *cached) { c.store(key, v, false) }
+
+// replace stores v for key, in place of any value it had.
+func (c *cache) replace(key []byte, v *cached) { c.store(key, v, true) }
+
+func (c *cache) store(key []byte, v *cached, overwrite bool) {
 	sh := c.shard(key)
-	k := string(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.index[k]; ok {
+	if i, ok := sh.index[string(key)]; ok {
+		if overwrite {
+			sh.entries[i].val = v
+		}
 		return
 	}
-	e := cacheEntry{key: k, res: res, err: err}
+	k := string(key)
+	e := cacheEntry{key: k, val: v}
 	if len(sh.entries) < sh.limit {
 		sh.index[k] = len(sh.entries)
 		sh.entries = append(sh.entries, e)
@@ -97,21 +104,85 @@ func (c *cache) put(key []byte, res Result, err *Error) {
 	}
 }
 
-var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+// keySettings prefixes the key of a settings-only check (settingsOnly),
+// whose outcome depends on the text alone.
+const keySettings = 'c'
 
-func putKeyBuf(b []byte) {
-	b = b[:0]
-	keyBufs.Put(&b)
+// appendKeyHeader appends a cache key's prefix and session fingerprint.
+func appendKeyHeader(dst []byte, prefix byte, fp uint64) []byte {
+	dst = append(dst, prefix)
+	return binary.AppendUvarint(dst, fp)
 }
 
-// cacheKey encodes everything a rewrite depends on besides the rules: the
-// search path, the TTL override, the catalog facts the rewriter consults
-// (which schemas hold each TTL table name, the column names of each TTL
-// table) and the SQL text. Every part is length-prefixed, so two different
-// inputs never encode alike; a hit is therefore never stale, whether the
-// proxy mutates a Catalog or builds a new one per session.
-func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
-	b := (*keyBufs.Get().(*[]byte))[:0]
+// maxFingerprints bounds the fingerprint registry. Past it the registry
+// starts over with new numbers; entries under the old ones are evicted as
+// they go unused.
+const maxFingerprints = 4096
+
+// fingerprints numbers the distinct session facts (appendFacts) a Rewriter
+// has seen, so that a cache key carries a number instead of the facts.
+type fingerprints struct {
+	mu   sync.Mutex
+	ids  map[string]uint64
+	next uint64
+}
+
+// sessionMemo remembers a Session's fingerprint. It records the Session it
+// was computed for, so a copied Session (whose facts may then be changed)
+// computes its own.
+type sessionMemo struct {
+	self *Session
+	rw   *Rewriter
+	id   uint64
+}
+
+// Fingerprint returns a number for the facts of s that a rewrite depends on
+// (appendFacts: search path, TTL override, an unreadable ttlproxy.ttl,
+// bypass, the catalog facts): two Sessions get the same number only when
+// every text rewrites alike under both, so a caller that keeps rewritten
+// statements (prepared statements) rewrites them again when the number
+// changes. Numbers are never reused within a Rewriter; equal facts may get
+// a new number after the Rewriter has seen maxFingerprints distinct ones.
+//
+// The number is computed on the Session's first use and remembered in it: a
+// Session and its Catalog must not be changed after the Session has been
+// given to Rewrite or Fingerprint (build a new one, as the proxy does on
+// every state change). A nil Session is the default one.
+func (rw *Rewriter) Fingerprint(s *Session) uint64 {
+	if s == nil {
+		s = &defaultSession
+	}
+	return rw.fingerprint(s)
+}
+
+func (rw *Rewriter) fingerprint(s *Session) uint64 {
+	if m, ok := s.memo.Load().(*sessionMemo); ok && m.self == s && m.rw == rw {
+		return m.id
+	}
+	facts := string(rw.appendFacts(nil, s))
+	f := &rw.fps
+	f.mu.Lock()
+	id, ok := f.ids[facts]
+	if !ok {
+		if f.ids == nil || len(f.ids) >= maxFingerprints {
+			f.ids = make(map[string]uint64)
+		}
+		f.next++
+		id = f.next
+		f.ids[facts] = id
+	}
+	f.mu.Unlock()
+	s.memo.Store(&sessionMemo{self: s, rw: rw, id: id})
+	return id
+}
+
+// appendFacts encodes everything a rewrite depends on besides the rules and
+// the text: the search path, the TTL override (and an unreadable one),
+// bypass, the catalog facts the
+// rewriter consults (which schemas hold each TTL table name, the column
+// names of each TTL table, the children). Every part is length-prefixed, so
+// two different sessions never encode alike.
+func (rw *Rewriter) appendFacts(b []byte, s *Session) []byte {
 	str := func(v string) {
 		b = binary.AppendUvarint(b, uint64(len(v)))
 		b = append(b, v...)
@@ -134,6 +205,9 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 	if s.TTLInvalid != "" {
 		b = append(b, 'X')
 		str(s.TTLInvalid)
+	}
+	if s.Bypass {
+		b = append(b, 'B')
 	}
 	if cat := s.Catalog; cat == nil {
 		b = append(b, 'N')
@@ -192,6 +266,5 @@ func (rw *Rewriter) cacheKey(sql string, s *Session) []byte {
 			}
 		}
 	}
-	str(sql)
 	return b
 }

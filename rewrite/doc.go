@@ -64,4 +64,13 @@
 // Text is edited at the parser's node locations, never deparsed, so comments
 // and planner hints survive, and text that cannot name a TTL table is
 // returned as is without being parsed.
+//
+// Rewrites are cached by shape: the text with its literals masked to their
+// kind (shape_lex.go), under a fingerprint of the session facts. A statement
+// that differs from an earlier one only in its literals (numbers, strings,
+// booleans) is rewritten by pasting its literals into the earlier rewrite,
+// without the parser. This holds because the rewrite of a single SELECT,
+// INSERT, UPDATE, DELETE or MERGE never depends on a literal's value; the
+// checks that do read one say so and their statements are cached by exact
+// text (shape.go).
 package rewrite

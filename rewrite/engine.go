@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -49,8 +50,30 @@ type Rewriter struct {
 	tables matcher
 
 	cache *cache
+	// fps numbers the session facts for cache keys.
+	fps fingerprints
 	// children holds the matchers of the sessions' Children maps.
 	children childIndexes
+
+	stats struct {
+		shapeHits, shapeMismatches atomic.Uint64
+	}
+}
+
+// Stats are counters of a Rewriter's cache since it was made.
+type Stats struct {
+	// ShapeHits counts statements rewritten from a shape template, without
+	// the parser.
+	ShapeHits uint64
+	// ShapeMismatches counts shapes whose template a full rewrite of a
+	// second statement contradicted; such shapes are cached by exact text
+	// from then on. Anything but 0 is a bug in the rewriter.
+	ShapeMismatches uint64
+}
+
+// Stats returns the Rewriter's counters.
+func (rw *Rewriter) Stats() Stats {
+	return Stats{ShapeHits: rw.stats.shapeHits.Load(), ShapeMismatches: rw.stats.shapeMismatches.Load()}
 }
 
 type relKey struct{ schema, table string }
@@ -138,79 +161,144 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 			Hint:    "Split the statement, or raise the proxy's statement size limit.",
 		}
 	}
+	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
+		return rw.cachedRewrite(sql, s)
+	}
+	if e := rw.checkNesting(sql); e != nil {
+		return Result{}, e
+	}
+	lits, lexed := lexLiterals(sql)
+	p := rw.rewriteParsed(sql, s, lits, lexed)
+	return p.res, toError(p.err)
+}
+
+// checkNesting rejects a text nested too deeply to parse safely. It runs
+// just before the parser: a cached rewrite needs no check, since a text of
+// the same shape has the same brackets and operator chains outside its
+// literals.
+func (rw *Rewriter) checkNesting(sql string) *Error {
 	if brackets, chain := nesting(sql); brackets > rw.opts.MaxNestingDepth || chain > chainFactor*rw.opts.MaxNestingDepth {
-		return Result{}, &Error{
+		return &Error{
 			Code:    "54001",
 			Message: fmt.Sprintf("ttlproxy: statement is nested too deeply for the proxy to parse (limit %d)", rw.opts.MaxNestingDepth),
 		}
 	}
-	var key []byte
-	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
-		key = rw.cacheKey(sql, s)
-		defer putKeyBuf(key)
-		if res, err, ok := rw.cache.get(key); ok {
-			res.CacheHit = true
-			if err != nil {
-				return res, err
-			}
-			return res, nil
-		}
-	}
-	res, rerr := rw.rewriteParsed(sql, s)
-	if key != nil {
-		rw.cache.put(key, res, rerr)
-	}
-	if rerr != nil {
-		return res, rerr
-	}
-	return res, nil
+	return nil
 }
 
 var defaultSession Session
 
+// parsed is the outcome of a full rewrite.
+type parsed struct {
+	res Result
+	err *Error
+	// literal reports that the outcome may depend on the value of a literal
+	// of the text: the text is not a single SELECT, INSERT, UPDATE, DELETE
+	// or MERGE, or a check read a literal's value. Such a text must not share
+	// a rewrite with other texts of its shape (shape.go).
+	literal bool
+	// anchored reports that slots holds where each literal given to
+	// rewriteParsed stands in res.SQL (for a result that is not Rewritten,
+	// the literals' own spans): no edit touched a literal's text.
+	anchored bool
+	slots    []span
+}
+
 // rewriteParsed is Rewrite after the cheap checks: parse, walk, splice,
 // verify. The result is a pure function of sql and the session facts that
-// the cache key holds.
-func (rw *Rewriter) rewriteParsed(sql string, s *Session) (Result, *Error) {
+// the session fingerprint holds. lits are sql's literals when lexed
+// (appendShape); they anchor the shape template and keep the rewrite blind to
+// what the literals hold.
+func (rw *Rewriter) rewriteParsed(sql string, s *Session, lits []literal, lexed bool) parsed {
 	tree, err := pg.Parse(sql)
 	if err != nil {
-		return rw.parseFailed(sql, err)
+		res, e := rw.parseFailed(sql, err)
+		return parsed{res: res, err: e, literal: true}
 	}
+	p := parsed{res: Result{Parsed: true}, literal: !literalBlind(tree.Stmts)}
 	if mentionsTTLSetting(sql) || indexFold(sql, "set_config") >= 0 || indexFold(sql, "u&") >= 0 {
 		for _, raw := range tree.Stmts {
-			if e := checkSettings(raw.Stmt); e != nil {
-				return Result{Parsed: true}, e
+			e, read := checkSettings(raw.Stmt)
+			p.literal = p.literal || read
+			if e != nil {
+				p.err = e
+				return p
 			}
 		}
 	}
 	if e := rw.stateChangeThenTTL(sql, tree.Stmts, s); e != nil {
-		return Result{Parsed: true}, e
+		p.err = e
+		return p
 	}
-	w := newWalker(rw, sql, s)
+	w := newWalker(rw, sql, s, lits)
 	for _, raw := range tree.Stmts {
 		w.rawStmt(raw)
 		if w.err != nil {
-			return Result{Parsed: true}, w.err
+			p.err = w.err
+			p.literal = p.literal || w.literal
+			return p
 		}
 	}
+	p.literal = p.literal || w.literal
 	if len(w.edits) == 0 {
-		return Result{SQL: sql, Parsed: true}, nil
+		p.res.SQL = sql
+		p.anchored = lexed
+		if lexed {
+			p.slots = make([]span, len(lits))
+			for i, l := range lits {
+				p.slots[i] = span{l.start, l.end}
+			}
+		}
+		return p
 	}
 	out, ok := applyEdits(sql, w.edits)
 	if !ok {
-		return Result{Parsed: true}, internalError("overlapping edits")
+		p.err = internalError("overlapping edits")
+		return p
 	}
 	// The output must parse, and into as many statements: a rewrite that
 	// broke the text or its statement boundaries is never sent. The parser's
 	// statement split checks that without building the tree again.
 	check, err := pg.SplitWithParser(out, false)
 	if err != nil {
-		return Result{Parsed: true}, internalError("rewritten text does not parse: " + err.Error())
+		p.err = internalError("rewritten text does not parse: " + err.Error())
+		return p
 	}
 	if len(check) != len(tree.Stmts) {
-		return Result{Parsed: true}, internalError("rewritten text has a different number of statements")
+		p.err = internalError("rewritten text has a different number of statements")
+		return p
 	}
-	return Result{SQL: out, Rewritten: true, Parsed: true}, nil
+	p.res = Result{SQL: out, Rewritten: true, Parsed: true}
+	if lexed {
+		p.slots, p.anchored = mapLiterals(w.edits, lits)
+	}
+	return p
+}
+
+// literalBlind reports whether the rewrite of stmts never reads the value of
+// a literal in them: a single SELECT, INSERT, UPDATE, DELETE or MERGE, whose
+// walk reads names, structure and locations only. A text of several
+// statements is not: whether one of them may change the session state is
+// judged from its words, literals included (stateChangeThenTTL).
+func literalBlind(stmts []*pg.RawStmt) bool {
+	if len(stmts) != 1 {
+		return false
+	}
+	switch stmts[0].GetStmt().GetNode().(type) {
+	case *pg.Node_SelectStmt, *pg.Node_InsertStmt, *pg.Node_UpdateStmt, *pg.Node_DeleteStmt, *pg.Node_MergeStmt:
+		return true
+	}
+	return false
+}
+
+// lexLiterals returns sql's literals, and whether the shape lexer could read
+// sql (appendShape).
+func lexLiterals(sql string) ([]literal, bool) {
+	_, lits, ok := appendShape(nil, nil, sql)
+	if !ok {
+		return nil, false
+	}
+	return lits, true
 }
 
 // settingsOnly checks the ttlproxy.ttl settings of a text that names no TTL
@@ -226,16 +314,13 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 	}
 	var key []byte
 	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
-		// 'S' never starts a cacheKey, which starts with its search path.
-		key = append((*keyBufs.Get().(*[]byte))[:0], 'S')
+		// The outcome depends on the text alone, not on the session.
+		key = appendKeyHeader(nil, keySettings, 0)
 		key = append(key, sql...)
-		defer putKeyBuf(key)
-		if res, err, ok := rw.cache.get(key); ok {
+		if c := rw.cache.get(key); c != nil {
+			res := c.res
 			res.CacheHit = true
-			if err != nil {
-				return res, err
-			}
-			return res, nil
+			return res, toError(c.err.clone())
 		}
 	}
 	res := Result{SQL: sql, Parsed: true}
@@ -243,7 +328,7 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 	if tree, err := pg.Parse(sql); err == nil {
 		var edits []edit
 		for _, raw := range tree.Stmts {
-			if rerr = checkSettings(raw.Stmt); rerr != nil {
+			if rerr, _ = checkSettings(raw.Stmt); rerr != nil {
 				res = Result{Parsed: true}
 				break
 			}
@@ -261,12 +346,9 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 		}
 	}
 	if key != nil {
-		rw.cache.put(key, res, rerr)
+		rw.cache.put(key, &cached{res: res, err: rerr})
 	}
-	if rerr != nil {
-		return res, rerr
-	}
-	return res, nil
+	return res, toError(rerr)
 }
 
 // parseFailed handles text the parser rejects. If a TTL table name appears

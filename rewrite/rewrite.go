@@ -1,6 +1,9 @@
 package rewrite
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Session is the per-connection state that changes what a statement means.
 // The proxy owns it; the rewriter only reads it.
@@ -21,6 +24,10 @@ type Session struct {
 	// Catalog describes the TTL tables in the session's database; nil when
 	// unknown.
 	Catalog *Catalog
+
+	// memo holds the Session's fingerprint once Rewrite has computed it: do
+	// not change a Session, or its Catalog, after giving it to Rewrite.
+	memo atomic.Value
 }
 
 // Catalog is what the proxy learned from the server about the TTL tables.
@@ -28,10 +35,10 @@ type Session struct {
 // The rewrite cache keys on the catalog's content, not its identity: the
 // schemas holding each TTL table name and each TTL table's column names, and
 // for each child its rule, its column names and the schemas holding its
-// name. An
-// equal Catalog built for another session shares cache entries, and a changed
-// one never gets a stale entry. Rewrite reads the maps without locking, so
-// replace a Catalog that sessions use instead of modifying it.
+// name. An equal Catalog built for another session shares cache entries.
+// Rewrite reads the maps without locking and remembers what they held in the
+// Session (Session.memo), so replace a Catalog that sessions use, with a new
+// Session, instead of modifying it.
 type Catalog struct {
 	// Tables by qualified name "schema.table".
 	Tables map[string]*TableInfo

@@ -36,6 +36,9 @@ func SessionStateMayChange(sql string) bool {
 func hasStateNeedle(sql string) bool {
 	for i := 0; i < len(sql); i++ {
 		c := lowerTable[sql[i]]
+		if !stateNeedleFirst[c] {
+			continue
+		}
 		for _, n := range stateNeedles {
 			if n[0] == c && hasPrefixFold(sql[i:], n) {
 				return true
@@ -44,6 +47,14 @@ func hasStateNeedle(sql string) bool {
 	}
 	return false
 }
+
+// stateNeedleFirst marks the first bytes of stateNeedles.
+var stateNeedleFirst = func() (first [256]bool) {
+	for _, n := range stateNeedles {
+		first[n[0]] = true
+	}
+	return first
+}()
 
 // roleOrTempPhrase reports the phrases of SessionStateMayChange that are
 // keyword sequences: each word is compared with the one before it, comments

@@ -32,25 +32,43 @@ func mentionsTTLSetting(sql string) bool {
 }
 
 // checkSettings rejects a statement that sets ttlproxy.ttl to a literal value
-// ParseTTLSetting does not accept.
-func checkSettings(n *pg.Node) *Error {
+// ParseTTLSetting does not accept. read reports that it found a SET or a
+// call that may be set_config, whose literal arguments decide the outcome.
+func checkSettings(n *pg.Node) (err *Error, read bool) {
 	if n == nil || n.Node == nil {
-		return nil
+		return nil, false
 	}
-	var err *Error
 	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
 		if err != nil || isLeaf(m) {
 			return false
 		}
 		switch v := m.Interface().(type) {
 		case *pg.VariableSetStmt:
+			read = true
 			err = checkVariableSet(v)
 		case *pg.FuncCall:
+			if isSetConfigName(v) {
+				read = true
+			}
 			err = checkSetConfig(v)
 		}
 		return err == nil
 	})
-	return err
+	return err, read
+}
+
+// isSetConfigName reports a call of set_config or pg_catalog.set_config.
+func isSetConfigName(f *pg.FuncCall) bool {
+	switch len(f.Funcname) {
+	case 1:
+	case 2:
+		if f.Funcname[0].GetString_().GetSval() != "pg_catalog" {
+			return false
+		}
+	default:
+		return false
+	}
+	return f.Funcname[len(f.Funcname)-1].GetString_().GetSval() == "set_config"
 }
 
 // checkVariableSet checks SET ttlproxy.ttl = value. SET … TO DEFAULT, FROM
@@ -81,16 +99,7 @@ func checkVariableSet(v *pg.VariableSetStmt) *Error {
 // literal arguments, positional or named. A value given by a parameter or an
 // expression cannot be checked here and passes.
 func checkSetConfig(f *pg.FuncCall) *Error {
-	switch len(f.Funcname) {
-	case 1:
-	case 2:
-		if f.Funcname[0].GetString_().GetSval() != "pg_catalog" {
-			return nil
-		}
-	default:
-		return nil
-	}
-	if f.Funcname[len(f.Funcname)-1].GetString_().GetSval() != "set_config" || len(f.Args) < 2 {
+	if !isSetConfigName(f) || len(f.Args) < 2 {
 		return nil
 	}
 	var name, value *pg.Node

@@ -42,21 +42,34 @@ type walker struct {
 	// schema qualifications it needs, by the offset of the name.
 	pinning bool
 	pins    map[int]*pinEdit
+	// literal is set by whatever reads the value of a literal of the text
+	// (a function body): the outcome then depends on it (parsed.literal).
+	literal bool
 }
 
-func newWalker(rw *Rewriter, sql string, s *Session) *walker {
-	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql)}
+// newWalker returns a walker for sql; lits, when known, are its literals.
+func newWalker(rw *Rewriter, sql string, s *Session, lits []literal) *walker {
+	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql, lits)}
 }
 
-// nextAlias returns one more than the largest N of a _ttl_N in sql.
-func nextAlias(sql string) int {
+// nextAlias returns one more than the largest N of a _ttl_N in sql outside
+// the literals lits (sorted), which can never hold an alias: the numbering
+// does not depend on what literals hold.
+func nextAlias(sql string, lits []literal) int {
 	next := 0
 	for i := 0; ; {
 		k := indexFold(sql[i:], "_ttl_")
 		if k < 0 {
 			return next
 		}
-		i += k + len("_ttl_")
+		at := i + k
+		for len(lits) > 0 && lits[0].end <= at {
+			lits = lits[1:]
+		}
+		i = at + len("_ttl_")
+		if len(lits) > 0 && lits[0].start <= at {
+			continue
+		}
 		j := i
 		for j < len(sql) && j-i < 9 && '0' <= sql[j] && sql[j] <= '9' {
 			j++
@@ -792,6 +805,7 @@ func (w *walker) rejectAny(n *pg.Node, what string) {
 // table: the body runs inside the server where the proxy cannot filter it.
 func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, what string) {
 	check := func(body string) {
+		w.literal = true
 		if k := w.rw.tables.find(body); k >= 0 {
 			w.fail(&Error{
 				Code:    "0A000",

@@ -261,29 +261,51 @@ func (o *oracle) generated(t *testing.T, tables []*oTable) {
 		if *oracleCase >= 0 && i != *oracleCase {
 			continue
 		}
-		g := newGen(o.seed, uint64(i), tables)
 		mode := execMode(i % 3)
-		c := g.next(mode != modeSimple)
-		ran++
-		t0 := time.Now()
-		rep, v := o.check(fmt.Sprintf("case %d", i), c, mode)
-		slowest = append(slowest, timed{time.Since(t0), i})
-		slices.SortFunc(slowest, func(a, b timed) int { return int(b.d - a.d) })
-		slowest = slowest[:min(len(slowest), 3)]
-		switch v {
-		case verdictEqual:
-			equal++
-		case verdictBothFailed:
-			bothFailed = append(bothFailed, rep)
-		case verdictRejected:
-			rejected = append(rejected, rep)
-		default:
-			failed = append(failed, rep)
+		// A simple-protocol case runs in three variants: one shape with
+		// other literals, so that the third is rewritten from the shape
+		// template the first two made and confirmed.
+		variants := uint64(1)
+		if mode == modeSimple {
+			variants = 3
+		}
+		for variant := range variants {
+			g := newGen(o.seed, uint64(i), tables, variant)
+			c := g.next(mode != modeSimple)
+			ran++
+			t0 := time.Now()
+			name := fmt.Sprintf("case %d", i)
+			if variant > 0 {
+				name = fmt.Sprintf("case %d variant %d", i, variant)
+			}
+			rep, v := o.check(name, c, mode)
+			slowest = append(slowest, timed{time.Since(t0), i})
+			slices.SortFunc(slowest, func(a, b timed) int { return int(b.d - a.d) })
+			slowest = slowest[:min(len(slowest), 3)]
+			switch v {
+			case verdictEqual:
+				equal++
+			case verdictBothFailed:
+				bothFailed = append(bothFailed, rep)
+			case verdictRejected:
+				rejected = append(rejected, rep)
+			default:
+				failed = append(failed, rep)
+			}
 		}
 	}
 	elapsed := time.Since(start)
 	t.Logf("oracle: seed %d, %d statements: %d equal (%d with rows, %d failing alike on both sides), %d rejected, %d failed, in %v",
 		o.seed, ran, equal+len(bothFailed), equal, len(bothFailed), len(rejected), len(failed), elapsed.Round(time.Millisecond))
+	shapeHits := o.s.metric("ttlproxy_proxy_rewrite_shape_hits_total", nil)
+	t.Logf("oracle: %v statements were rewritten from a shape template, %v shape mismatches",
+		shapeHits, o.s.metric("ttlproxy_proxy_rewrite_shape_mismatches_total", nil))
+	if m := o.s.metric("ttlproxy_proxy_rewrite_shape_mismatches_total", nil); m != 0 {
+		t.Errorf("%v shape templates were contradicted by a full rewrite", m)
+	}
+	if ran >= 300 && shapeHits == 0 {
+		t.Errorf("no statement was rewritten from a shape template: the oracle does not exercise the shape cache")
+	}
 	for _, s := range slowest {
 		t.Logf("slow: case %d took %v", s.i, s.d.Round(time.Millisecond))
 	}

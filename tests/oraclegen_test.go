@@ -245,6 +245,7 @@ type step struct {
 // gen generates random statements over the oracle schema.
 type gen struct {
 	r      *rand.Rand
+	lit    *rand.Rand // literal values only
 	tables []*oTable
 	n      int      // alias counter
 	ctes   []cteRel // CTEs in scope, innermost last
@@ -283,9 +284,11 @@ type scope struct {
 const maxDepth = 2
 
 // newGen returns a generator for case number i of a run with the seed, so
-// that one case can be regenerated alone.
-func newGen(seed, i uint64, tables []*oTable) *gen {
-	return &gen{r: rand.New(rand.NewPCG(seed, i)), tables: tables}
+// that one case can be regenerated alone. Literal values are drawn from a
+// second source, seeded with variant: the variants of a case are one
+// statement shape with other literals (the proxy's shape cache).
+func newGen(seed, i uint64, tables []*oTable, variant uint64) *gen {
+	return &gen{r: rand.New(rand.NewPCG(seed, i)), lit: rand.New(rand.NewPCG(seed^i, variant)), tables: tables}
 }
 
 func (g *gen) chance(p float64) bool { return g.r.Float64() < p }
@@ -826,7 +829,7 @@ func (g *gen) intConst(null bool) string {
 	if null && g.chance(0.1) {
 		return "NULL::int"
 	}
-	v := fmt.Sprint(g.intn(7))
+	v := fmt.Sprint(g.lit.IntN(7))
 	if p, ok := g.param(v, "int"); ok {
 		return p
 	}
@@ -837,7 +840,7 @@ func (g *gen) textConst(null bool) string {
 	if null && g.chance(0.1) {
 		return "NULL::text"
 	}
-	v := string(rune('a' + g.intn(5)))
+	v := string(rune('a' + g.lit.IntN(5)))
 	if p, ok := g.param(v, "text"); ok {
 		return p
 	}
