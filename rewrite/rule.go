@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Kind names an expiry rule (DESIGN.md §1).
+// Kind names an expiry rule (README.md, "Rule kinds").
 type Kind string
 
 const (

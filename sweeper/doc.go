@@ -1,5 +1,5 @@
 // Package sweeper physically deletes expired rows of TTL tables in the
-// background (DESIGN.md §2): the hard half of ttlproxy's soft TTL.
+// background (ARCHITECTURE.md, "The sweeper"): the hard half of ttlproxy's soft TTL.
 //
 // A run fixes a cutoff once (the database's now()) and, table by table,
 // deletes the rows that rewrite.Rule.ExpiredCondition reports expired at that

@@ -28,7 +28,7 @@ func (d dialect) String() string {
 
 // A slice is a part of a table's key space that the sweeper covers in one
 // pass of batches. Slices are the unit that multi-instance coordination
-// (advisory locks or a lease row, DESIGN.md §2) will hand out.
+// (advisory locks or a lease row, ARCHITECTURE.md "The sweeper") will hand out.
 type slice struct {
 	// label names the slice in logs, e.g. "all" or "hash 0-4095".
 	label string

@@ -34,7 +34,7 @@ var (
 )
 
 // maxRejectedShare bounds the generated statements the proxy may reject:
-// every generated shape is one the contract (DESIGN.md §1) says is served.
+// every generated shape is one the contract (README.md, "The soft TTL contract") says is served.
 const maxRejectedShare = 0.05
 
 // maxErrorShare bounds the generated statements both sides refuse alike:
