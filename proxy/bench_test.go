@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -55,5 +57,53 @@ func benchmarkRoundTrip(b *testing.B, roundTrip func(context.Context, *pgconn.Pg
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkIdleSession reports the memory one idle client session holds in
+// the proxy (heap and goroutine stacks, after a garbage collection), as
+// bytes/session: the same number of connections is opened straight to the
+// server and through the proxy, and the difference is the proxy's share
+// (the pgconn clients live in this process too). The kernel's socket
+// buffers are not counted. The timing figure is meaningless.
+func BenchmarkIdleSession(b *testing.B) {
+	rw, err := rewrite.New(testRules, rewrite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := startProxy(b, Config{Rewriter: rw, rewriter: rw})
+	const sessions = 50
+	ctx := context.Background()
+	inUse := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapInuse + ms.StackInuse)
+	}
+	open := func(connString string) int64 {
+		before := inUse()
+		conns := make([]*pgconn.PgConn, 0, sessions)
+		for range sessions {
+			c, err := pgconn.Connect(ctx, connString)
+			if err != nil {
+				b.Fatal(err)
+			}
+			// One statement, so that the session's buffers have been used.
+			if _, err := c.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
+				b.Fatal(err)
+			}
+			conns = append(conns, c)
+		}
+		time.Sleep(100 * time.Millisecond) // the proxy's goroutines settle
+		grown := inUse() - before
+		for _, c := range conns {
+			c.Close(ctx)
+		}
+		return grown
+	}
+	for b.Loop() {
+		direct := open(pgtest.Server(b).ConnString("postgres"))
+		proxied := open(p.connString(b, "postgres"))
+		b.ReportMetric(float64(proxied-direct)/sessions, "bytes/session")
 	}
 }
