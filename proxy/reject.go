@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -63,7 +64,7 @@ func (s *session) substituteRejection(msg []byte, dst []byte) []byte {
 		return msg
 	}
 	var e pgproto3.ErrorResponse
-	if err := e.Decode(msg[headerLen:]); err != nil || e.Code != "22P02" {
+	if err := e.Decode(msg[headerLen:]); err != nil || e.Code != sqlstate.InvalidTextRepresentation {
 		return msg
 	}
 	j := bytes.Index([]byte(e.Message), []byte(rejectPrefix))

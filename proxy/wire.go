@@ -7,6 +7,8 @@ import (
 	"io"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // Messages after startup are framed as a type byte and a big-endian int32
@@ -24,13 +26,13 @@ const (
 
 // SQLSTATEs the proxy itself answers with.
 const (
-	codeProtocolViolation   = "08P01"
-	codeConnectionFailure   = "08006"
-	codeUnableToConnect     = "08001"
-	codeProgramLimit        = "54000"
-	codeAdminShutdown       = "57P01"
-	codeFeatureNotSupported = "0A000"
-	codeInternalError       = "XX000"
+	codeProtocolViolation   = sqlstate.ProtocolViolation
+	codeConnectionFailure   = sqlstate.ConnectionFailure
+	codeUnableToConnect     = sqlstate.SQLClientUnableToEstablishSQLConnection
+	codeProgramLimit        = sqlstate.ProgramLimitExceeded
+	codeAdminShutdown       = sqlstate.AdminShutdown
+	codeFeatureNotSupported = sqlstate.FeatureNotSupported
+	codeInternalError       = sqlstate.InternalError
 )
 
 // writeError marks an error from writing to the peer, as opposed to reading

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // A simple Query may hold several statements, and the whole text is rewritten
@@ -27,7 +29,7 @@ func (rw *Rewriter) stateChangeThenTTL(sql string, stmts []*pg.RawStmt, s *Sessi
 		if changed {
 			if what, ok := rw.namesTTL(text, s); ok {
 				return &Error{
-					Code:    "0A000",
+					Code:    sqlstate.FeatureNotSupported,
 					Message: fmt.Sprintf("ttlproxy: a statement that may change search_path, role or ttlproxy.ttl is followed by a statement on %s in the same query string; send them as separate queries", what),
 					Detail:  "The proxy rewrites a query string under the session state from before it; a change made inside it applies to the statements after it only in the server.",
 					Hint:    "Send the statement that changes the setting in its own query string.",

@@ -9,6 +9,8 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"github.com/pganalyze/pg_query_go/v6/parser"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // Options bounds what the rewriter accepts and caches.
@@ -156,7 +158,7 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 	}
 	if len(sql) > rw.opts.MaxStatementBytes {
 		return Result{}, &Error{
-			Code:    "54000",
+			Code:    sqlstate.ProgramLimitExceeded,
 			Message: fmt.Sprintf("ttlproxy: statement of %d bytes is longer than the %d bytes the proxy parses", len(sql), rw.opts.MaxStatementBytes),
 			Hint:    "Split the statement, or raise the proxy's statement size limit.",
 		}
@@ -179,7 +181,7 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 func (rw *Rewriter) checkNesting(sql string) *Error {
 	if brackets, chain := nesting(sql); brackets > rw.opts.MaxNestingDepth || chain > chainFactor*rw.opts.MaxNestingDepth {
 		return &Error{
-			Code:    "54001",
+			Code:    sqlstate.StatementTooComplex,
 			Message: fmt.Sprintf("ttlproxy: statement is nested too deeply for the proxy to parse (limit %d)", rw.opts.MaxNestingDepth),
 		}
 	}
@@ -363,7 +365,7 @@ func (rw *Rewriter) parseFailed(sql string, perr error) (Result, *Error) {
 	}
 	if strings.Contains(msg, "recursion depth") || strings.Contains(msg, "stack depth") {
 		return Result{Parsed: true}, &Error{
-			Code:    "54001",
+			Code:    sqlstate.StatementTooComplex,
 			Message: "ttlproxy: statement is nested too deeply for the proxy to parse",
 		}
 	}
@@ -386,14 +388,14 @@ func (rw *Rewriter) parseFailed(sql string, perr error) (Result, *Error) {
 		}
 	}
 	return Result{Parsed: true}, &Error{
-		Code:    "42601",
+		Code:    sqlstate.SyntaxError,
 		Message: "ttlproxy: " + msg,
 		Detail:  "The statement mentions a TTL table and the proxy cannot parse it.",
 	}
 }
 
 func internalError(what string) *Error {
-	return &Error{Code: "XX000", Message: "ttlproxy: internal rewrite error: " + what}
+	return &Error{Code: sqlstate.InternalError, Message: "ttlproxy: internal rewrite error: " + what}
 }
 
 // sessionTTLUsable is called where a stamp is about to be written: when the
@@ -405,7 +407,7 @@ func (w *walker) sessionTTLUsable(r *Rule) bool {
 		return true
 	}
 	w.fail(&Error{
-		Code:    "22023",
+		Code:    sqlstate.InvalidParameterValue,
 		Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: the session's ttlproxy.ttl %q is not a valid lifetime", r.QualifiedName(), w.s.TTLInvalid),
 		Hint:    ttlSettingHint,
 	})

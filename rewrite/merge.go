@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // mergeStmt walks MERGE. The source is a FROM item (a read). An expired
@@ -217,10 +219,10 @@ func (w *walker) implicitColumns(rule *Rule, col string, width int, form string)
 	}
 	switch {
 	case cols == nil:
-		w.fail(&Error{Code: "0A000", Message: what + " and the proxy does not know the table's columns", Hint: hint})
+		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: what + " and the proxy does not know the table's columns", Hint: hint})
 		return "", false
 	case width < 0:
-		w.fail(&Error{Code: "0A000", Message: what + " from a query whose width the proxy does not know", Hint: hint})
+		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: what + " from a query whose width the proxy does not know", Hint: hint})
 		return "", false
 	}
 	pos := -1
@@ -230,7 +232,7 @@ func (w *walker) implicitColumns(rule *Rule, col string, width int, form string)
 		}
 	}
 	if pos < 0 {
-		w.fail(&Error{Code: "0A000", Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), QuoteIdent(col)), Hint: hint})
+		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), QuoteIdent(col)), Hint: hint})
 		return "", false
 	}
 	if width > pos {

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // PREPARE name AS <statement> is rewritten once, under the search path of
@@ -36,7 +38,7 @@ func (w *walker) pin(rv *pg.RangeVar) {
 	sch, ok := w.resolve(rv.Relname)
 	if !ok {
 		w.fail(&Error{
-			Code:    "0A000",
+			Code:    sqlstate.FeatureNotSupported,
 			Message: fmt.Sprintf("ttlproxy: cannot prepare a statement on %s: the proxy cannot tell which schema the name refers to under the current search path", QuoteIdent(rv.Relname)),
 			Detail:  "EXECUTE analyses a prepared statement again under the search path of its time, so the proxy qualifies the TTL table names of a PREPARE with their schema.",
 			Hint:    "Qualify the table with its schema in the PREPARE statement.",

@@ -7,6 +7,8 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // ttlproxy.ttl is a custom setting: the server accepts any text for it, and
@@ -79,7 +81,7 @@ func checkVariableSet(v *pg.VariableSetStmt) *Error {
 	}
 	if len(v.Args) != 1 {
 		return &Error{
-			Code:    "22023",
+			Code:    sqlstate.InvalidParameterValue,
 			Message: "ttlproxy: SET ttlproxy.ttl takes only one value",
 			Hint:    ttlSettingHint,
 		}
@@ -87,7 +89,7 @@ func checkVariableSet(v *pg.VariableSetStmt) *Error {
 	value, ok := constText(v.Args[0])
 	if !ok {
 		return &Error{
-			Code:    "22023",
+			Code:    sqlstate.InvalidParameterValue,
 			Message: "ttlproxy: invalid value for ttlproxy.ttl: the proxy accepts only a literal value",
 			Hint:    ttlSettingHint,
 		}
@@ -136,7 +138,7 @@ const ttlSettingHint = "Give a lifetime such as '90s', '10 minutes', '1 day', '0
 func checkTTLValue(value string) *Error {
 	if _, err := parseTTL(value); err != nil {
 		return &Error{
-			Code:    "22023",
+			Code:    sqlstate.InvalidParameterValue,
 			Message: fmt.Sprintf("ttlproxy: invalid value for ttlproxy.ttl: %q: %v", value, err),
 			Hint:    ttlSettingHint,
 		}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // sidecarTTL reports that INSERT into the rule's table must register an
@@ -32,7 +34,7 @@ func sidecarTTLFor(r *Rule, s *Session) (time.Duration, bool) {
 // rewriter cannot register in the sidecar registry.
 func (w *walker) rejectSidecarRegistration(rule *Rule, form string) {
 	w.fail(&Error{
-		Code:    "0A000",
+		Code:    sqlstate.FeatureNotSupported,
 		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", rule.QualifiedName(), form),
 		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … without RETURNING, outside WITH, or insert the registry row yourself.", rule.Table),
 	})

@@ -7,6 +7,8 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // walker collects the edits for one text. It walks each statement with a
@@ -225,7 +227,7 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 			return
 		}
 		if r := w.ruleFor(rv, nil); r != nil {
-			w.failf("0A000", "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), top)
+			w.failf(sqlstate.FeatureNotSupported, "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), top)
 		}
 	})
 }
@@ -637,7 +639,7 @@ func (w *walker) renamed(rule *Rule, rv *pg.RangeVar) map[string]string {
 	cols := w.columns(rule)
 	if cols == nil {
 		w.fail(&Error{
-			Code:    "0A000",
+			Code:    sqlstate.FeatureNotSupported,
 			Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s under the column alias list of %q: the proxy does not know the table's columns", rule.QualifiedName(), rv.Alias.Aliasname),
 			Hint:    "Refer to the table without a column alias list.",
 		})
@@ -700,7 +702,7 @@ func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
 				return false
 			}
 			if r := w.ruleFor(v, sc); r != nil {
-				w.failf("0A000", "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), w.construct)
+				w.failf(sqlstate.FeatureNotSupported, "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), w.construct)
 			}
 			return false
 		}
@@ -796,7 +798,7 @@ func (w *walker) rejectAny(n *pg.Node, what string) {
 	forEachRangeVar(n, func(rv *pg.RangeVar) {
 		w.mark(rv)
 		if r := w.ruleFor(rv, nil); r != nil {
-			w.failf("0A000", "cannot filter TTL table %s in %s", r.QualifiedName(), what)
+			w.failf(sqlstate.FeatureNotSupported, "cannot filter TTL table %s in %s", r.QualifiedName(), what)
 		}
 	})
 }
@@ -808,7 +810,7 @@ func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, wha
 		w.literal = true
 		if k := w.rw.tables.find(body); k >= 0 {
 			w.fail(&Error{
-				Code:    "0A000",
+				Code:    sqlstate.FeatureNotSupported,
 				Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s in %s: the proxy cannot see inside function bodies", w.rw.rules[w.rw.tables.owner[k]].QualifiedName(), what),
 				Hint:    "Run the statements of the body through the proxy one by one, or connect directly for maintenance.",
 			})
