@@ -1,31 +1,8 @@
 package rewrite
 
 import (
-	"strings"
-
 	pg "github.com/pganalyze/pg_query_go/v6"
 )
-
-// findTop returns the index of the first token at bracket depth 0 in
-// [i, limit) whose kind is one of kinds, or -1.
-func (ts tokens) findTop(i, limit int, kinds ...pg.Token) int {
-	j := ts.scanTop(i, limit, func(j int) bool {
-		for _, k := range kinds {
-			if ts[j].kind == k {
-				return true
-			}
-		}
-		return false
-	})
-	if j < len(ts) && ts[j].start < limit {
-		for _, k := range kinds {
-			if ts[j].kind == k {
-				return j
-			}
-		}
-	}
-	return -1
-}
 
 // qualifier is how the statement's own clauses refer to a target table.
 func qualifier(rv *pg.RangeVar) string {
@@ -285,28 +262,6 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule,
 	}
 }
 
-// insertColumns finds the column list of an INSERT, which starts at token i
-// when hasCols, and the OVERRIDING … VALUE after it. It returns the index of
-// the list's closing bracket (-1 without a list) and of the token after both;
-// ok is false when the list cannot be located.
-func (ts tokens) insertColumns(i int, hasCols bool) (colsClose, next int, ok bool) {
-	colsClose = -1
-	if hasCols {
-		if ts.kind(i) != pg.Token_ASCII_40 {
-			return -1, i, false
-		}
-		colsClose = ts.match(i)
-		if colsClose < 0 {
-			return -1, i, false
-		}
-		i = colsClose + 1
-	}
-	if ts.kind(i) == pg.Token_OVERRIDING {
-		i += 3
-	}
-	return colsClose, i, true
-}
-
 // stampColumn adds the stamp column col to an INSERT's column list whose
 // closing bracket is token colsClose or, without a list (colsClose -1),
 // inserts the list implicitColumns gives for width values per row after token
@@ -490,54 +445,4 @@ func (w *walker) refreshConflict(oc *pg.OnConflictClause, col, value string, end
 		return
 	}
 	w.insert(ts[last].end, ", "+QuoteIdent(col)+" = "+value)
-}
-
-// copyStmt filters COPY … TO: `COPY t [(a, b)] TO` becomes `COPY (SELECT
-// a, b FROM t WHERE live) TO` and the query of `COPY (query) TO` is
-// rewritten. COPY … FROM writes and passes: a column DEFAULT stamps it.
-func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
-	if c.Query != nil {
-		ts := w.tokens()
-		i := ts.from(start)
-		if ts.kind(i) != pg.Token_COPY || ts.kind(i+1) != pg.Token_ASCII_40 {
-			w.fail(internalError("cannot locate the COPY query"))
-			return
-		}
-		close := ts.match(i + 1)
-		if close < 0 {
-			w.fail(internalError("cannot locate the COPY query"))
-			return
-		}
-		w.stmt(c.Query, nil, ts[i+1].end, ts[close].start)
-		return
-	}
-	rv := c.Relation
-	w.mark(rv)
-	if c.IsFrom {
-		return
-	}
-	rule := w.ruleFor(rv, nil)
-	if rule == nil {
-		return
-	}
-	ts := w.tokens()
-	i := ts.at(int(rv.Location))
-	if i < 0 {
-		w.fail(internalError("cannot locate the COPY table"))
-		return
-	}
-	ne := ts.nameEnd(i)
-	name := w.sql[ts[i].start:ts[ne-1].end]
-	cols, last := "*", ne-1
-	if len(c.Attlist) > 0 {
-		close := ts.match(ne)
-		if ts.kind(ne) != pg.Token_ASCII_40 || close < 0 {
-			w.fail(internalError("cannot locate the COPY column list"))
-			return
-		}
-		cols = strings.TrimSpace(w.sql[ts[ne].end:ts[close].start])
-		last = close
-	}
-	w.replace(ts[i].start, ts[last].end,
-		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(QuoteIdent(rv.Relname), "now()")+")")
 }

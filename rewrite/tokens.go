@@ -127,3 +127,46 @@ func (ts tokens) identEnd(i int) int {
 	}
 	return i + 1
 }
+
+// findTop returns the index of the first token at bracket depth 0 in
+// [i, limit) whose kind is one of kinds, or -1.
+func (ts tokens) findTop(i, limit int, kinds ...pg.Token) int {
+	j := ts.scanTop(i, limit, func(j int) bool {
+		for _, k := range kinds {
+			if ts[j].kind == k {
+				return true
+			}
+		}
+		return false
+	})
+	if j < len(ts) && ts[j].start < limit {
+		for _, k := range kinds {
+			if ts[j].kind == k {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// insertColumns finds the column list of an INSERT, which starts at token i
+// when hasCols, and the OVERRIDING … VALUE after it. It returns the index of
+// the list's closing bracket (-1 without a list) and of the token after both;
+// ok is false when the list cannot be located.
+func (ts tokens) insertColumns(i int, hasCols bool) (colsClose, next int, ok bool) {
+	colsClose = -1
+	if hasCols {
+		if ts.kind(i) != pg.Token_ASCII_40 {
+			return -1, i, false
+		}
+		colsClose = ts.match(i)
+		if colsClose < 0 {
+			return -1, i, false
+		}
+		i = colsClose + 1
+	}
+	if ts.kind(i) == pg.Token_OVERRIDING {
+		i += 3
+	}
+	return colsClose, i, true
+}

@@ -1,0 +1,64 @@
+package rewrite
+
+import (
+	pg "github.com/pganalyze/pg_query_go/v6"
+)
+
+// Name resolution: which rule, if any, a table reference names in the
+// session (search path, catalog, CTE names).
+
+// ruleFor resolves a table reference to its rule, or nil when it is not a
+// TTL table. For a read, sc holds the CTE names that shadow unqualified
+// table names; write targets are never CTEs (pass sc nil).
+//
+// Unqualified names follow the search path: with catalog knowledge of the
+// schemas holding the name, the first such schema on the path decides;
+// without it, the first path schema with a rule for the name does, which
+// errs toward filtering (a wrong filter fails loudly, a missing one leaks).
+// pg_catalog and pg_temp never hold TTL tables.
+func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *Rule {
+	if rv == nil {
+		return nil
+	}
+	if rv.Schemaname != "" {
+		return w.ruleAt(rv.Schemaname, rv.Relname)
+	}
+	cat := w.s.Catalog
+	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.Children) == 0)) {
+		return nil
+	}
+	if w.pinning {
+		w.pin(rv)
+	}
+	if sch, ok := w.resolve(rv.Relname); ok {
+		return w.ruleAt(sch, rv.Relname)
+	}
+	return nil
+}
+
+// resolve returns the schema an unqualified table name refers to in the
+// session, as ruleFor decides it; ok is false when neither the catalog nor
+// the rules place the name on the search path.
+func (w *walker) resolve(rel string) (string, bool) {
+	path := w.s.SearchPath
+	if path == nil {
+		path = publicPath
+	}
+	if cat := w.s.Catalog; cat != nil {
+		if holders, ok := cat.Schemas[rel]; ok {
+			for _, sch := range path {
+				for _, h := range holders {
+					if h == sch {
+						return sch, true
+					}
+				}
+			}
+		}
+	}
+	for _, sch := range path {
+		if w.ruleAt(sch, rel) != nil {
+			return sch, true
+		}
+	}
+	return "", false
+}
