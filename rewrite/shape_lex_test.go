@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -419,53 +417,38 @@ func shapeLexBailReason(sql string, at int) string {
 // TestAppendShapeCorpus compares the lexer with pg.Scan on every statement
 // of the PostgreSQL regression corpus.
 func TestAppendShapeCorpus(t *testing.T) {
-	dir := corpusDir(t)
-	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no corpus files in %s: %v", dir, err)
-	}
 	var total, read, nlits, dml, dmlRead int
 	reasons := map[string]int{}
 	dmlReasons := map[string]int{}
-	for _, file := range files {
-		raw, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stmts, err := corpusStatements(string(raw))
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		for _, stmt := range stmts {
-			total++
-			isDML := false
-			low := strings.ToLower(strings.TrimSpace(stmt))
-			for _, p := range []string{"select", "insert", "update", "delete", "with", "merge", "values", "table"} {
-				if strings.HasPrefix(low, p) {
-					isDML = true
-					break
-				}
+	eachCorpusStatement(t, func(_, stmt string) {
+		total++
+		isDML := false
+		low := strings.ToLower(strings.TrimSpace(stmt))
+		for _, p := range []string{"select", "insert", "update", "delete", "with", "merge", "values", "table"} {
+			if strings.HasPrefix(low, p) {
+				isDML = true
+				break
 			}
+		}
+		if isDML {
+			dml++
+		}
+		_, lits, at := lexShape(nil, nil, stmt)
+		if at >= 0 {
+			r := shapeLexBailReason(stmt, at)
+			reasons[r]++
 			if isDML {
-				dml++
+				dmlReasons[r]++
 			}
-			_, lits, at := lexShape(nil, nil, stmt)
-			if at >= 0 {
-				r := shapeLexBailReason(stmt, at)
-				reasons[r]++
-				if isDML {
-					dmlReasons[r]++
-				}
-				continue
-			}
-			read++
-			nlits += len(lits)
-			if isDML {
-				dmlRead++
-			}
-			shapeLexCheck(t, stmt)
+			return
 		}
-	}
+		read++
+		nlits += len(lits)
+		if isDML {
+			dmlRead++
+		}
+		shapeLexCheck(t, stmt)
+	})
 	t.Logf("%d statements: %d read (%.2f%%, %d literals, all as pg.Scan reads them), %d bail-outs", total, read,
 		100*float64(read)/float64(total), nlits, total-read)
 	t.Logf("DML (SELECT, INSERT, UPDATE, DELETE, WITH, MERGE, VALUES, TABLE): %d statements, %d read, %d bail-outs (%.2f%%)",

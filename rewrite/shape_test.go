@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -235,43 +233,27 @@ func FuzzShapeCache(f *testing.F) {
 // TestShapeCacheCorpus runs the shape-path check on every statement of the
 // PostgreSQL regression corpus, with the corpus rules, and on the seeds.
 func TestShapeCacheCorpus(t *testing.T) {
-	dir := corpusDir(t)
-	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no corpus files in %s: %v", dir, err)
-	}
 	full, err := New(corpusRules, Options{CacheSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cols := make([]Column, len(tenk1Columns))
-	for i, c := range tenk1Columns {
-		cols[i] = Column{Name: c}
-	}
-	s := &Session{Catalog: &Catalog{Tables: map[string]*TableInfo{"public.tenk1": {Columns: cols}}}}
-	r := rand.New(rand.NewPCG(uint64(len(files)), 2))
+	s := corpusSession()
+	r := rand.New(rand.NewPCG(1, 2))
 	var total, shaped, hits int
-	for _, file := range files {
-		raw, err := os.ReadFile(file)
+	eachCorpusStatement(t, func(_, stmt string) {
+		total++
+		cached, err := New(corpusRules, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		stmts, _ := corpusStatements(string(raw))
-		for _, stmt := range stmts {
-			total++
-			cached, err := New(corpusRules, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sh, hit := checkShapePath(t, cached, full, s, stmt, r)
-			if sh {
-				shaped++
-			}
-			if hit {
-				hits++
-			}
+		sh, hit := checkShapePath(t, cached, full, s, stmt, r)
+		if sh {
+			shaped++
 		}
-	}
+		if hit {
+			hits++
+		}
+	})
 	t.Logf("%d statements: %d with literals and a shape, %d served from a confirmed template with other literals", total, shaped, hits)
 	if hits == 0 {
 		t.Errorf("no statement was served from a template")
