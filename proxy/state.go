@@ -17,10 +17,10 @@ import (
 // that shadow a TTL table name. PostgreSQL does not report search_path in
 // ParameterStatus before version 18, and a SET may be LOCAL, rolled back,
 // made by set_config(), RESET ALL or DISCARD ALL, so the proxy does not try
-// to interpret statements: when one may have changed the state (a cheap text
-// check, mayChangeState), the session is marked dirty, and before the next
-// statement is rewritten the proxy asks the server (stateQuery) and
-// replaces its rewrite.Session.
+// to interpret statements: when one may have changed the state (a cheap
+// text check, rewrite.SessionStateMayChange), the session is marked dirty,
+// and before the next statement is rewritten the proxy asks the server
+// (stateQuery) and replaces its rewrite.Session.
 //
 // The question is asked where nothing is outstanding, so that the answer
 // reflects every statement sent before: before a Query or the Parse that
@@ -284,7 +284,7 @@ func (s *session) noteIdle() {
 // statement may drop or rename it (DROP, ALTER, ON COMMIT DROP at COMMIT),
 // so every statement counts.
 func (s *session) noteStatement(sql string) {
-	if len(s.tempShadows) > 0 || mayChangeState(sql) {
+	if len(s.tempShadows) > 0 || rewrite.SessionStateMayChange(sql) {
 		s.dirty, s.unseen = true, true
 	}
 	if len(s.prepared) > 0 && mayDeallocate(sql) {
@@ -297,7 +297,7 @@ func (s *session) noteStatement(sql string) {
 // noteParse remembers prepared statements that may change the state, so
 // that binding one marks the session dirty.
 func (s *session) noteParse(name []byte, sql string) {
-	if mayChangeState(sql) {
+	if rewrite.SessionStateMayChange(sql) {
 		if s.stateStmts == nil {
 			s.stateStmts = make(map[string]struct{})
 		}
@@ -331,13 +331,4 @@ func (s *session) noteBind(body []byte) {
 	if _, hit := s.stateStmts[string(name)]; hit {
 		s.dirty, s.unseen = true, true
 	}
-}
-
-// mayChangeState reports whether sql may change search_path, ttlproxy.ttl,
-// the current role or the session's temporary relations
-// (rewrite.SessionStateMayChange). A false positive costs one round trip, a
-// false negative a stale state. A function that changes a setting inside
-// the server is not seen.
-func mayChangeState(sql string) bool {
-	return rewrite.SessionStateMayChange(sql)
 }

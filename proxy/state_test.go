@@ -51,8 +51,8 @@ func TestMayChangeState(t *testing.T) {
 		{"SELECT * FROM template_items", false},
 		{"SELECT 1; SET search_path = x", true},
 	} {
-		if got := mayChangeState(c.sql); got != c.want {
-			t.Errorf("mayChangeState(%q) = %v, want %v", c.sql, got, c.want)
+		if got := rewrite.SessionStateMayChange(c.sql); got != c.want {
+			t.Errorf("SessionStateMayChange(%q) = %v, want %v", c.sql, got, c.want)
 		}
 	}
 }

@@ -115,7 +115,6 @@ func (w *walker) rejectAny(n *pg.Node, what string) {
 // table: the body runs inside the server where the proxy cannot filter it.
 func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, what string) {
 	check := func(body string) {
-		w.literal = true
 		if k := w.rw.tables.find(body); k >= 0 {
 			w.fail(&Error{
 				Code:    sqlstate.FeatureNotSupported,

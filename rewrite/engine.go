@@ -196,8 +196,10 @@ type parsed struct {
 	err *Error
 	// literal reports that the outcome may depend on the value of a literal
 	// of the text: the text is not a single SELECT, INSERT, UPDATE, DELETE
-	// or MERGE, or a check read a literal's value. Such a text must not share
-	// a rewrite with other texts of its shape (shape.go).
+	// or MERGE (function bodies and SET values are read only in other
+	// statements), or the ttlproxy.ttl check read a set_config argument.
+	// Such a text must not share a rewrite with other texts of its shape
+	// (shape.go).
 	literal bool
 	// anchored reports that slots holds where each literal given to
 	// rewriteParsed stands in res.SQL (for a result that is not Rewritten,
@@ -237,44 +239,41 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session, lits []literal, lexed 
 		w.rawStmt(raw)
 		if w.err != nil {
 			p.err = w.err
-			p.literal = p.literal || w.literal
 			return p
 		}
 	}
-	p.literal = p.literal || w.literal
-	if len(w.edits) == 0 {
-		p.res.SQL = sql
-		p.anchored = lexed
-		if lexed {
-			p.slots = make([]span, len(lits))
-			for i, l := range lits {
-				p.slots[i] = span{l.start, l.end}
-			}
+	p.res.SQL = sql
+	if len(w.edits) > 0 {
+		out, e := splice(sql, w.edits, len(tree.Stmts))
+		if e != nil {
+			p.err = e
+			return p
 		}
-		return p
+		p.res.SQL, p.res.Rewritten = out, true
 	}
-	out, ok := applyEdits(sql, w.edits)
-	if !ok {
-		p.err = internalError("overlapping edits")
-		return p
-	}
-	// The output must parse, and into as many statements: a rewrite that
-	// broke the text or its statement boundaries is never sent. The parser's
-	// statement split checks that without building the tree again.
-	check, err := pg.SplitWithParser(out, false)
-	if err != nil {
-		p.err = internalError("rewritten text does not parse: " + err.Error())
-		return p
-	}
-	if len(check) != len(tree.Stmts) {
-		p.err = internalError("rewritten text has a different number of statements")
-		return p
-	}
-	p.res = Result{SQL: out, Rewritten: true, Parsed: true}
 	if lexed {
 		p.slots, p.anchored = mapLiterals(w.edits, lits)
 	}
 	return p
+}
+
+// splice applies edits to sql, a text of n statements. The output must
+// parse, and into as many statements: a rewrite that broke the text or its
+// statement boundaries is never sent. The parser's statement split checks
+// that without building the tree again.
+func splice(sql string, edits []edit, n int) (string, *Error) {
+	out, ok := applyEdits(sql, edits)
+	if !ok {
+		return "", internalError("overlapping edits")
+	}
+	check, err := pg.SplitWithParser(out, false)
+	if err != nil {
+		return "", internalError("rewritten text does not parse: " + err.Error())
+	}
+	if len(check) != n {
+		return "", internalError("rewritten text has a different number of statements")
+	}
+	return out, nil
 }
 
 // literalBlind reports whether the rewrite of stmts never reads the value of
@@ -320,9 +319,7 @@ func (rw *Rewriter) settingsOnly(sql string) (Result, error) {
 		key = appendKeyHeader(nil, keySettings, 0)
 		key = append(key, sql...)
 		if c := rw.cache.get(key); c != nil {
-			res := c.res
-			res.CacheHit = true
-			return res, toError(c.err.clone())
+			return c.exact()
 		}
 	}
 	res := Result{SQL: sql, Parsed: true}

@@ -29,10 +29,12 @@ import (
 // Each entry is trusted only once a second statement of its shape, with other
 // literal values, has been rewritten in full and given exactly the template's
 // output (as Supavisor's shape cache inserts only after a real parse agrees).
-// Until then the entry serves only the text it was made from. A disagreement
-// marks the shape literal-dependent for good, so its statements are cached by
-// their exact text, and is counted in Stats().ShapeMismatches: it means the
-// rewriter read a literal without saying so, which is a bug.
+// Until then the entry serves only the text it was made from. Rejections,
+// and rewrites whose edits touch a literal, are cached by exact text only.
+// A disagreement marks the shape literal-dependent for good, so its
+// statements are cached by their exact text, and is counted in
+// Stats().ShapeMismatches: it means the rewriter read a literal without
+// saying so, which is a bug.
 
 // shapeState is how far a shape entry is trusted.
 type shapeState uint8
@@ -51,6 +53,7 @@ const (
 // cached is one cache value, never modified once stored.
 type cached struct {
 	res Result
+	// err is an exact entry's rejection; shape entries never hold one.
 	err *Error
 
 	// Shape entries only.
@@ -89,9 +92,7 @@ func (rw *Rewriter) cachedRewrite(sql string, s *Session) (Result, error) {
 
 	key := appendKeyHeader(sc.key[:0], keyShape, fp)
 	key, lits, lexed := appendShape(key, sc.lits[:0], sql)
-	if !lexed {
-		lits = nil
-	} else {
+	if lexed {
 		sc.key, sc.lits = key[:0], lits[:0]
 	}
 	// useShape: the shape entry decides; otherwise the exact entry does.
@@ -102,9 +103,9 @@ func (rw *Rewriter) cachedRewrite(sql string, s *Session) (Result, error) {
 			switch {
 			case c.state == shapeConfirmed, c.state == shapeCandidate && c.orig == sql:
 				rw.stats.shapeHits.Add(1)
-				res, err := c.fill(sql, lits)
+				res := c.fill(sql, lits)
 				res.CacheHit = true
-				return res, toError(err)
+				return res, nil
 			case c.state == shapeCandidate:
 				shaped = c
 			default:
@@ -116,13 +117,10 @@ func (rw *Rewriter) cachedRewrite(sql string, s *Session) (Result, error) {
 	var exact []byte
 	if !useShape {
 		// The shape key is no longer needed: its buffer takes the exact key.
-		exact = appendKeyHeader(sc.key[:0], keyExact, fp)
-		exact = append(exact, sql...)
+		exact = appendExactKey(sc.key[:0], fp, sql)
 		sc.key = exact[:0]
 		if c := rw.cache.get(exact); c != nil {
-			res, err := c.res, c.err
-			res.CacheHit = true
-			return res, toError(err.clone())
+			return c.exact()
 		}
 	}
 
@@ -134,18 +132,17 @@ func (rw *Rewriter) cachedRewrite(sql string, s *Session) (Result, error) {
 	case !useShape:
 		rw.cache.put(exact, &cached{res: p.res, err: p.err})
 	case p.literal || !p.anchored:
-		rw.cache.put(key, &cached{state: shapeLiteral})
-		// The next statement of this shape looks up its exact entry.
-		exact = appendKeyHeader(nil, keyExact, fp)
-		exact = append(exact, sql...)
-		rw.cache.put(exact, &cached{res: p.res, err: p.err})
+		// Statements of this shape look up their exact entries from now on.
+		rw.cache.replace(key, &cached{state: shapeLiteral})
+		rw.cache.put(appendExactKey(key[:0], fp, sql), &cached{res: p.res, err: p.err})
 	default:
-		c := &cached{res: p.res, err: p.err, orig: sql, slots: p.slots}
+		// An anchored result is never a rejection: rewriteParsed maps the
+		// literals only for a text it rewrote or passed.
+		c := &cached{res: p.res, orig: sql, slots: p.slots}
 		if shaped != nil {
 			// A second statement of the shape: confirm the template or
 			// give up on it.
-			want, werr := shaped.fill(sql, lits)
-			if sameResult(want, werr, p.res, p.err) {
+			if want := shaped.fill(sql, lits); want.SQL == p.res.SQL && want.Rewritten == p.res.Rewritten {
 				c.state = shapeConfirmed
 			} else {
 				rw.stats.shapeMismatches.Add(1)
@@ -159,20 +156,29 @@ func (rw *Rewriter) cachedRewrite(sql string, s *Session) (Result, error) {
 	return p.res, toError(p.err)
 }
 
+// appendExactKey appends the key of an exact-text entry.
+func appendExactKey(dst []byte, fp uint64, sql string) []byte {
+	return append(appendKeyHeader(dst, keyExact, fp), sql...)
+}
+
+// exact returns an exact entry's result, as a cache hit.
+func (c *cached) exact() (Result, error) {
+	res := c.res
+	res.CacheHit = true
+	return res, toError(c.err.clone())
+}
+
 // fill returns the entry's result for sql, a statement of the entry's shape
 // whose literals are lits: the template with lits in its slots. It allocates
-// only the output text (and a copy of a rejection).
-func (c *cached) fill(sql string, lits []literal) (Result, *Error) {
-	if c.err != nil {
-		return c.res, c.err.clone()
-	}
+// only the output text.
+func (c *cached) fill(sql string, lits []literal) Result {
 	res := c.res
 	if !res.Rewritten {
 		res.SQL = sql
-		return res, nil
+		return res
 	}
 	if sql == c.orig {
-		return res, nil
+		return res
 	}
 	tmpl := c.res.SQL
 	n := len(tmpl)
@@ -189,18 +195,7 @@ func (c *cached) fill(sql string, lits []literal) (Result, *Error) {
 	}
 	b.WriteString(tmpl[cur:])
 	res.SQL = b.String()
-	return res, nil
-}
-
-// sameResult reports whether two rewrites gave the same answer.
-func sameResult(a Result, ae *Error, b Result, be *Error) bool {
-	if (ae == nil) != (be == nil) {
-		return false
-	}
-	if ae != nil {
-		return *ae == *be
-	}
-	return a.SQL == b.SQL && a.Rewritten == b.Rewritten
+	return res
 }
 
 // mapLiterals returns where each literal of lits (spans of the input, in

@@ -259,3 +259,14 @@ func TestShapeCacheCorpus(t *testing.T) {
 		t.Errorf("no statement was served from a template")
 	}
 }
+
+// sameResult reports whether two rewrites gave the same answer.
+func sameResult(a Result, ae *Error, b Result, be *Error) bool {
+	if (ae == nil) != (be == nil) {
+		return false
+	}
+	if ae != nil {
+		return *ae == *be
+	}
+	return a.SQL == b.SQL && a.Rewritten == b.Rewritten
+}

@@ -40,9 +40,6 @@ type walker struct {
 	// schema qualifications it needs, by the offset of the name.
 	pinning bool
 	pins    map[int]*pinEdit
-	// literal is set by whatever reads the value of a literal of the text
-	// (a function body): the outcome then depends on it (parsed.literal).
-	literal bool
 }
 
 // newWalker returns a walker for sql; lits, when known, are its literals.
