@@ -8,7 +8,7 @@
 //	if err != nil {
 //		return err // e.g. "ttlproxy.yaml: upstream: required"
 //	}
-//	rw, err := rewrite.New(cfg.Tables, cfg.RewriteOptions())
+//	rw, err := rewrite.New(cfg.Tables, rewrite.Options{MaxStatementBytes: cfg.Limits.MaxStatementBytes})
 package config
 
 import (
@@ -23,41 +23,20 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// Defaults applied when the file leaves a key out.
+// Defaults of the keys config owns. Every other key the file leaves out stays
+// zero (nil for batch_pause, where 0 is a value): the package that uses it
+// applies its own default (proxy.Default*, rewrite.Default*, sweeper.Default*).
 const (
 	DefaultListen      = "127.0.0.1:6432"
 	DefaultAdminListen = "127.0.0.1:9187"
-
-	DefaultMaxStatementBytes = 1 << 20 // 1 MiB, as rewrite.Options
-	DefaultMaxNestingDepth   = 1000
-	// DefaultMaxMessageBytes bounds one protocol message from a client:
-	// 64 MiB covers large COPY rows and bulk INSERTs; the server's own
-	// limit for a query string is 1 GB.
-	DefaultMaxMessageBytes = 64 << 20
-
-	// DefaultDialTimeout bounds connecting to the upstream server.
-	DefaultDialTimeout = 5 * time.Second
-	// DefaultShutdownTimeout is how long in-flight statements may finish
-	// after SIGTERM: below the 30s grace period container runtimes give
-	// before SIGKILL.
-	DefaultShutdownTimeout = 10 * time.Second
-
-	// DefaultSweepInterval is the pause between sweep runs.
-	DefaultSweepInterval = time.Minute
-	// DefaultSweepBatchSize is rows per DELETE: small enough that each batch
-	// is a short transaction (river's job cleaner and pg_ttl_index use
-	// 10,000; a proxy in front of OLTP traffic stays lower).
-	DefaultSweepBatchSize  = 1000
-	DefaultSweepBatchPause = 50 * time.Millisecond
-	// DefaultSweepBatchTimeout bounds one DELETE batch.
-	DefaultSweepBatchTimeout = 30 * time.Second
 )
 
-// Config is a validated configuration. Every field holds its final value
-// (defaults applied).
+// Config is a validated configuration. Listen and AdminListen hold their
+// final values; a tuning key the file leaves out is zero, which the package
+// that owns it reads as its default.
 type Config struct {
 	// Listen is the client-facing host:port.
 	Listen string
@@ -73,13 +52,15 @@ type Config struct {
 	BypassRoles []string
 	// Limits bound what one client can send.
 	Limits Limits
-	// DialTimeout bounds connecting to the upstream server.
+	// DialTimeout bounds connecting to the upstream server; 0:
+	// proxy.DefaultDialTimeout.
 	DialTimeout time.Duration
 	// ShutdownTimeout bounds how long in-flight statements may run after a
-	// shutdown signal before their connections are closed.
+	// shutdown signal before their connections are closed; 0:
+	// proxy.DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// Tables are the TTL tables, names already folded as PostgreSQL would.
-	Tables []rewrite.Rule
+	Tables []ttl.Rule
 	// Sweeper configures the background deletion of expired rows; nil means
 	// no sweeper runs.
 	Sweeper *Sweeper
@@ -94,12 +75,15 @@ type TLS struct {
 // Limits bound statement and message sizes.
 type Limits struct {
 	// MaxStatementBytes rejects longer statements on TTL tables before
-	// parsing.
+	// parsing; 0: rewrite.DefaultMaxStatementBytes.
 	MaxStatementBytes int
 	// MaxNestingDepth rejects more deeply nested statements before parsing:
-	// the parser can exhaust its stack on extreme nesting.
+	// the parser can exhaust its stack on extreme nesting; 0:
+	// rewrite.DefaultMaxNestingDepth.
 	MaxNestingDepth int
-	// MaxMessageBytes is the largest protocol message accepted from a client.
+	// MaxMessageBytes is the largest protocol message accepted from a
+	// client; 0: proxy.DefaultMaxMessageBytes. The proxy refuses to start
+	// when it is smaller than MaxStatementBytes.
 	MaxMessageBytes int
 }
 
@@ -108,22 +92,16 @@ type Sweeper struct {
 	// DSN is the sweeper's own connection string; it may hold a password, so
 	// it is never logged.
 	DSN string
-	// Interval is the pause between sweep runs.
+	// Interval is the pause between sweep runs; 0: sweeper.DefaultInterval.
 	Interval time.Duration
-	// BatchSize is the number of rows deleted per statement.
+	// BatchSize is the number of rows deleted per statement; 0:
+	// sweeper.DefaultBatchSize.
 	BatchSize int
-	// BatchPause is the pause between two batches.
-	BatchPause time.Duration
-	// BatchTimeout bounds one batch.
+	// BatchPause is the pause between two batches (0 is none); nil:
+	// sweeper.DefaultBatchPause.
+	BatchPause *time.Duration
+	// BatchTimeout bounds one batch; 0: sweeper.DefaultBatchTimeout.
 	BatchTimeout time.Duration
-}
-
-// RewriteOptions maps the limits onto the rewriter's options.
-func (c *Config) RewriteOptions() rewrite.Options {
-	return rewrite.Options{
-		MaxStatementBytes: c.Limits.MaxStatementBytes,
-		MaxNestingDepth:   c.Limits.MaxNestingDepth,
-	}
 }
 
 // Load reads and validates the file at path. Errors are prefixed with path.
@@ -177,15 +155,8 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		return nil, err
 	}
 	cfg := &Config{
-		Listen:          DefaultListen,
-		AdminListen:     DefaultAdminListen,
-		DialTimeout:     DefaultDialTimeout,
-		ShutdownTimeout: DefaultShutdownTimeout,
-		Limits: Limits{
-			MaxStatementBytes: DefaultMaxStatementBytes,
-			MaxNestingDepth:   DefaultMaxNestingDepth,
-			MaxMessageBytes:   DefaultMaxMessageBytes,
-		},
+		Listen:      DefaultListen,
+		AdminListen: DefaultAdminListen,
 	}
 
 	if !f.has("upstream") {
@@ -311,10 +282,6 @@ func parseLimits(v field, l *Limits) error {
 			}
 		}
 	}
-	if l.MaxMessageBytes < l.MaxStatementBytes {
-		return fmt.Errorf("%s.max_message_bytes: %d is smaller than max_statement_bytes (%d)",
-			v.path, l.MaxMessageBytes, l.MaxStatementBytes)
-	}
 	return nil
 }
 
@@ -323,12 +290,7 @@ func parseSweeper(v field) (*Sweeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sweeper{
-		Interval:     DefaultSweepInterval,
-		BatchSize:    DefaultSweepBatchSize,
-		BatchPause:   DefaultSweepBatchPause,
-		BatchTimeout: DefaultSweepBatchTimeout,
-	}
+	s := &Sweeper{}
 	if !f.has("dsn") {
 		return nil, fmt.Errorf("%s.dsn: required", v.path)
 	}
@@ -346,9 +308,11 @@ func parseSweeper(v field) (*Sweeper, error) {
 		}
 	}
 	if x, ok := f["batch_pause"]; ok {
-		if s.BatchPause, err = x.duration(); err != nil {
+		d, err := x.duration()
+		if err != nil {
 			return nil, err
 		}
+		s.BatchPause = &d
 	}
 	if x, ok := f["batch_timeout"]; ok {
 		if s.BatchTimeout, err = x.positiveDuration(); err != nil {

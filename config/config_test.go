@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestParseFull(t *testing.T) {
@@ -66,23 +67,23 @@ sweeper:
 		Limits:          Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096},
 		DialTimeout:     3 * time.Second,
 		ShutdownTimeout: 20 * time.Second,
-		Tables: []rewrite.Rule{
-			{Schema: "public", Table: "sessions", Kind: rewrite.KindColumn, Column: "expires_at",
-				ColumnType: rewrite.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},
-			{Schema: "App", Table: "Events", Kind: rewrite.KindColumn, Column: "expiry",
-				ColumnType: rewrite.TypeUnixMilliseconds},
-			{Schema: "public", Table: "audit", Kind: rewrite.KindDerived, BaseColumn: "created_at",
+		Tables: []ttl.Rule{
+			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
+				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},
+			{Schema: "App", Table: "Events", Kind: ttl.KindColumn, Column: "expiry",
+				ColumnType: ttl.TypeUnixMilliseconds},
+			{Schema: "public", Table: "audit", Kind: ttl.KindDerived, BaseColumn: "created_at",
 				ExpireAfter: 90 * 24 * time.Hour},
-			{Schema: "public", Table: "tokens", Kind: rewrite.KindDerived, BaseColumn: "issued_at",
+			{Schema: "public", Table: "tokens", Kind: ttl.KindDerived, BaseColumn: "issued_at",
 				IntervalColumn: "ttl_seconds", IntervalSeconds: true, DefaultTTL: 36 * time.Hour},
-			{Schema: "app", Table: "carts", Kind: rewrite.KindSidecar, SidecarSchema: "app",
+			{Schema: "app", Table: "carts", Kind: ttl.KindSidecar, SidecarSchema: "app",
 				SidecarTable: "carts_ttl", KeyColumns: []string{"tenant_id", "CartID"}, DefaultTTL: 30 * time.Minute},
 		},
 		Sweeper: &Sweeper{
 			DSN:          "postgres://ttl_sweeper@127.0.0.1:5432/app",
 			Interval:     2 * time.Minute,
 			BatchSize:    500,
-			BatchPause:   0,
+			BatchPause:   new(time.Duration),
 			BatchTimeout: 10 * time.Second,
 		},
 	}
@@ -94,10 +95,6 @@ sweeper:
 			}
 		}
 	}
-	opts := got.RewriteOptions()
-	if opts.MaxStatementBytes != 2048 || opts.MaxNestingDepth != 50 {
-		t.Errorf("RewriteOptions = %+v", opts)
-	}
 }
 
 func TestParseDefaults(t *testing.T) {
@@ -105,26 +102,15 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Keys config does not own stay zero (nil for batch_pause): the proxy,
+	// rewrite and sweeper packages apply their own defaults.
 	want := &Config{
-		Listen:          DefaultListen,
-		Upstream:        "localhost:5432",
-		AdminListen:     DefaultAdminListen,
-		DialTimeout:     DefaultDialTimeout,
-		ShutdownTimeout: DefaultShutdownTimeout,
-		Limits: Limits{
-			MaxStatementBytes: DefaultMaxStatementBytes,
-			MaxNestingDepth:   DefaultMaxNestingDepth,
-			MaxMessageBytes:   DefaultMaxMessageBytes,
-		},
-		Tables: []rewrite.Rule{{Schema: "public", Table: "s", Kind: rewrite.KindColumn,
-			Column: "expires_at", ColumnType: rewrite.TypeTimestamptz}},
-		Sweeper: &Sweeper{
-			DSN:          "postgres://x@y/z",
-			Interval:     DefaultSweepInterval,
-			BatchSize:    DefaultSweepBatchSize,
-			BatchPause:   DefaultSweepBatchPause,
-			BatchTimeout: DefaultSweepBatchTimeout,
-		},
+		Listen:      DefaultListen,
+		Upstream:    "localhost:5432",
+		AdminListen: DefaultAdminListen,
+		Tables: []ttl.Rule{{Schema: "public", Table: "s", Kind: ttl.KindColumn,
+			Column: "expires_at", ColumnType: ttl.TypeTimestamptz}},
+		Sweeper: &Sweeper{DSN: "postgres://x@y/z"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Parse:\n got %+v\nwant %+v", got, want)
@@ -180,7 +166,6 @@ func TestParseErrors(t *testing.T) {
 		{"limits not int", up + "limits: {max_nesting_depth: deep}\n", `limits.max_nesting_depth: expected an integer, got "deep"`},
 		{"limits float", up + "limits: {max_statement_bytes: 1.5}\n", `limits.max_statement_bytes: expected an integer, got "1.5"`},
 		{"limits zero", up + "limits: {max_statement_bytes: 0}\n", "limits.max_statement_bytes: must be positive, got 0"},
-		{"limits message smaller", up + "limits: {max_message_bytes: 10, max_statement_bytes: 20}\n", "limits.max_message_bytes: 10 is smaller than max_statement_bytes (20)"},
 		{"dial timeout zero", up + "dial_timeout: 0s\n", `dial_timeout: must be positive, got "0s"`},
 		{"shutdown timeout bad", up + "shutdown_timeout: soon\n", `shutdown_timeout: invalid duration "soon"`},
 		{"shutdown timeout zero", up + "shutdown_timeout: 0\n", `shutdown_timeout: must be positive, got "0"`},
@@ -365,7 +350,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, err := rewrite.New(cfg.Tables, cfg.RewriteOptions()); err != nil {
+		if _, err := rewrite.New(cfg.Tables, rewrite.Options{MaxStatementBytes: cfg.Limits.MaxStatementBytes, MaxNestingDepth: cfg.Limits.MaxNestingDepth}); err != nil {
 			t.Fatalf("accepted config rejected by rewrite.New: %v", err)
 		}
 	})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // maxIdentLen is PostgreSQL's NAMEDATALEN-1: longer names are truncated by
@@ -90,12 +92,7 @@ func scanIdent(s string) (name, rest string, err error) {
 	if i == 0 {
 		return "", "", fmt.Errorf("invalid character %q in name", firstRune(s))
 	}
-	name = strings.Map(func(r rune) rune {
-		if r >= 'A' && r <= 'Z' {
-			return r + ('a' - 'A')
-		}
-		return r
-	}, s[:i])
+	name = ttl.FoldIdent(s[:i])
 	if err := checkLen(name); err != nil {
 		return "", "", err
 	}

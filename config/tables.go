@@ -5,35 +5,35 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Keys of a tables[] entry, and which rule kinds each belongs to (nil: all).
 var tableKeys = []struct {
 	key   string
-	kinds []rewrite.Kind
+	kinds []ttl.Kind
 }{
 	{"table", nil},
 	{"rule", nil},
 	{"default_ttl", nil},
 	{"refresh_on_update", nil},
-	{"column", []rewrite.Kind{rewrite.KindColumn}},
-	{"column_type", []rewrite.Kind{rewrite.KindColumn}},
-	{"base_column", []rewrite.Kind{rewrite.KindDerived}},
-	{"expire_after", []rewrite.Kind{rewrite.KindDerived}},
-	{"interval_column", []rewrite.Kind{rewrite.KindDerived}},
-	{"interval_unit", []rewrite.Kind{rewrite.KindDerived}},
-	{"sidecar_table", []rewrite.Kind{rewrite.KindSidecar}},
-	{"key_columns", []rewrite.Kind{rewrite.KindSidecar}},
+	{"column", []ttl.Kind{ttl.KindColumn}},
+	{"column_type", []ttl.Kind{ttl.KindColumn}},
+	{"base_column", []ttl.Kind{ttl.KindDerived}},
+	{"expire_after", []ttl.Kind{ttl.KindDerived}},
+	{"interval_column", []ttl.Kind{ttl.KindDerived}},
+	{"interval_unit", []ttl.Kind{ttl.KindDerived}},
+	{"sidecar_table", []ttl.Kind{ttl.KindSidecar}},
+	{"key_columns", []ttl.Kind{ttl.KindSidecar}},
 }
 
-var columnTypes = []rewrite.ColumnType{
-	rewrite.TypeTimestamptz, rewrite.TypeTimestamp, rewrite.TypeDate,
-	rewrite.TypeUnixSeconds, rewrite.TypeUnixMilliseconds,
-	rewrite.TypeUnixMicroseconds, rewrite.TypeUnixNanoseconds,
+var columnTypes = []ttl.ColumnType{
+	ttl.TypeTimestamptz, ttl.TypeTimestamp, ttl.TypeDate,
+	ttl.TypeUnixSeconds, ttl.TypeUnixMilliseconds,
+	ttl.TypeUnixMicroseconds, ttl.TypeUnixNanoseconds,
 }
 
-func parseTables(v field) ([]rewrite.Rule, error) {
+func parseTables(v field) ([]ttl.Rule, error) {
 	if isNull(v.val) {
 		return nil, nil
 	}
@@ -41,7 +41,7 @@ func parseTables(v field) ([]rewrite.Rule, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules := make([]rewrite.Rule, 0, len(items))
+	rules := make([]ttl.Rule, 0, len(items))
 	seen := map[string]int{}
 	for i, item := range items {
 		r, err := parseTable(item)
@@ -57,7 +57,7 @@ func parseTables(v field) ([]rewrite.Rule, error) {
 	}
 	for i := range rules {
 		r := &rules[i]
-		if r.RuleKind() != rewrite.KindSidecar {
+		if r.RuleKind() != ttl.KindSidecar {
 			continue
 		}
 		side := r.SidecarSchema + "." + r.SidecarTable
@@ -68,8 +68,8 @@ func parseTables(v field) ([]rewrite.Rule, error) {
 	return rules, nil
 }
 
-func parseTable(item field) (rewrite.Rule, error) {
-	var r rewrite.Rule
+func parseTable(item field) (ttl.Rule, error) {
+	var r ttl.Rule
 	known := make([]string, len(tableKeys))
 	for i, k := range tableKeys {
 		known[i] = k.key
@@ -86,14 +86,14 @@ func parseTable(item field) (rewrite.Rule, error) {
 		return r, err
 	}
 
-	r.Kind = rewrite.KindColumn
+	r.Kind = ttl.KindColumn
 	if x, ok := f["rule"]; ok {
 		s, err := x.str()
 		if err != nil {
 			return r, err
 		}
-		switch k := rewrite.Kind(s); k {
-		case rewrite.KindColumn, rewrite.KindDerived, rewrite.KindSidecar:
+		switch k := ttl.Kind(s); k {
+		case ttl.KindColumn, ttl.KindDerived, ttl.KindSidecar:
 			r.Kind = k
 		default:
 			return r, fmt.Errorf("%s: unknown rule %q (want column, derived or sidecar)", x.path, s)
@@ -122,11 +122,11 @@ func parseTable(item field) (rewrite.Rule, error) {
 	}
 
 	switch r.Kind {
-	case rewrite.KindColumn:
+	case ttl.KindColumn:
 		err = parseColumnRule(item, f, &r)
-	case rewrite.KindDerived:
+	case ttl.KindDerived:
 		err = parseDerivedRule(item, f, &r)
-	case rewrite.KindSidecar:
+	case ttl.KindSidecar:
 		err = parseSidecarRule(item, f, &r)
 	}
 	if err != nil {
@@ -138,9 +138,9 @@ func parseTable(item field) (rewrite.Rule, error) {
 	return r, nil
 }
 
-func parseColumnRule(item field, f fields, r *rewrite.Rule) error {
+func parseColumnRule(item field, f fields, r *ttl.Rule) error {
 	r.Column = "expires_at"
-	r.ColumnType = rewrite.TypeTimestamptz
+	r.ColumnType = ttl.TypeTimestamptz
 	var err error
 	if x, ok := f["column"]; ok {
 		if r.Column, err = ident(x); err != nil {
@@ -152,7 +152,7 @@ func parseColumnRule(item field, f fields, r *rewrite.Rule) error {
 		if err != nil {
 			return err
 		}
-		r.ColumnType = rewrite.ColumnType(s)
+		r.ColumnType = ttl.ColumnType(s)
 		if !slices.Contains(columnTypes, r.ColumnType) {
 			names := make([]string, len(columnTypes))
 			for i, t := range columnTypes {
@@ -164,7 +164,7 @@ func parseColumnRule(item field, f fields, r *rewrite.Rule) error {
 	return nil
 }
 
-func parseDerivedRule(item field, f fields, r *rewrite.Rule) error {
+func parseDerivedRule(item field, f fields, r *ttl.Rule) error {
 	var err error
 	if !f.has("base_column") {
 		return fmt.Errorf("%s.base_column: required with rule derived", item.path)
@@ -213,7 +213,7 @@ func parseDerivedRule(item field, f fields, r *rewrite.Rule) error {
 	return nil
 }
 
-func parseSidecarRule(item field, f fields, r *rewrite.Rule) error {
+func parseSidecarRule(item field, f fields, r *ttl.Rule) error {
 	var err error
 	if !f.has("sidecar_table") {
 		return fmt.Errorf("%s.sidecar_table: required with rule sidecar", item.path)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // LockTimeout bounds Apply's wait for each table lock. CREATE and DROP
@@ -27,17 +27,17 @@ const LockTimeout = "10s"
 // the functions, whose SECURITY DEFINER deletes run with its privileges: it
 // needs DELETE and SELECT on the tables (and on sidecar registries), and
 // TRIGGER on the tables, as their owner has. Errors name the table.
-func Apply(ctx context.Context, conn *pgx.Conn, rules []rewrite.Rule, uninstall bool) ([]string, error) {
+func Apply(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, uninstall bool) ([]string, error) {
 	return run(ctx, conn, rules, uninstall, true)
 }
 
 // Preview is Apply without changing anything (for --dry-run): it reads the
 // catalog in a read-only transaction and returns what Apply would run.
-func Preview(ctx context.Context, conn *pgx.Conn, rules []rewrite.Rule, uninstall bool) ([]string, error) {
+func Preview(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, uninstall bool) ([]string, error) {
 	return run(ctx, conn, rules, uninstall, false)
 }
 
-func run(ctx context.Context, conn *pgx.Conn, rules []rewrite.Rule, uninstall, execute bool) (out []string, err error) {
+func run(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, uninstall, execute bool) (out []string, err error) {
 	opts := pgx.TxOptions{}
 	if !execute {
 		opts.AccessMode = pgx.ReadOnly

@@ -12,7 +12,7 @@
 // the key columns row trigger that fires only when a key value changes)
 // whose function deletes, for every unique key of the table, the rows that
 // hold NEW's value and are expired at now() by the rule's own definition
-// (rewrite.Rule.ExpiredCondition). PostgreSQL checks uniqueness
+// (ttl.Rule.ExpiredCondition). PostgreSQL checks uniqueness
 // (_bt_check_unique) and the ON CONFLICT arbiter indexes
 // (check_exclusion_or_unique_constraint) with a dirty snapshot
 // (SnapshotDirty), which does not see a tuple deleted by the current

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // env is one test's database and a superuser connection to it.
@@ -61,7 +61,7 @@ func (e *env) strings(query string) string {
 	return strings.Join(out, ",")
 }
 
-func (e *env) apply(rules []rewrite.Rule, uninstall bool) []string {
+func (e *env) apply(rules []ttl.Rule, uninstall bool) []string {
 	e.t.Helper()
 	out, err := Apply(e.ctx, e.conn, rules, uninstall)
 	if err != nil {
@@ -88,7 +88,7 @@ func sqlState(t *testing.T, err error) string {
 // expired or live. Rows inserted without the rule's columns are live.
 type kind struct {
 	name string
-	rule rewrite.Rule
+	rule ttl.Rule
 	ddl  []string
 	row  func(id int, email string, expired bool) []string
 }
@@ -107,32 +107,32 @@ func columnRow(cols, expired, live string) func(int, string, bool) []string {
 var kinds = []kind{
 	{
 		name: "column_timestamptz",
-		rule: rewrite.Rule{Table: "items"},
+		rule: ttl.Rule{Table: "items"},
 		ddl:  []string{"CREATE TABLE items (id int PRIMARY KEY, email text UNIQUE, v text, expires_at timestamptz)"},
 		row:  columnRow("expires_at", "now() - interval '1 hour'", "now() + interval '1 hour'"),
 	},
 	{
 		name: "column_unix_s",
-		rule: rewrite.Rule{Table: "items", Column: "exp", ColumnType: rewrite.TypeUnixSeconds},
+		rule: ttl.Rule{Table: "items", Column: "exp", ColumnType: ttl.TypeUnixSeconds},
 		ddl:  []string{"CREATE TABLE items (id int PRIMARY KEY, email text UNIQUE, v text, exp bigint)"},
 		row:  columnRow("exp", "extract(epoch from now())::bigint - 3600", "extract(epoch from now())::bigint + 3600"),
 	},
 	{
 		name: "derived_fixed",
-		rule: rewrite.Rule{Table: "items", Kind: rewrite.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
+		rule: ttl.Rule{Table: "items", Kind: ttl.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
 		ddl:  []string{"CREATE TABLE items (id int PRIMARY KEY, email text UNIQUE, v text, created_at timestamptz NOT NULL DEFAULT now())"},
 		row:  columnRow("created_at", "now() - interval '2 hours'", "now() - interval '30 minutes'"),
 	},
 	{
 		name: "derived_interval_seconds",
-		rule: rewrite.Rule{Table: "items", Kind: rewrite.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl", IntervalSeconds: true},
+		rule: ttl.Rule{Table: "items", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl", IntervalSeconds: true},
 		ddl: []string{"CREATE TABLE items (id int PRIMARY KEY, email text UNIQUE, v text, " +
 			"created_at timestamptz NOT NULL DEFAULT now(), ttl int DEFAULT 3600)"},
 		row: columnRow("created_at, ttl", "now() - interval '2 hours', 60", "now() - interval '2 hours', 86400"),
 	},
 	{
 		name: "sidecar",
-		rule: rewrite.Rule{Table: "items", Kind: rewrite.KindSidecar, SidecarTable: "items_ttl", KeyColumns: []string{"id"}},
+		rule: ttl.Rule{Table: "items", Kind: ttl.KindSidecar, SidecarTable: "items_ttl", KeyColumns: []string{"id"}},
 		ddl: []string{
 			"CREATE TABLE items (id int PRIMARY KEY, email text UNIQUE, v text)",
 			"CREATE TABLE items_ttl (id int PRIMARY KEY, expires_at timestamptz NOT NULL)",
@@ -238,13 +238,13 @@ func TestCollisions(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			e := setup(t)
 			e.exec(k.ddl...)
-			rules := []rewrite.Rule{k.rule}
+			rules := []ttl.Rule{k.rule}
 			e.apply(rules, false)
 			live := k.rule.LiveCondition("t", "now()")
 			visibleQ := "SELECT id || ':' || email || ':' || v FROM items AS t WHERE " + live + " ORDER BY id"
 			expiredQ := "SELECT id::text FROM items AS t WHERE " + k.rule.ExpiredCondition("t", "now()") + " ORDER BY id"
 			reset := "TRUNCATE items"
-			if k.rule.RuleKind() == rewrite.KindSidecar {
+			if k.rule.RuleKind() == ttl.KindSidecar {
 				reset = "TRUNCATE items, items_ttl"
 			}
 			for _, c := range collisions {
@@ -277,7 +277,7 @@ func TestCollisions(t *testing.T) {
 					if got := e.strings(expiredQ); got != wantExpired {
 						t.Errorf("expired rows left %q, want %q", got, wantExpired)
 					}
-					if k.rule.RuleKind() == rewrite.KindSidecar {
+					if k.rule.RuleKind() == ttl.KindSidecar {
 						// A deleted base row takes its expired registry row
 						// along; live registry rows stay.
 						got := e.strings("SELECT r.id::text FROM items_ttl r WHERE r.expires_at < now() " +
@@ -300,7 +300,7 @@ func TestCompositeKeys(t *testing.T) {
 		"INSERT INTO pairs VALUES (1, 'a', 's1', 'old', now() - interval '1 hour'), (1, 'b', 's2', 'live', NULL), "+
 			"(2, 'a', NULL, 'old', now() - interval '1 hour')",
 	)
-	rules := []rewrite.Rule{{Table: "pairs"}}
+	rules := []ttl.Rule{{Table: "pairs"}}
 	out := e.apply(rules, false)
 	if all := strings.Join(out, "\n"); !strings.Contains(all, `t."tenant" = NEW."tenant" AND t."code" = NEW."code"`) ||
 		!strings.Contains(all, `t."tenant" = NEW."tenant" AND t."slug" = NEW."slug"`) {
@@ -352,7 +352,7 @@ func TestNullsNotDistinct(t *testing.T) {
 		"CREATE TABLE nnd (id int PRIMARY KEY, code text, expires_at timestamptz, CONSTRAINT nnd_code UNIQUE NULLS NOT DISTINCT (code))",
 		"INSERT INTO nnd VALUES (1, 'a', now() - interval '1 hour'), (2, NULL, now() - interval '1 hour')",
 	)
-	out := e.apply([]rewrite.Rule{{Table: "nnd"}}, false)
+	out := e.apply([]ttl.Rule{{Table: "nnd"}}, false)
 	if !strings.Contains(out[0], "-- table public.nnd: unique index nnd_code: NULLS NOT DISTINCT, covered for non-NULL key values only") {
 		t.Errorf("no note for the NULLS NOT DISTINCT index: %q", out[0])
 	}
@@ -381,7 +381,7 @@ func TestUniqueKeys(t *testing.T) {
 		"CREATE TABLE nokeys (x int, expires_at timestamptz)",
 		"CREATE VIEW v AS SELECT 1 AS x",
 	)
-	rules := []rewrite.Rule{{Schema: "s", Table: "Mixed"}, {Table: "nokeys"}}
+	rules := []ttl.Rule{{Schema: "s", Table: "Mixed"}, {Table: "nokeys"}}
 	keys, skipped, err := UniqueKeysSkipped(e.ctx, e.conn, rules)
 	if err != nil {
 		t.Fatal(err)
@@ -407,18 +407,18 @@ func TestUniqueKeys(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		rule rewrite.Rule
+		rule ttl.Rule
 		want string
 	}{
-		{rewrite.Rule{Table: "missing"}, "table public.missing: does not exist"},
-		{rewrite.Rule{Schema: "nope", Table: "x"}, "table nope.x: does not exist"},
-		{rewrite.Rule{Table: "v"}, `table public.v: not a table (relkind "v")`},
+		{ttl.Rule{Table: "missing"}, "table public.missing: does not exist"},
+		{ttl.Rule{Schema: "nope", Table: "x"}, "table nope.x: does not exist"},
+		{ttl.Rule{Table: "v"}, `table public.v: not a table (relkind "v")`},
 	} {
-		_, err := UniqueKeys(e.ctx, e.conn, []rewrite.Rule{tc.rule})
+		_, err := UniqueKeys(e.ctx, e.conn, []ttl.Rule{tc.rule})
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("UniqueKeys(%s) error = %v, want %q", tc.rule.QualifiedName(), err, tc.want)
 		}
-		_, err = Apply(e.ctx, e.conn, []rewrite.Rule{tc.rule}, false)
+		_, err = Apply(e.ctx, e.conn, []ttl.Rule{tc.rule}, false)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("Apply(%s) error = %v, want %q", tc.rule.QualifiedName(), err, tc.want)
 		}
@@ -441,7 +441,7 @@ func TestReinstallAndUninstall(t *testing.T) {
 		"CREATE TABLE b (id int PRIMARY KEY, expires_at timestamptz)",
 		"INSERT INTO a VALUES (1, 'x', now() - interval '1 hour')",
 	)
-	rules := []rewrite.Rule{{Table: "a"}, {Table: "b"}}
+	rules := []ttl.Rule{{Table: "a"}, {Table: "b"}}
 	first := e.apply(rules, false)
 	trig, fns, schema := e.installed()
 	wantTrig := "a.zz_ttlproxy_purge_expired_insert,a.zz_ttlproxy_purge_expired_update," +
@@ -533,7 +533,7 @@ func TestPreview(t *testing.T) {
 	e := setup(t)
 	e.exec("CREATE TABLE a (id int PRIMARY KEY, c int, expires_at timestamptz)",
 		"CREATE UNIQUE INDEX a_c ON a (c) WHERE c > 0")
-	rules := []rewrite.Rule{{Table: "a"}}
+	rules := []ttl.Rule{{Table: "a"}}
 	out, err := Preview(e.ctx, e.conn, rules, false)
 	if err != nil {
 		t.Fatal(err)
@@ -572,7 +572,7 @@ func TestNoDeletePrivilege(t *testing.T) {
 		e.conn.Exec(ctx, "DROP OWNED BY "+role)
 		e.conn.Exec(ctx, "DROP ROLE "+role)
 	})
-	e.apply([]rewrite.Rule{{Table: "a"}}, false)
+	e.apply([]ttl.Rule{{Table: "a"}}, false)
 
 	u, err := url.Parse(pgtest.Server(t).ConnString(e.db))
 	if err != nil {
@@ -614,7 +614,7 @@ func TestNames(t *testing.T) {
 	)
 	e.exec(`CREATE TABLE "back\slash'" (id int PRIMARY KEY, expires_at timestamptz)`,
 		`INSERT INTO "back\slash'" VALUES (1, now() - interval '1 hour')`)
-	rules := []rewrite.Rule{{Schema: `My "Schema"`, Table: `we$ttl$ird`, Column: "Expires"}, {Table: long}, {Table: `back\slash'`}}
+	rules := []ttl.Rule{{Schema: `My "Schema"`, Table: `we$ttl$ird`, Column: "Expires"}, {Table: long}, {Table: `back\slash'`}}
 	e.apply(rules, false)
 	e.apply(rules, false)
 	e.exec(`INSERT INTO "My ""Schema"""."we$ttl$ird" VALUES (1, NULL)`, `INSERT INTO `+long+` VALUES (1, NULL)`,
@@ -648,7 +648,7 @@ func TestConcurrentInsert(t *testing.T) {
 			e := setup(t)
 			e.exec("CREATE TABLE a (id int PRIMARY KEY, v text, expires_at timestamptz)",
 				"INSERT INTO a VALUES (1, 'old', now() - interval '1 hour')")
-			e.apply([]rewrite.Rule{{Table: "a"}}, false)
+			e.apply([]ttl.Rule{{Table: "a"}}, false)
 			other, err := pgx.Connect(e.ctx, pgtest.Server(t).ConnString(e.db))
 			if err != nil {
 				t.Fatal(err)
@@ -706,7 +706,7 @@ func TestDocumentedLimits(t *testing.T) {
 		"INSERT INTO child VALUES (1)",
 		"INSERT INTO child_cascade VALUES (2)",
 	)
-	e.apply([]rewrite.Rule{{Table: "a"}}, false)
+	e.apply([]ttl.Rule{{Table: "a"}}, false)
 
 	// A foreign key referencing the expired row blocks its deletion...
 	_, err := e.conn.Exec(e.ctx, "INSERT INTO a VALUES (1, NULL)")
@@ -737,7 +737,7 @@ func TestPartitioned(t *testing.T) {
 		"INSERT INTO p VALUES ('eu', 1, 'old', now() - interval '1 hour'), ('us', 1, 'old', now() - interval '1 hour'), ('us', 2, 'live', NULL), "+
 			"('eu', 3, 'old', now() - interval '1 hour')",
 	)
-	e.apply([]rewrite.Rule{{Table: "p"}}, false)
+	e.apply([]ttl.Rule{{Table: "p"}}, false)
 	e.exec(
 		"INSERT INTO p VALUES ('eu', 1, 'new', NULL)",
 		"INSERT INTO p VALUES ('us', 1, 'new', NULL) ON CONFLICT (region, id) DO UPDATE SET v = 'upd'",

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Skipped is a unique index the collision trigger does not cover, or covers
@@ -49,14 +49,14 @@ type querier interface {
 // A NULLS NOT DISTINCT index (PostgreSQL 15) is kept: its non-NULL
 // collisions are handled; a NULL key colliding with an expired row's NULL
 // still raises 23505. A table that does not exist is an error naming it.
-func UniqueKeys(ctx context.Context, conn *pgx.Conn, rules []rewrite.Rule) (map[string][][]string, error) {
+func UniqueKeys(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule) (map[string][][]string, error) {
 	keys, _, err := readKeys(ctx, conn, rules)
 	return keys, err
 }
 
 // UniqueKeysSkipped is UniqueKeys that also returns the unique indexes it
 // left out.
-func UniqueKeysSkipped(ctx context.Context, conn *pgx.Conn, rules []rewrite.Rule) (map[string][][]string, []Skipped, error) {
+func UniqueKeysSkipped(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule) (map[string][][]string, []Skipped, error) {
 	return readKeys(ctx, conn, rules)
 }
 
@@ -93,7 +93,7 @@ FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
 WHERE i.indrelid = $1 AND i.indisunique AND i.indislive AND i.indisready
 ORDER BY i.indisprimary DESC, ic.relname`
 
-func readKeys(ctx context.Context, q querier, rules []rewrite.Rule) (map[string][][]string, []Skipped, error) {
+func readKeys(ctx context.Context, q querier, rules []ttl.Rule) (map[string][][]string, []Skipped, error) {
 	keys := make(map[string][][]string, len(rules))
 	var skipped []Skipped
 	for i := range rules {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Names of what install creates. The trigger names sort after most others on
@@ -60,8 +60,8 @@ func clip(s string, n int) string {
 }
 
 // qualifiedFunction returns the quoted, schema-qualified function name.
-func qualifiedFunction(r *rewrite.Rule) string {
-	return rewrite.QuoteIdent(Schema) + "." + rewrite.QuoteIdent(FunctionName(r.SchemaName(), r.Table))
+func qualifiedFunction(r *ttl.Rule) string {
+	return ttl.QuoteIdent(Schema) + "." + ttl.QuoteIdent(FunctionName(r.SchemaName(), r.Table))
 }
 
 // Plan returns the SQL statements that install (or, with uninstall, remove)
@@ -76,7 +76,7 @@ func qualifiedFunction(r *rewrite.Rule) string {
 //     SECURITY DEFINER plpgsql function with search_path fixed to
 //     pg_catalog, pg_temp and fully qualified names, that for each unique key
 //     deletes the rows of the table holding NEW's key value that are expired
-//     at now() (rewrite.Rule.ExpiredCondition, the one shared definition);
+//     at now() (ttl.Rule.ExpiredCondition, the one shared definition);
 //   - a BEFORE INSERT row trigger and a BEFORE UPDATE OF <key columns> row
 //     trigger whose WHEN clause lets it fire only when a key value changes.
 //
@@ -95,7 +95,7 @@ func qualifiedFunction(r *rewrite.Rule) string {
 // schema ttlproxy unless something else lives in it.
 //
 // Errors name the table.
-func Plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]string, error) {
+func Plan(rules []ttl.Rule, keys map[string][][]string, uninstall bool) ([]string, error) {
 	steps, err := plan(rules, keys, uninstall)
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ type step struct {
 	sql   string
 }
 
-func plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]step, error) {
+func plan(rules []ttl.Rule, keys map[string][][]string, uninstall bool) ([]step, error) {
 	seen := make(map[string]bool, len(rules))
 	for i := range rules {
 		r := &rules[i]
@@ -127,7 +127,7 @@ func plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]s
 		seen[r.QualifiedName()] = true
 	}
 	var steps []step
-	add := func(r *rewrite.Rule, stmts []string) {
+	add := func(r *ttl.Rule, stmts []string) {
 		for _, s := range stmts {
 			steps = append(steps, step{table: r.QualifiedName(), sql: s})
 		}
@@ -139,7 +139,7 @@ func plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]s
 		return append(steps, step{sql: cleanup}), nil
 	}
 
-	steps = append(steps, step{sql: "CREATE SCHEMA IF NOT EXISTS " + rewrite.QuoteIdent(Schema)})
+	steps = append(steps, step{sql: "CREATE SCHEMA IF NOT EXISTS " + ttl.QuoteIdent(Schema)})
 	for i := range rules {
 		r := &rules[i]
 		tkeys, ok := keys[r.QualifiedName()]
@@ -159,7 +159,7 @@ func plan(rules []rewrite.Rule, keys map[string][][]string, uninstall bool) ([]s
 	return steps, nil
 }
 
-func checkRule(r *rewrite.Rule) error {
+func checkRule(r *ttl.Rule) error {
 	if err := r.Validate(); err != nil {
 		if strings.HasPrefix(err.Error(), r.QualifiedName()+": ") {
 			return fmt.Errorf("table %w", err) // already names it
@@ -167,12 +167,12 @@ func checkRule(r *rewrite.Rule) error {
 		return fmt.Errorf("table %s: %w", r.QualifiedName(), err)
 	}
 	switch r.RuleKind() {
-	case rewrite.KindColumn:
-	case rewrite.KindDerived:
+	case ttl.KindColumn:
+	case ttl.KindDerived:
 		if r.BaseColumn == "" {
 			return fmt.Errorf("table %s: derived rule without a base column", r.QualifiedName())
 		}
-	case rewrite.KindSidecar:
+	case ttl.KindSidecar:
 		if r.SidecarTable == "" || len(r.KeyColumns) == 0 {
 			return fmt.Errorf("table %s: sidecar rule without a registry table or key columns", r.QualifiedName())
 		}
@@ -184,7 +184,7 @@ func checkRule(r *rewrite.Rule) error {
 
 // normalizeKeys rejects empty names and drops repeated column sets (a primary
 // key and a unique constraint on the same columns need one probe).
-func normalizeKeys(r *rewrite.Rule, keys [][]string) ([][]string, error) {
+func normalizeKeys(r *ttl.Rule, keys [][]string) ([][]string, error) {
 	var out [][]string
 	seen := map[string]bool{}
 	for _, k := range keys {
@@ -205,7 +205,7 @@ func normalizeKeys(r *rewrite.Rule, keys [][]string) ([][]string, error) {
 	return out, nil
 }
 
-func installTable(r *rewrite.Rule, keys [][]string) []string {
+func installTable(r *ttl.Rule, keys [][]string) []string {
 	fn := qualifiedFunction(r)
 	table := r.QuotedName()
 
@@ -216,7 +216,7 @@ func installTable(r *rewrite.Rule, keys [][]string) []string {
 		for _, c := range k {
 			if !seen[c] {
 				seen[c] = true
-				cols = append(cols, rewrite.QuoteIdent(c))
+				cols = append(cols, ttl.QuoteIdent(c))
 			}
 		}
 		changed = append(changed, fmt.Sprintf("%s IS DISTINCT FROM %s", rowOf("OLD", k), rowOf("NEW", k)))
@@ -225,15 +225,15 @@ func installTable(r *rewrite.Rule, keys [][]string) []string {
 	return []string{
 		createFunction(r, fn, keys),
 		"REVOKE ALL ON FUNCTION " + fn + "() FROM PUBLIC",
-		fmt.Sprintf("COMMENT ON FUNCTION %s() IS %s", fn, quoteLiteral(
+		fmt.Sprintf("COMMENT ON FUNCTION %s() IS %s", fn, ttl.QuoteLiteral(
 			"ttlproxy: deletes the expired rows of "+r.QualifiedName()+
 				" that hold a unique key value an inserted or updated row is about to take; created by ttlproxy install")),
-		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", rewrite.QuoteIdent(InsertTrigger), table),
+		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", ttl.QuoteIdent(InsertTrigger), table),
 		fmt.Sprintf("CREATE TRIGGER %s BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION %s()",
-			rewrite.QuoteIdent(InsertTrigger), table, fn),
-		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", rewrite.QuoteIdent(UpdateTrigger), table),
+			ttl.QuoteIdent(InsertTrigger), table, fn),
+		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", ttl.QuoteIdent(UpdateTrigger), table),
 		fmt.Sprintf("CREATE TRIGGER %s BEFORE UPDATE OF %s ON %s FOR EACH ROW WHEN (%s) EXECUTE FUNCTION %s()",
-			rewrite.QuoteIdent(UpdateTrigger), strings.Join(cols, ", "), table, strings.Join(changed, " OR "), fn),
+			ttl.QuoteIdent(UpdateTrigger), strings.Join(cols, ", "), table, strings.Join(changed, " OR "), fn),
 	}
 }
 
@@ -242,7 +242,7 @@ func installTable(r *rewrite.Rule, keys [][]string) []string {
 // not, the only row holding it is the row being updated, which must not be
 // deleted under it (heap_update would fail with "tuple to be updated was
 // already modified by an operation triggered by the current command").
-func createFunction(r *rewrite.Rule, fn string, keys [][]string) string {
+func createFunction(r *ttl.Rule, fn string, keys [][]string) string {
 	var b strings.Builder
 	// The body refers to NEW/OLD fields and to table columns; a column named
 	// like a plpgsql variable (found) must mean the column.
@@ -267,31 +267,31 @@ func createFunction(r *rewrite.Rule, fn string, keys [][]string) string {
 // left behind they would mark a new row with the same key as expired the
 // moment it is inserted. Registry rows that are not expired (written earlier
 // in the same transaction for the new row) stay.
-func purgeStatement(r *rewrite.Rule, key []string) string {
+func purgeStatement(r *ttl.Rule, key []string) string {
 	var match []string
 	for _, c := range key {
-		q := rewrite.QuoteIdent(c)
+		q := ttl.QuoteIdent(c)
 		match = append(match, fmt.Sprintf("t.%s = NEW.%s", q, q))
 	}
 	del := fmt.Sprintf("DELETE FROM %s AS t WHERE %s AND %s",
 		r.QuotedName(), strings.Join(match, " AND "), r.ExpiredCondition("t", "now()"))
-	if r.RuleKind() != rewrite.KindSidecar {
+	if r.RuleKind() != ttl.KindSidecar {
 		return del
 	}
 	var ret, join []string
 	for _, c := range r.KeyColumns {
-		q := rewrite.QuoteIdent(c)
+		q := ttl.QuoteIdent(c)
 		ret = append(ret, "t."+q)
 		join = append(join, fmt.Sprintf("r.%s = d.%s", q, q))
 	}
 	// The registry row's own expiry, by the same shared definition: a column
 	// rule on its expires_at.
-	reg := rewrite.Rule{Schema: sidecarSchema(r), Table: r.SidecarTable, Column: "expires_at"}
+	reg := ttl.Rule{Schema: sidecarSchema(r), Table: r.SidecarTable, Column: "expires_at"}
 	return fmt.Sprintf("WITH d AS (%s RETURNING %s) DELETE FROM %s AS r USING d WHERE %s AND %s",
 		del, strings.Join(ret, ", "), r.SidecarName(), strings.Join(join, " AND "), reg.ExpiredCondition("r", "now()"))
 }
 
-func sidecarSchema(r *rewrite.Rule) string {
+func sidecarSchema(r *ttl.Rule) string {
 	if r.SidecarSchema != "" {
 		return r.SidecarSchema
 	}
@@ -304,16 +304,16 @@ func sidecarSchema(r *rewrite.Rule) string {
 func rowOf(rec string, cols []string) string {
 	parts := make([]string, len(cols))
 	for i, c := range cols {
-		parts[i] = rec + "." + rewrite.QuoteIdent(c)
+		parts[i] = rec + "." + ttl.QuoteIdent(c)
 	}
 	return "ROW(" + strings.Join(parts, ", ") + ")"
 }
 
-func dropTable(r *rewrite.Rule) []string {
+func dropTable(r *ttl.Rule) []string {
 	table := r.QuotedName()
 	return []string{
-		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", rewrite.QuoteIdent(InsertTrigger), table),
-		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", rewrite.QuoteIdent(UpdateTrigger), table),
+		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", ttl.QuoteIdent(InsertTrigger), table),
+		fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s", ttl.QuoteIdent(UpdateTrigger), table),
 		"DROP FUNCTION IF EXISTS " + qualifiedFunction(r) + "()",
 	}
 }
@@ -358,14 +358,4 @@ func dollarQuote(body string) string {
 		tag = fmt.Sprintf("$ttl%d$", i)
 	}
 	return tag + "\n" + body + tag
-}
-
-// quoteLiteral quotes s as a string literal that means s whatever the
-// server's standard_conforming_strings (as quote_literal does).
-func quoteLiteral(s string) string {
-	q := "'" + strings.ReplaceAll(s, "'", "''") + "'"
-	if strings.Contains(s, `\`) {
-		q = "E" + strings.ReplaceAll(q, `\`, `\\`)
-	}
-	return q
 }

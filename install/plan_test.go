@@ -8,16 +8,16 @@ import (
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // planRules covers every rule kind and names that need quoting.
-var planRules = []rewrite.Rule{
+var planRules = []ttl.Rule{
 	{Table: "sessions"},
-	{Schema: "app", Table: "events", Column: "exp", ColumnType: rewrite.TypeUnixSeconds},
-	{Table: "logs", Kind: rewrite.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
-	{Table: "jobs", Kind: rewrite.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl", IntervalSeconds: true},
-	{Table: "docs", Kind: rewrite.KindSidecar, SidecarSchema: "meta", SidecarTable: "docs_ttl", KeyColumns: []string{"tenant", "id"}},
+	{Schema: "app", Table: "events", Column: "exp", ColumnType: ttl.TypeUnixSeconds},
+	{Table: "logs", Kind: ttl.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
+	{Table: "jobs", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl", IntervalSeconds: true},
+	{Table: "docs", Kind: ttl.KindSidecar, SidecarSchema: "meta", SidecarTable: "docs_ttl", KeyColumns: []string{"tenant", "id"}},
 	{Schema: `My "Schema"`, Table: `we$ttl$ird`, Column: "Expires"},
 }
 
@@ -87,7 +87,7 @@ BEGIN
 END
 $ttl$`,
 		`REVOKE ALL ON FUNCTION "ttlproxy"."purge_expired__public__sessions"() FROM PUBLIC`,
-		`COMMENT ON FUNCTION "ttlproxy"."purge_expired__public__sessions"() IS 'ttlproxy: deletes the expired rows of public.sessions that hold a unique key value an inserted or updated row is about to take; created by ttlproxy install'`,
+		`COMMENT ON FUNCTION "ttlproxy"."purge_expired__public__sessions"() IS E'ttlproxy: deletes the expired rows of public.sessions that hold a unique key value an inserted or updated row is about to take; created by ttlproxy install'`,
 		`DROP TRIGGER IF EXISTS "zz_ttlproxy_purge_expired_insert" ON "public"."sessions"`,
 		`CREATE TRIGGER "zz_ttlproxy_purge_expired_insert" BEFORE INSERT ON "public"."sessions" FOR EACH ROW EXECUTE FUNCTION "ttlproxy"."purge_expired__public__sessions"()`,
 		`DROP TRIGGER IF EXISTS "zz_ttlproxy_purge_expired_update" ON "public"."sessions"`,
@@ -162,18 +162,18 @@ func TestPlanUninstall(t *testing.T) {
 func TestPlanErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		rules []rewrite.Rule
+		rules []ttl.Rule
 		keys  map[string][][]string
 		want  string
 	}{
-		{"no keys entry", []rewrite.Rule{{Table: "a"}}, map[string][][]string{}, "table public.a: no unique keys given"},
-		{"empty key", []rewrite.Rule{{Table: "a"}}, map[string][][]string{"public.a": {{}}}, "table public.a: empty unique key"},
-		{"empty column", []rewrite.Rule{{Table: "a"}}, map[string][][]string{"public.a": {{"x", ""}}}, "table public.a: unique key"},
-		{"twice", []rewrite.Rule{{Table: "a"}, {Schema: "public", Table: "a"}}, map[string][][]string{"public.a": nil}, "table public.a: listed twice"},
-		{"no table", []rewrite.Rule{{Schema: "s"}}, nil, "table s.: table name is empty"},
-		{"sidecar without keys", []rewrite.Rule{{Table: "d", Kind: rewrite.KindSidecar, SidecarTable: "r"}}, nil, "table public.d: sidecar rule"},
-		{"derived without base", []rewrite.Rule{{Table: "d", Kind: rewrite.KindDerived}}, nil, "table public.d: derived rule"},
-		{"unknown kind", []rewrite.Rule{{Table: "d", Kind: "ttl"}}, nil, `table public.d: unknown rule kind "ttl"`},
+		{"no keys entry", []ttl.Rule{{Table: "a"}}, map[string][][]string{}, "table public.a: no unique keys given"},
+		{"empty key", []ttl.Rule{{Table: "a"}}, map[string][][]string{"public.a": {{}}}, "table public.a: empty unique key"},
+		{"empty column", []ttl.Rule{{Table: "a"}}, map[string][][]string{"public.a": {{"x", ""}}}, "table public.a: unique key"},
+		{"twice", []ttl.Rule{{Table: "a"}, {Schema: "public", Table: "a"}}, map[string][][]string{"public.a": nil}, "table public.a: listed twice"},
+		{"no table", []ttl.Rule{{Schema: "s"}}, nil, "table s.: table name is empty"},
+		{"sidecar without keys", []ttl.Rule{{Table: "d", Kind: ttl.KindSidecar, SidecarTable: "r"}}, nil, "table public.d: sidecar rule"},
+		{"derived without base", []ttl.Rule{{Table: "d", Kind: ttl.KindDerived}}, nil, "table public.d: derived rule"},
+		{"unknown kind", []ttl.Rule{{Table: "d", Kind: "ttl"}}, nil, `table public.d: unknown rule kind "ttl"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Plan(tc.rules, tc.keys, false)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // staleQuery lists the purge functions in schema ttlproxy and the triggers
@@ -24,7 +24,7 @@ ORDER BY 1, 2, 3, 4`
 // table since removed from the configuration, such a trigger would go on
 // deleting rows by a rule that no longer applies to the table, and those rows
 // are ordinary data now. The tables among rules are Plan's business.
-func readStale(ctx context.Context, q querier, rules []rewrite.Rule) ([]step, error) {
+func readStale(ctx context.Context, q querier, rules []ttl.Rule) ([]step, error) {
 	mine := make(map[string]bool, len(rules))
 	for i := range rules {
 		mine[FunctionName(rules[i].SchemaName(), rules[i].Table)] = true
@@ -48,11 +48,11 @@ func readStale(ctx context.Context, q querier, rules []rewrite.Rule) ([]step, er
 		if trigger != nil {
 			name := *schema + "." + *table
 			steps = append(steps, step{table: name, sql: fmt.Sprintf("DROP TRIGGER IF EXISTS %s ON %s",
-				rewrite.QuoteIdent(*trigger), rewrite.QuoteIdent(*schema)+"."+rewrite.QuoteIdent(*table))})
+				ttl.QuoteIdent(*trigger), ttl.QuoteIdent(*schema)+"."+ttl.QuoteIdent(*table))})
 		}
 		if !seen[fn] {
 			seen[fn] = true
-			drops = append(drops, step{sql: "DROP FUNCTION IF EXISTS " + rewrite.QuoteIdent(Schema) + "." + rewrite.QuoteIdent(fn) + "()"})
+			drops = append(drops, step{sql: "DROP FUNCTION IF EXISTS " + ttl.QuoteIdent(Schema) + "." + ttl.QuoteIdent(fn) + "()"})
 		}
 	}
 	if err := rows.Err(); err != nil {

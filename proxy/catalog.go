@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // catalogTimeout bounds the proxy's own startup query.
@@ -60,7 +61,7 @@ type catalogQueries struct {
 	names []string
 }
 
-func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
+func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 	var pairs []string
 	seen := map[string]bool{}
 	for i := range rules {
@@ -70,7 +71,7 @@ func buildCatalogQueries(rules []rewrite.Rule) catalogQueries {
 			continue
 		}
 		seen[q] = true
-		pairs = append(pairs, "("+literal(r.SchemaName())+", "+literal(r.Table)+")")
+		pairs = append(pairs, "("+ttl.QuoteLiteral(r.SchemaName())+", "+ttl.QuoteLiteral(r.Table)+")")
 	}
 	var plain []string
 	for i := range rules {
@@ -140,14 +141,6 @@ func catalogSQL(tables string) string {
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE tr.oid NOT IN (SELECT oid FROM ttl)
  ORDER BY n.nspname, c.relname, tr.rule`
-}
-
-// literal quotes s as an escape string constant, which reads the same
-// whatever standard_conforming_strings says.
-func literal(s string) string {
-	s = strings.ReplaceAll(s, `\`, `\\`)
-	s = strings.ReplaceAll(s, `'`, `''`)
-	return "E'" + s + "'"
 }
 
 // finishStartup runs after the server's first ReadyForQuery, before it is
@@ -386,7 +379,7 @@ func parseSearchPath(setting, currentUser string) []string {
 			if end < 0 {
 				end = len(s)
 			}
-			add(asciiLower(strings.TrimRight(s[:end], " \t\n\r\f\v")))
+			add(ttl.FoldIdent(strings.TrimRight(s[:end], " \t\n\r\f\v")))
 			s = s[end:]
 		}
 		s = strings.TrimLeft(s, " \t\n\r\f\v")
@@ -396,21 +389,4 @@ func parseSearchPath(setting, currentUser string) []string {
 		s = s[1:]
 	}
 	return out
-}
-
-// asciiLower folds ASCII letters only, as PostgreSQL's downcase_identifier
-// does in multibyte encodings.
-func asciiLower(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c >= 'A' && c <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				if b[j] >= 'A' && b[j] <= 'Z' {
-					b[j] += 'a' - 'A'
-				}
-			}
-			return string(b)
-		}
-	}
-	return s
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestParseSearchPath(t *testing.T) {
@@ -198,7 +199,7 @@ CREATE TABLE events_archive (note text) INHERITS (events);
 CREATE TABLE own (id int) INHERITS (events);
 CREATE TABLE other_parts (id int);
 `)
-	rules := []rewrite.Rule{{Table: "items"}, {Table: "events"}, {Table: "own"}}
+	rules := []ttl.Rule{{Table: "items"}, {Table: "events"}, {Table: "own"}}
 	rw, err := rewrite.New(rules, rewrite.Options{})
 	if err != nil {
 		t.Fatal(err)

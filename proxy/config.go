@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,14 +14,18 @@ import (
 
 // Defaults for the zero values of Config.
 const (
-	DefaultDialTimeout     = 5 * time.Second
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultShutdownTimeout: below the 30s grace period container runtimes
+	// give before SIGKILL.
 	DefaultShutdownTimeout = 10 * time.Second
 	// DefaultMaxMessageBytes caps one client message: 64 MiB leaves room for
 	// large bind values and COPY chunks, while a Query or Parse (the only
 	// messages the proxy holds whole) cannot make it buffer gigabytes.
 	// PostgreSQL's own limit is 1 GiB (PQ_LARGE_MESSAGE_LIMIT).
 	DefaultMaxMessageBytes = 64 << 20
-	DefaultCatalogTTL      = 30 * time.Second
+	// DefaultCatalogTTL bounds how stale a new session's view of the TTL
+	// tables' columns can be after DDL made elsewhere.
+	DefaultCatalogTTL = 30 * time.Second
 )
 
 // Config configures a Server.
@@ -40,17 +45,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the proxy's metrics; nil means no metrics.
 	Registerer prometheus.Registerer
-	// DialTimeout bounds connecting to Upstream; 0 means 5s.
+	// DialTimeout bounds connecting to Upstream; 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// ShutdownTimeout is how long in-flight statements may finish once Serve's
-	// context is cancelled; 0 means 10s.
+	// context is cancelled; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// MaxMessageBytes caps one client message (type byte and length
 	// included); a larger one closes that client with an ErrorResponse
-	// (SQLSTATE 54000). 0 means 64 MiB.
+	// (SQLSTATE 54000). 0 means DefaultMaxMessageBytes; it must not be
+	// smaller than the Rewriter's MaxStatementBytes.
 	MaxMessageBytes int
 	// CatalogTTL is how long a database's catalog snapshot (columns and keys
-	// of the TTL tables) is reused by new sessions; 0 means 30s.
+	// of the TTL tables) is reused by new sessions; 0 means
+	// DefaultCatalogTTL.
 	CatalogTTL time.Duration
 
 	// rewriter replaces Rewriter.Rewrite when set (tests).
@@ -86,6 +93,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CatalogTTL <= 0 {
 		c.CatalogTTL = DefaultCatalogTTL
+	}
+	// A statement the rewriter accepts must fit in one message.
+	if stmt := c.Rewriter.Options().MaxStatementBytes; c.MaxMessageBytes < stmt {
+		return fmt.Errorf("proxy: max message bytes (%d) is smaller than the rewriter's max statement bytes (%d)", c.MaxMessageBytes, stmt)
 	}
 	return nil
 }

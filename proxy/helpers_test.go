@@ -20,6 +20,7 @@ import (
 	"github.com/ttlproxy/ttlproxy/internal/leakcheck"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -73,7 +74,7 @@ func (f *standIn) callCount() int {
 }
 
 // testRules is one TTL table, public.items.
-var testRules = []rewrite.Rule{{Table: "items", DefaultTTL: time.Hour}}
+var testRules = []ttl.Rule{{Table: "items", DefaultTTL: time.Hour}}
 
 type testProxy struct {
 	srv    *Server

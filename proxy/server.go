@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Server is a PostgreSQL proxy. Create it with New and run it with Serve.
@@ -21,7 +21,7 @@ type Server struct {
 	tlsConfig *tls.Config // cfg.TLSConfig offering ALPN "postgresql"
 	log       *slog.Logger
 	metrics   *metrics
-	rules     []rewrite.Rule
+	rules     []ttl.Rule
 	bypass    map[string]bool
 	catalogs  catalogCache
 	queries   catalogQueries

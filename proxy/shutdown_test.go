@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -158,6 +159,14 @@ func TestNewValidates(t *testing.T) {
 	}
 	if _, err := New(Config{Upstream: "127.0.0.1:5432"}); err == nil {
 		t.Error("no error without Rewriter")
+	}
+	small, _ := rewrite.New(nil, rewrite.Options{MaxStatementBytes: 20})
+	if _, err := New(Config{Upstream: "127.0.0.1:5432", Rewriter: small, MaxMessageBytes: 10}); err == nil ||
+		!strings.Contains(err.Error(), "max message bytes (10) is smaller than the rewriter's max statement bytes (20)") {
+		t.Errorf("MaxMessageBytes below MaxStatementBytes: %v", err)
+	}
+	if _, err := New(Config{Upstream: "127.0.0.1:5432", Rewriter: rw, MaxMessageBytes: 1 << 10}); err == nil {
+		t.Error("MaxMessageBytes below the default MaxStatementBytes accepted")
 	}
 	reg := prometheus.NewRegistry()
 	if _, err := New(Config{Upstream: "127.0.0.1:5432", Rewriter: rw, Registerer: reg}); err != nil {

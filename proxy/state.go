@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Session state tracking.
@@ -55,7 +56,7 @@ func buildStateQuery(names []string) string {
 	}
 	lits := make([]string, len(names))
 	for i, n := range names {
-		lits[i] = literal(n)
+		lits[i] = ttl.QuoteLiteral(n)
 	}
 	return q + `(SELECT pg_catalog.string_agg(u.i::pg_catalog.text, ',' ORDER BY u.i)
    FROM pg_catalog.unnest(ARRAY[` + strings.Join(lits, ", ") + `]::pg_catalog.text[]) WITH ORDINALITY AS u(n, i)
@@ -111,7 +112,7 @@ func (s *session) applyState(prev *rewrite.Session, row []string) *rewrite.Sessi
 		ns.Catalog = s.baseCatalog
 	}
 	ns.SearchPath = parseSearchPath(row[0], row[2])
-	ttl, err := rewrite.ParseTTLSetting(row[1])
+	ttl, err := ttl.ParseTTLSetting(row[1])
 	ns.TTLInvalid = ""
 	if err != nil {
 		// Set where the proxy could not check it (ALTER ROLE … SET, a

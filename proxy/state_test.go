@@ -12,6 +12,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestMayChangeState(t *testing.T) {
@@ -59,7 +60,7 @@ func TestMayChangeState(t *testing.T) {
 
 // stateRules: public.items and ttl2.items are TTL tables; other.items is
 // not.
-var stateRules = []rewrite.Rule{
+var stateRules = []ttl.Rule{
 	{Table: "items", DefaultTTL: time.Hour},
 	{Schema: "ttl2", Table: "items", DefaultTTL: time.Hour},
 }

@@ -6,6 +6,7 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // A simple Query may hold several statements, and the whole text is rewritten
@@ -96,7 +97,7 @@ func (rw *Rewriter) namesTTL(text string, s *Session) (string, bool) {
 			return `a name spelled with U&"…" escapes`, true
 		}
 		r := &rw.rules[o]
-		if n := rw.quick.needles[k]; r.RuleKind() == KindSidecar && n == lowerASCII(r.SidecarTable) && n != lowerASCII(r.Table) {
+		if n := rw.quick.needles[k]; r.RuleKind() == ttl.KindSidecar && n == ttl.FoldIdent(r.SidecarTable) && n != ttl.FoldIdent(r.Table) {
 			return "the registry of TTL table " + r.QualifiedName(), true
 		}
 		return "TTL table " + r.QualifiedName(), true
@@ -113,7 +114,7 @@ func (rw *Rewriter) namesTTL(text string, s *Session) (string, bool) {
 	n := ci.quick.needles[k]
 	for _, key := range ci.keys {
 		for _, name := range childNames(key) {
-			if lowerASCII(name) == n {
+			if ttl.FoldIdent(name) == n {
 				return "TTL table " + key, true
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Inheritance children and partitions of TTL tables (Catalog.Children) are
@@ -100,7 +102,7 @@ func (rw *Rewriter) mentionsChild(sql string, s *Session) bool {
 
 // ruleAt returns the rule of the table schema.rel: its own, or, for a child
 // of a TTL table, the ancestor's rule under the child's name.
-func (w *walker) ruleAt(schema, rel string) *Rule {
+func (w *walker) ruleAt(schema, rel string) *ttl.Rule {
 	if r := w.rw.byKey[relKey{schema, rel}]; r != nil {
 		return r
 	}
@@ -116,17 +118,17 @@ func (w *walker) ruleAt(schema, rel string) *Rule {
 	if r, ok := w.childRules[key]; ok {
 		return r
 	}
-	var r *Rule
+	var r *ttl.Rule
 	if b := w.rw.byQualified[parent]; b != nil {
 		c := *b
 		c.Schema, c.Table = schema, rel
 		// The registry stays the ancestor's: it is keyed by the key the
 		// child shares.
-		c.SidecarSchema = b.sidecarSchema()
+		c.SidecarSchema = b.SidecarSchemaName()
 		r = &c
 	}
 	if w.childRules == nil {
-		w.childRules = map[string]*Rule{}
+		w.childRules = map[string]*ttl.Rule{}
 	}
 	w.childRules[key] = r
 	return r

@@ -1,6 +1,10 @@
 package rewrite
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
 
 // childCatalog knows a partition of sessions in public, one in schema part,
 // and an inheritance child of the sidecar table docs.
@@ -55,7 +59,7 @@ func TestRewriteChildren(t *testing.T) {
 		checkRewrite(t, rw, s, c)
 	}
 	checkRewrite(t, rw, s, rwCase{"child TABLESAMPLE", `SELECT * FROM sessions_2024 TABLESAMPLE SYSTEM (1)`,
-		`SELECT * FROM (sessions_2024 TABLESAMPLE SYSTEM (1) JOIN (SELECT) AS _ttl_0 ON ` + (&Rule{Table: "sessions"}).LiveCondition(`"sessions_2024"`, "now()") + `)`})
+		`SELECT * FROM (sessions_2024 TABLESAMPLE SYSTEM (1) JOIN (SELECT) AS _ttl_0 ON ` + (&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions_2024"`, "now()") + `)`})
 
 	// Without the catalog a child is an ordinary table, never parsed.
 	res, err := rw.Rewrite(`SELECT * FROM sessions_2024`, nil)

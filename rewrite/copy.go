@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // COPY: a COPY t TO or COPY (query) TO reads the table; COPY FROM cannot be
@@ -56,5 +58,5 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 		last = close
 	}
 	w.replace(ts[i].start, ts[last].end,
-		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(QuoteIdent(rv.Relname), "now()")+")")
+		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(ttl.QuoteIdent(rv.Relname), "now()")+")")
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // corpusDir finds shared/corpus/pg-regress-15 in a parent of the package
@@ -82,15 +84,15 @@ func corpusSession() *Session {
 
 // corpusRules makes some of the regression suite's most used tables TTL
 // tables.
-var corpusRules = []Rule{
+var corpusRules = []ttl.Rule{
 	{Table: "tenk1", DefaultTTL: time.Hour, RefreshOnUpdate: true},
-	{Table: "onek", Kind: KindDerived, BaseColumn: "unique1", ExpireAfter: time.Hour},
-	{Table: "int4_tbl", Column: "f1", ColumnType: TypeUnixSeconds, DefaultTTL: time.Minute},
-	{Table: "int8_tbl", Kind: KindSidecar, SidecarTable: "int8_tbl_ttl", KeyColumns: []string{"q1", "q2"}},
-	{Table: "road", Column: "name", ColumnType: TypeTimestamp},
+	{Table: "onek", Kind: ttl.KindDerived, BaseColumn: "unique1", ExpireAfter: time.Hour},
+	{Table: "int4_tbl", Column: "f1", ColumnType: ttl.TypeUnixSeconds, DefaultTTL: time.Minute},
+	{Table: "int8_tbl", Kind: ttl.KindSidecar, SidecarTable: "int8_tbl_ttl", KeyColumns: []string{"q1", "q2"}},
+	{Table: "road", Column: "name", ColumnType: ttl.TypeTimestamp},
 	{Table: "emp", DefaultTTL: time.Hour},
 	{Table: "foo", DefaultTTL: time.Hour, RefreshOnUpdate: true},
-	{Table: "t1", Kind: KindDerived, BaseColumn: "a", IntervalColumn: "b", DefaultTTL: time.Hour, RefreshOnUpdate: true},
+	{Table: "t1", Kind: ttl.KindDerived, BaseColumn: "a", IntervalColumn: "b", DefaultTTL: time.Hour, RefreshOnUpdate: true},
 	{Table: "fktable", DefaultTTL: time.Hour},
 }
 

@@ -2,14 +2,16 @@ package rewrite
 
 import (
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // qualifier is how the statement's own clauses refer to a target table.
 func qualifier(rv *pg.RangeVar) string {
 	if rv.Alias != nil {
-		return QuoteIdent(rv.Alias.Aliasname)
+		return ttl.QuoteIdent(rv.Alias.Aliasname)
 	}
-	return QuoteIdent(rv.Relname)
+	return ttl.QuoteIdent(rv.Relname)
 }
 
 func setsColumn(targets []*pg.Node, col string) bool {
@@ -63,7 +65,7 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 		return
 	}
 	body := w.bodyEnd(after, end)
-	if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(u.TargetList, rule.StampColumn()) && w.sessionTTLUsable(rule) {
+	if lifetime, ok := refreshFor(rule, w.s); ok && !setsColumn(u.TargetList, rule.StampColumn()) && w.sessionTTLUsable(rule) {
 		set := ts.findTop(after, body, pg.Token_SET)
 		if set < 0 {
 			w.fail(internalError("cannot locate SET"))
@@ -82,7 +84,7 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 			w.fail(internalError("cannot locate the SET list"))
 			return
 		}
-		w.insert(ts[last].end, ", "+QuoteIdent(rule.StampColumn())+" = "+rule.StampValue(ttl))
+		w.insert(ts[last].end, ", "+ttl.QuoteIdent(rule.StampColumn())+" = "+rule.StampValue(lifetime))
 	}
 	w.whereLive(u.WhereClause, rule, qualifier(rv), after, body)
 }
@@ -113,7 +115,7 @@ func (w *walker) deleteStmt(d *pg.DeleteStmt, sc *scope, end int) {
 // UPDATE or DELETE whose text after the target runs from token after to
 // offset body: `WHERE (orig) AND live`, or `WHERE live`. WHERE CURRENT OF
 // stays: the cursor's query was filtered.
-func (w *walker) whereLive(where *pg.Node, rule *Rule, qual string, after, body int) {
+func (w *walker) whereLive(where *pg.Node, rule *ttl.Rule, qual string, after, body int) {
 	if where.GetCurrentOfExpr() != nil {
 		return
 	}
@@ -175,16 +177,16 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 		return
 	}
 	col := rule.StampColumn()
-	if ttl, ok := ttlFor(rule, w.s); ok {
+	if lifetime, ok := ttlFor(rule, w.s); ok {
 		n := len(w.edits)
-		w.stampInsert(ins, sel, rule, col, rule.StampValue(ttl), end)
+		w.stampInsert(ins, sel, rule, col, rule.StampValue(lifetime), end)
 		if len(w.edits) > n && !w.sessionTTLUsable(rule) {
 			return
 		}
 	}
 	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
-		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) && w.sessionTTLUsable(rule) {
-			w.refreshConflict(oc, col, rule.StampValue(ttl), end)
+		if lifetime, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) && w.sessionTTLUsable(rule) {
+			w.refreshConflict(oc, col, rule.StampValue(lifetime), end)
 		}
 		w.conflictLive(oc, rule, qualifier(rv), end)
 	}
@@ -194,7 +196,7 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 // conflictLive adds the live condition of the target (visible under qual)
 // to the WHERE of ON CONFLICT DO UPDATE: `WHERE (orig) AND live`, or
 // `WHERE live`.
-func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *Rule, qual string, end int) {
+func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *ttl.Rule, qual string, end int) {
 	if w.err != nil {
 		return
 	}
@@ -223,7 +225,7 @@ func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *Rule, qual string, 
 
 // stampInsert adds the stamp column and its value to an INSERT that does not
 // give it. A value the client gives (NULL and DEFAULT included) wins.
-func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule, col, value string, end int) {
+func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *ttl.Rule, col, value string, end int) {
 	if setsColumn(ins.Cols, col) {
 		return
 	}
@@ -243,7 +245,7 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule,
 			w.fail(internalError("cannot locate DEFAULT VALUES"))
 			return
 		}
-		w.replace(ts[i].start, ts[i+1].end, "("+QuoteIdent(col)+") VALUES ("+value+")")
+		w.replace(ts[i].start, ts[i+1].end, "("+ttl.QuoteIdent(col)+") VALUES ("+value+")")
 		return
 	}
 	plan := w.planSource(sel, i, end)
@@ -267,10 +269,10 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *Rule,
 // inserts the list implicitColumns gives for width values per row after token
 // before. It reports whether the stamp value is still to be added to the
 // values: false when they already reach the stamp column, or on failure.
-func (w *walker) stampColumn(rule *Rule, col string, colsClose, before, width int, form string) bool {
+func (w *walker) stampColumn(rule *ttl.Rule, col string, colsClose, before, width int, form string) bool {
 	ts := w.tokens()
 	if colsClose >= 0 {
-		w.insert(ts[colsClose-1].end, ", "+QuoteIdent(col))
+		w.insert(ts[colsClose-1].end, ", "+ttl.QuoteIdent(col))
 		return true
 	}
 	list, given := w.implicitColumns(rule, col, width, form)
@@ -444,5 +446,5 @@ func (w *walker) refreshConflict(oc *pg.OnConflictClause, col, value string, end
 		w.fail(internalError("cannot locate the DO UPDATE SET list"))
 		return
 	}
-	w.insert(ts[last].end, ", "+QuoteIdent(col)+" = "+value)
+	w.insert(ts[last].end, ", "+ttl.QuoteIdent(col)+" = "+value)
 }

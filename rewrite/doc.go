@@ -3,7 +3,7 @@
 //
 // Usage:
 //
-//	rw, err := rewrite.New([]rewrite.Rule{{Table: "sessions", DefaultTTL: 24 * time.Hour}}, rewrite.Options{})
+//	rw, err := rewrite.New([]ttl.Rule{{Table: "sessions", DefaultTTL: 24 * time.Hour}}, rewrite.Options{})
 //	if err != nil {
 //		return err
 //	}
@@ -53,7 +53,7 @@
 //     before a statement naming a TTL table is rejected: the whole text is
 //     rewritten under the state from before it.
 //   - SET ttlproxy.ttl and set_config('ttlproxy.ttl', …) with a literal value
-//     ParseTTLSetting does not accept are rejected with 22023.
+//     ttl.ParseTTLSetting does not accept are rejected with 22023.
 //   - TABLESAMPLE on a TTL table is wrapped whole: the sample is drawn, then
 //     its expired rows are dropped.
 //   - SHOW ttlproxy.ttl reads the setting with current_setting(…, true), so

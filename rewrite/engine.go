@@ -11,39 +11,48 @@ import (
 	"github.com/pganalyze/pg_query_go/v6/parser"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Options bounds what the rewriter accepts and caches.
 type Options struct {
-	// MaxStatementBytes rejects longer statements before parsing; 0 means 1 MiB.
+	// MaxStatementBytes rejects longer statements before parsing; 0 means
+	// DefaultMaxStatementBytes.
 	MaxStatementBytes int
 	// MaxNestingDepth rejects statements nested deeper (parentheses) before
-	// parsing; 0 means 1000. Left-deep operator chains are bounded at four
+	// parsing; 0 means DefaultMaxNestingDepth. Left-deep operator chains are bounded at four
 	// times this. Raising it far risks a crash inside the C parser.
 	MaxNestingDepth int
-	// CacheSize is the number of rewrites kept; 0 means 10000, negative
+	// CacheSize is the number of rewrites kept; 0 means DefaultCacheSize, negative
 	// disables the cache.
 	CacheSize int
 }
 
+// Defaults of Options left zero.
 const (
-	defaultMaxStatementBytes = 1 << 20
-	defaultMaxNestingDepth   = 1000
-	defaultCacheSize         = 10000
+	// DefaultMaxStatementBytes: 1 MiB holds any hand-written or ORM statement
+	// with room for large IN lists; longer texts are bulk loads, which
+	// belong in COPY.
+	DefaultMaxStatementBytes = 1 << 20
+	// DefaultMaxNestingDepth keeps the C parser well inside its stack (it
+	// recurses per parenthesis; the server's max_stack_depth is 2 MB).
+	DefaultMaxNestingDepth = 1000
+	// DefaultCacheSize is the number of rewrites kept.
+	DefaultCacheSize = 10000
 )
 
 // Rewriter rewrites statements for a fixed set of rules. It is safe for
 // concurrent use.
 type Rewriter struct {
-	rules []Rule
+	rules []ttl.Rule
 	opts  Options
 
 	// byKey finds a rule by (schema, table); byName lists the schemas that
 	// have a rule for a table name.
-	byKey  map[relKey]*Rule
-	byName map[string][]*Rule
+	byKey  map[relKey]*ttl.Rule
+	byName map[string][]*ttl.Rule
 	// byQualified finds a rule by QualifiedName (Catalog.Children values).
-	byQualified map[string]*Rule
+	byQualified map[string]*ttl.Rule
 	// names lists the distinct TTL table names, sorted (cache key).
 	names []string
 	// quick finds TTL and registry table names and U&" in raw text; tables
@@ -81,28 +90,28 @@ func (rw *Rewriter) Stats() Stats {
 type relKey struct{ schema, table string }
 
 // New validates rules and returns a Rewriter.
-func New(rules []Rule, opts Options) (*Rewriter, error) {
+func New(rules []ttl.Rule, opts Options) (*Rewriter, error) {
 	for i := range rules {
 		if err := rules[i].Validate(); err != nil {
 			return nil, err
 		}
 	}
 	if opts.MaxStatementBytes <= 0 {
-		opts.MaxStatementBytes = defaultMaxStatementBytes
+		opts.MaxStatementBytes = DefaultMaxStatementBytes
 	}
 	if opts.MaxNestingDepth <= 0 {
-		opts.MaxNestingDepth = defaultMaxNestingDepth
+		opts.MaxNestingDepth = DefaultMaxNestingDepth
 	}
 	if opts.CacheSize == 0 {
-		opts.CacheSize = defaultCacheSize
+		opts.CacheSize = DefaultCacheSize
 	}
 	rw := &Rewriter{
 		rules:  rules,
 		opts:   opts,
-		byKey:  make(map[relKey]*Rule, len(rules)),
-		byName: make(map[string][]*Rule, len(rules)),
+		byKey:  make(map[relKey]*ttl.Rule, len(rules)),
+		byName: make(map[string][]*ttl.Rule, len(rules)),
 
-		byQualified: make(map[string]*Rule, len(rules)),
+		byQualified: make(map[string]*ttl.Rule, len(rules)),
 	}
 	for i := range rules {
 		r := &rules[i]
@@ -123,7 +132,7 @@ func New(rules []Rule, opts Options) (*Rewriter, error) {
 				m.add(strings.ReplaceAll(r.Table, `"`, `""`), i)
 			}
 		}
-		if r.RuleKind() == KindSidecar && r.SidecarTable != "" {
+		if r.RuleKind() == ttl.KindSidecar && r.SidecarTable != "" {
 			rw.quick.add(r.SidecarTable, i)
 		}
 	}
@@ -135,8 +144,11 @@ func New(rules []Rule, opts Options) (*Rewriter, error) {
 	return rw, nil
 }
 
+// Options returns the Rewriter's options, defaults applied.
+func (rw *Rewriter) Options() Options { return rw.opts }
+
 // Rules returns the rules the Rewriter was built with.
-func (rw *Rewriter) Rules() []Rule { return rw.rules }
+func (rw *Rewriter) Rules() []ttl.Rule { return rw.rules }
 
 // Rewrite returns the SQL to send for sql (one Query message's text, possibly
 // several statements, or one Parse message's text) in session s, or an *Error.
@@ -399,7 +411,7 @@ func internalError(what string) *Error {
 // session's ttlproxy.ttl holds a value the proxy could not read
 // (Session.TTLInvalid), the statement fails closed instead of silently
 // stamping with default_ttl.
-func (w *walker) sessionTTLUsable(r *Rule) bool {
+func (w *walker) sessionTTLUsable(r *ttl.Rule) bool {
 	if w.s.TTLInvalid == "" {
 		return true
 	}
@@ -413,25 +425,25 @@ func (w *walker) sessionTTLUsable(r *Rule) bool {
 
 // ttlFor returns the lifetime stamped on INSERT into the rule's table in
 // session s, and whether INSERT stamping applies.
-func ttlFor(r *Rule, s *Session) (time.Duration, bool) {
-	ttl := r.DefaultTTL
+func ttlFor(r *ttl.Rule, s *Session) (time.Duration, bool) {
+	lifetime := r.DefaultTTL
 	if s.TTL != nil {
-		ttl = *s.TTL
+		lifetime = *s.TTL
 	}
-	return ttl, ttl > 0 && r.StampColumn() != ""
+	return lifetime, lifetime > 0 && r.StampColumn() != ""
 }
 
 // refreshFor returns the lifetime an UPDATE refreshes the expiry to, and
 // whether refresh applies: the rule asks for it and has a default lifetime.
-func refreshFor(r *Rule, s *Session) (time.Duration, bool) {
+func refreshFor(r *ttl.Rule, s *Session) (time.Duration, bool) {
 	if !r.RefreshOnUpdate || r.DefaultTTL <= 0 || r.StampColumn() == "" {
 		return 0, false
 	}
-	ttl := r.DefaultTTL
+	lifetime := r.DefaultTTL
 	if s.TTL != nil && *s.TTL > 0 {
-		ttl = *s.TTL
+		lifetime = *s.TTL
 	}
-	return ttl, true
+	return lifetime, true
 }
 
 func sortStrings(s []string) {

@@ -1,5 +1,7 @@
 package rewrite
 
+import "github.com/ttlproxy/ttlproxy/ttl"
+
 // matcher is the cheap identifier check run before any parsing: a
 // case-insensitive (ASCII) search for a set of lower-case needles.
 // PostgreSQL folds only ASCII letters of unquoted identifiers, so a statement
@@ -17,7 +19,7 @@ type matcher struct {
 }
 
 func (m *matcher) add(needle string, owner int) {
-	n := lowerASCII(needle)
+	n := ttl.FoldIdent(needle)
 	if n == "" {
 		return
 	}
@@ -107,17 +109,4 @@ func hasPrefixFold(s, n string) bool {
 		}
 	}
 	return true
-}
-
-func lowerASCII(s string) string {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
-			b := []byte(s)
-			for j := i; j < len(b); j++ {
-				b[j] = foldByte(b[j])
-			}
-			return string(b)
-		}
-	}
-	return s
 }

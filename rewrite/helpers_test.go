@@ -8,18 +8,20 @@ import (
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // testRules covers every rule kind and column type.
-var testRules = []Rule{
+var testRules = []ttl.Rule{
 	{Table: "sessions", DefaultTTL: time.Hour, RefreshOnUpdate: true},
-	{Table: "events", Kind: KindDerived, BaseColumn: "created_at", ExpireAfter: 24 * time.Hour},
-	{Schema: "app", Table: "tokens", Column: "valid_until", ColumnType: TypeTimestamp, DefaultTTL: 30 * time.Minute},
+	{Table: "events", Kind: ttl.KindDerived, BaseColumn: "created_at", ExpireAfter: 24 * time.Hour},
+	{Schema: "app", Table: "tokens", Column: "valid_until", ColumnType: ttl.TypeTimestamp, DefaultTTL: 30 * time.Minute},
 	{Table: "Mixed Case", Column: "Exp"},
-	{Table: "cache", Column: "exp_ms", ColumnType: TypeUnixMilliseconds, DefaultTTL: time.Minute},
-	{Table: "jobs", Kind: KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl_seconds", IntervalSeconds: true, DefaultTTL: 2 * time.Hour, RefreshOnUpdate: true},
-	{Table: "docs", Kind: KindSidecar, SidecarTable: "docs_ttl", KeyColumns: []string{"id"}},
-	{Table: "days", Column: "until", ColumnType: TypeDate, DefaultTTL: 48 * time.Hour},
+	{Table: "cache", Column: "exp_ms", ColumnType: ttl.TypeUnixMilliseconds, DefaultTTL: time.Minute},
+	{Table: "jobs", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl_seconds", IntervalSeconds: true, DefaultTTL: 2 * time.Hour, RefreshOnUpdate: true},
+	{Table: "docs", Kind: ttl.KindSidecar, SidecarTable: "docs_ttl", KeyColumns: []string{"id"}},
+	{Table: "days", Column: "until", ColumnType: ttl.TypeDate, DefaultTTL: 48 * time.Hour},
 }
 
 // live is the sessions filter under qualifier q, spelled out.
@@ -35,7 +37,7 @@ func join(item, q string, n int) string {
 const stamp = `(now() + interval '3600 seconds')`
 
 // testRule returns the test rule for the table "schema.table".
-func testRule(t testing.TB, name string) *Rule {
+func testRule(t testing.TB, name string) *ttl.Rule {
 	t.Helper()
 	for i := range testRules {
 		if testRules[i].QualifiedName() == name {

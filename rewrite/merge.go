@@ -7,6 +7,7 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // mergeStmt walks MERGE. The source is a FROM item (a read). An expired
@@ -134,7 +135,7 @@ func thenOf(ts tokens, i, limit int) int {
 
 // mergeWhen edits one WHEN clause whose tokens start at when and whose text
 // ends before the offset limit.
-func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *Rule, live string, when, limit int) {
+func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *ttl.Rule, live string, when, limit int) {
 	ts := w.tokens()
 	then := thenOf(ts, when+1, limit)
 	if then < 0 {
@@ -170,19 +171,19 @@ func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *Rule, live string, when,
 	col := rule.StampColumn()
 	switch c.CommandType {
 	case pg.CmdType_CMD_UPDATE:
-		if ttl, ok := refreshFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
-			w.insert(ts[last].end, ", "+QuoteIdent(col)+" = "+rule.StampValue(ttl))
+		if lifetime, ok := refreshFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
+			w.insert(ts[last].end, ", "+ttl.QuoteIdent(col)+" = "+rule.StampValue(lifetime))
 		}
 	case pg.CmdType_CMD_INSERT:
-		if ttl, ok := ttlFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
-			w.mergeInsert(c, rule, col, rule.StampValue(ttl), then+1, last)
+		if lifetime, ok := ttlFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
+			w.mergeInsert(c, rule, col, rule.StampValue(lifetime), then+1, last)
 		}
 	}
 }
 
 // mergeInsert stamps `INSERT [(cols)] [OVERRIDING … VALUE] {VALUES (…) |
 // DEFAULT VALUES}` whose INSERT token is i and last token last.
-func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *Rule, col, value string, i, last int) {
+func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *ttl.Rule, col, value string, i, last int) {
 	ts := w.tokens()
 	if ts.kind(i) != pg.Token_INSERT {
 		w.fail(internalError("cannot locate INSERT in MERGE"))
@@ -194,7 +195,7 @@ func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *Rule, col, value strin
 		return
 	}
 	if ts.kind(j) == pg.Token_DEFAULT && ts.kind(j+1) == pg.Token_VALUES && j+1 == last {
-		w.replace(ts[j].start, ts[j+1].end, "("+QuoteIdent(col)+") VALUES ("+value+")")
+		w.replace(ts[j].start, ts[j+1].end, "("+ttl.QuoteIdent(col)+") VALUES ("+value+")")
 		return
 	}
 	if ts.kind(j) != pg.Token_VALUES || ts.kind(j+1) != pg.Token_ASCII_40 || ts.match(j+1) != last {
@@ -210,7 +211,7 @@ func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *Rule, col, value strin
 // without one, giving width values per row, needs to take the stamp column
 // too; given reports that the values already reach the stamp column. It
 // fails when the catalog does not know the table's columns.
-func (w *walker) implicitColumns(rule *Rule, col string, width int, form string) (list string, given bool) {
+func (w *walker) implicitColumns(rule *ttl.Rule, col string, width int, form string) (list string, given bool) {
 	cols := w.columns(rule)
 	what := fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: %s without a column list", rule.QualifiedName(), form)
 	hint := fmt.Sprintf("Give a column list, e.g. INSERT INTO %s (a, b, …) ….", rule.Table)
@@ -232,7 +233,7 @@ func (w *walker) implicitColumns(rule *Rule, col string, width int, form string)
 		}
 	}
 	if pos < 0 {
-		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), QuoteIdent(col)), Hint: hint})
+		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), ttl.QuoteIdent(col)), Hint: hint})
 		return "", false
 	}
 	if width > pos {
@@ -241,10 +242,10 @@ func (w *walker) implicitColumns(rule *Rule, col string, width int, form string)
 	var b strings.Builder
 	b.WriteString(" (")
 	for k := 0; k < width; k++ {
-		b.WriteString(QuoteIdent(cols[k].Name))
+		b.WriteString(ttl.QuoteIdent(cols[k].Name))
 		b.WriteString(", ")
 	}
-	b.WriteString(QuoteIdent(col))
+	b.WriteString(ttl.QuoteIdent(col))
 	b.WriteString(")")
 	return b.String(), false
 }

@@ -8,6 +8,7 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // PREPARE name AS <statement> is rewritten once, under the search path of
@@ -39,7 +40,7 @@ func (w *walker) pin(rv *pg.RangeVar) {
 	if !ok {
 		w.fail(&Error{
 			Code:    sqlstate.FeatureNotSupported,
-			Message: fmt.Sprintf("ttlproxy: cannot prepare a statement on %s: the proxy cannot tell which schema the name refers to under the current search path", QuoteIdent(rv.Relname)),
+			Message: fmt.Sprintf("ttlproxy: cannot prepare a statement on %s: the proxy cannot tell which schema the name refers to under the current search path", ttl.QuoteIdent(rv.Relname)),
 			Detail:  "EXECUTE analyses a prepared statement again under the search path of its time, so the proxy qualifies the TTL table names of a PREPARE with their schema.",
 			Hint:    "Qualify the table with its schema in the PREPARE statement.",
 		})
@@ -52,7 +53,7 @@ func (w *walker) pin(rv *pg.RangeVar) {
 	if w.pins == nil {
 		w.pins = map[int]*pinEdit{}
 	}
-	w.pins[loc] = &pinEdit{text: QuoteIdent(sch) + "."}
+	w.pins[loc] = &pinEdit{text: ttl.QuoteIdent(sch) + "."}
 }
 
 // isTTLName reports whether rel is the name of a TTL table or of a child of

@@ -1,6 +1,10 @@
 package rewrite
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
 
 func TestRewritePreparePinsSchema(t *testing.T) {
 	rw := newTestRewriter(t)
@@ -55,7 +59,7 @@ func TestRewritePreparePinsSchema(t *testing.T) {
 }
 
 func TestRewritePrepareResolution(t *testing.T) {
-	rw, err := New([]Rule{
+	rw, err := New([]ttl.Rule{
 		{Table: "sessions"},
 		{Schema: "app", Table: "sessions"},
 	}, Options{})

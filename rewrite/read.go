@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Reads: FROM items, CTEs and set operations of a query, where a TTL table
@@ -247,18 +248,18 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 // filterJoin returns ` JOIN (SELECT) AS _ttl_N ON <live>` for a TTL table
 // reference: the filter that wraps the FROM item, qualified by its alias
 // (with its column aliases) or its name.
-func (w *walker) filterJoin(rule *Rule, rv *pg.RangeVar) (string, bool) {
-	qual := QuoteIdent(rv.Relname)
+func (w *walker) filterJoin(rule *ttl.Rule, rv *pg.RangeVar) (string, bool) {
+	qual := ttl.QuoteIdent(rv.Relname)
 	var rename map[string]string
 	if rv.Alias != nil {
-		qual = QuoteIdent(rv.Alias.Aliasname)
+		qual = ttl.QuoteIdent(rv.Alias.Aliasname)
 		if len(rv.Alias.Colnames) > 0 {
 			if rename = w.renamed(rule, rv); rename == nil {
 				return "", false
 			}
 		}
 	}
-	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.liveCondition(qual, "now()", rename)
+	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.LiveConditionRenamed(qual, "now()", rename)
 	w.alias++
 	return text, true
 }
@@ -269,7 +270,7 @@ func (w *walker) filterJoin(rule *Rule, rv *pg.RangeVar) (string, bool) {
 // sample of the live rows, not the rows a table without the expired ones would
 // have given for the same seed). Parentheses are inserted rather than the
 // item replaced, so subqueries in the arguments keep their own edits.
-func (w *walker) sampleRangeVar(rv *pg.RangeVar, rule *Rule, sample *pg.RangeTableSample, sc *scope) {
+func (w *walker) sampleRangeVar(rv *pg.RangeVar, rule *ttl.Rule, sample *pg.RangeTableSample, sc *scope) {
 	ts := w.tokens()
 	if w.err != nil {
 		return
@@ -362,7 +363,7 @@ func (w *walker) itemSpan(rv *pg.RangeVar) (first, after int, ok bool) {
 // renamed maps the table's columns to the names the column alias list of
 // rv gives them, which needs the table's column order from the catalog; nil
 // after a rejection.
-func (w *walker) renamed(rule *Rule, rv *pg.RangeVar) map[string]string {
+func (w *walker) renamed(rule *ttl.Rule, rv *pg.RangeVar) map[string]string {
 	cols := w.columns(rule)
 	if cols == nil {
 		w.fail(&Error{
@@ -382,7 +383,7 @@ func (w *walker) renamed(rule *Rule, rv *pg.RangeVar) map[string]string {
 }
 
 // columns returns the catalog's columns of the rule's table, or nil.
-func (w *walker) columns(r *Rule) []Column {
+func (w *walker) columns(r *ttl.Rule) []Column {
 	if w.s.Catalog == nil {
 		return nil
 	}

@@ -2,6 +2,8 @@ package rewrite
 
 import (
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Name resolution: which rule, if any, a table reference names in the
@@ -16,7 +18,7 @@ import (
 // without it, the first path schema with a rule for the name does, which
 // errs toward filtering (a wrong filter fails loudly, a missing one leaks).
 // pg_catalog and pg_temp never hold TTL tables.
-func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *Rule {
+func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 	if rv == nil {
 		return nil
 	}

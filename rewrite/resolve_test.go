@@ -6,10 +6,12 @@ import (
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestRewriteNameResolution(t *testing.T) {
-	rw, err := New([]Rule{
+	rw, err := New([]ttl.Rule{
 		{Table: "sessions"},
 		{Schema: "app", Table: "sessions"},
 		{Schema: "app", Table: "tokens"},
@@ -89,13 +91,13 @@ func TestRewriteSystemColumns(t *testing.T) {
 // TestLiveConditionsParse checks every rule kind's filter, expired condition
 // and stamp value in the positions the rewriter and the sweeper use them.
 func TestLiveConditionsParse(t *testing.T) {
-	rules := append([]Rule{}, testRules...)
+	rules := append([]ttl.Rule{}, testRules...)
 	rules = append(rules,
-		Rule{Table: "u_s", Column: "e", ColumnType: TypeUnixSeconds, DefaultTTL: time.Second},
-		Rule{Table: "u_us", Column: "e", ColumnType: TypeUnixMicroseconds, DefaultTTL: 1500 * time.Millisecond},
-		Rule{Table: "u_ns", Column: "e", ColumnType: TypeUnixNanoseconds, DefaultTTL: time.Hour},
-		Rule{Table: "ivl", Kind: KindDerived, BaseColumn: "c", IntervalColumn: "i", DefaultTTL: time.Hour},
-		Rule{Table: "side2", Kind: KindSidecar, SidecarSchema: "reg", SidecarTable: "side2_ttl", KeyColumns: []string{"a", "b"}},
+		ttl.Rule{Table: "u_s", Column: "e", ColumnType: ttl.TypeUnixSeconds, DefaultTTL: time.Second},
+		ttl.Rule{Table: "u_us", Column: "e", ColumnType: ttl.TypeUnixMicroseconds, DefaultTTL: 1500 * time.Millisecond},
+		ttl.Rule{Table: "u_ns", Column: "e", ColumnType: ttl.TypeUnixNanoseconds, DefaultTTL: time.Hour},
+		ttl.Rule{Table: "ivl", Kind: ttl.KindDerived, BaseColumn: "c", IntervalColumn: "i", DefaultTTL: time.Hour},
+		ttl.Rule{Table: "side2", Kind: ttl.KindSidecar, SidecarSchema: "reg", SidecarTable: "side2_ttl", KeyColumns: []string{"a", "b"}},
 	)
 	rw, err := New(rules, Options{})
 	if err != nil {

@@ -9,10 +9,11 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // ttlproxy.ttl is a custom setting: the server accepts any text for it, and
-// the proxy reads it back (ParseTTLSetting) only to find it unusable, after
+// the proxy reads it back (ttl.ParseTTLSetting) only to find it unusable, after
 // which stamping falls back to each rule's default_ttl without the client
 // knowing. So a literal value is checked here, where the client still gets
 // the error: SET [SESSION|LOCAL] ttlproxy.ttl {TO|=} value (also in ALTER
@@ -34,7 +35,7 @@ func mentionsTTLSetting(sql string) bool {
 }
 
 // checkSettings rejects a statement that sets ttlproxy.ttl to a literal value
-// ParseTTLSetting does not accept. read reports that it found a SET or a
+// ttl.ParseTTLSetting does not accept. read reports that it found a SET or a
 // call that may be set_config, whose literal arguments decide the outcome.
 func checkSettings(n *pg.Node) (err *Error, read bool) {
 	if n == nil || n.Node == nil {
@@ -134,9 +135,9 @@ func checkSetConfig(f *pg.FuncCall) *Error {
 
 const ttlSettingHint = "Give a lifetime such as '90s', '10 minutes', '1 day', '00:10:00' or 'PT10M'; months and years are not accepted, and '' or RESET removes the override."
 
-// checkTTLValue rejects a value ParseTTLSetting does not accept.
+// checkTTLValue rejects a value ttl.ParseTTLSetting does not accept.
 func checkTTLValue(value string) *Error {
-	if _, err := parseTTL(value); err != nil {
+	if _, err := ttl.ParseTTLValue(value); err != nil {
 		return &Error{
 			Code:    sqlstate.InvalidParameterValue,
 			Message: fmt.Sprintf("ttlproxy: invalid value for ttlproxy.ttl: %q: %v", value, err),

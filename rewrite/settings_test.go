@@ -1,6 +1,10 @@
 package rewrite
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
 
 func TestRewriteTTLSettingRejected(t *testing.T) {
 	rw := newTestRewriter(t)
@@ -109,7 +113,7 @@ func TestRewriteShowTTLSetting(t *testing.T) {
 					continue
 				}
 				c.out = q + `; SELECT id FROM (sessions JOIN (SELECT) AS _ttl_0 ON ` +
-					(&Rule{Table: "sessions"}).LiveCondition(`"sessions"`, "now()") + `)`
+					(&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions"`, "now()") + `)`
 			}
 			checkRewrite(t, rw, s, c)
 		}

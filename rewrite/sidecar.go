@@ -8,31 +8,32 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // sidecarTTL reports that INSERT into the rule's table must register an
 // expiry in the sidecar registry: a sidecar rule with a lifetime to stamp.
-func (w *walker) sidecarTTL(rule *Rule) bool {
+func (w *walker) sidecarTTL(rule *ttl.Rule) bool {
 	_, ok := sidecarTTLFor(rule, w.s)
 	return ok
 }
 
 // sidecarTTLFor returns the lifetime registered for rows inserted into a
 // sidecar rule's table in session s, and whether registration applies.
-func sidecarTTLFor(r *Rule, s *Session) (time.Duration, bool) {
-	if r.RuleKind() != KindSidecar {
+func sidecarTTLFor(r *ttl.Rule, s *Session) (time.Duration, bool) {
+	if r.RuleKind() != ttl.KindSidecar {
 		return 0, false
 	}
-	ttl := r.DefaultTTL
+	lifetime := r.DefaultTTL
 	if s.TTL != nil {
-		ttl = *s.TTL
+		lifetime = *s.TTL
 	}
-	return ttl, ttl > 0
+	return lifetime, lifetime > 0
 }
 
 // rejectSidecarRegistration fails closed on an INSERT form whose rows the
 // rewriter cannot register in the sidecar registry.
-func (w *walker) rejectSidecarRegistration(rule *Rule, form string) {
+func (w *walker) rejectSidecarRegistration(rule *ttl.Rule, form string) {
 	w.fail(&Error{
 		Code:    sqlstate.FeatureNotSupported,
 		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", rule.QualifiedName(), form),
@@ -56,8 +57,8 @@ const sidecarCTE = "_ttl_ins"
 // a unique key on the registry's key columns. The INSERT's own WITH list is
 // kept and _ttl_ins appended to it. Forms whose result or rows cannot be
 // carried this way are rejected.
-func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *Rule, end int) {
-	ttl, ok := sidecarTTLFor(rule, w.s)
+func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *ttl.Rule, end int) {
+	lifetime, ok := sidecarTTLFor(rule, w.s)
 	if !ok || w.registered[ins] || !w.sessionTTLUsable(rule) {
 		return
 	}
@@ -87,7 +88,7 @@ func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *Rule, end int) {
 	}
 	keys := make([]string, len(rule.KeyColumns))
 	for k, c := range rule.KeyColumns {
-		keys[k] = QuoteIdent(c)
+		keys[k] = ttl.QuoteIdent(c)
 	}
 	list := strings.Join(keys, ", ")
 	open := "WITH " + sidecarCTE + " AS ("
@@ -96,7 +97,7 @@ func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *Rule, end int) {
 	}
 	w.insert(ts[i-2].start, open)
 	w.insert(ts[last].end, " RETURNING "+list+") INSERT INTO "+rule.SidecarName()+" ("+list+", expires_at) SELECT "+
-		list+", "+rule.ExpiryValue(ttl)+" FROM "+sidecarCTE+" ON CONFLICT ("+list+") DO UPDATE SET expires_at = EXCLUDED.expires_at")
+		list+", "+rule.ExpiryValue(lifetime)+" FROM "+sidecarCTE+" ON CONFLICT ("+list+") DO UPDATE SET expires_at = EXCLUDED.expires_at")
 }
 
 // markRegistered recognizes a statement registerSidecar wrote: the INSERT
@@ -113,8 +114,8 @@ func (w *walker) markRegistered(outer *pg.InsertStmt) {
 		if cte.GetCtename() != sidecarCTE || inner == nil {
 			continue
 		}
-		if r := w.ruleFor(inner.Relation, nil); r != nil && r.RuleKind() == KindSidecar &&
-			outer.Relation.Relname == r.SidecarTable && (outer.Relation.Schemaname == "" || outer.Relation.Schemaname == r.sidecarSchema()) {
+		if r := w.ruleFor(inner.Relation, nil); r != nil && r.RuleKind() == ttl.KindSidecar &&
+			outer.Relation.Relname == r.SidecarTable && (outer.Relation.Schemaname == "" || outer.Relation.Schemaname == r.SidecarSchemaName()) {
 			w.registered[inner] = true
 		}
 	}

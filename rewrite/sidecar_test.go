@@ -4,13 +4,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // sidecarRules register expiries in registry tables.
-var sidecarRules = []Rule{
-	{Table: "docs", Kind: KindSidecar, SidecarTable: "docs_ttl", KeyColumns: []string{"id"}, DefaultTTL: time.Hour},
-	{Table: "pairs", Kind: KindSidecar, SidecarSchema: "reg", SidecarTable: "pairs_ttl", KeyColumns: []string{"a", "b"}, DefaultTTL: time.Minute, RefreshOnUpdate: true},
-	{Table: "plain", Kind: KindSidecar, SidecarTable: "plain_ttl", KeyColumns: []string{"id"}},
+var sidecarRules = []ttl.Rule{
+	{Table: "docs", Kind: ttl.KindSidecar, SidecarTable: "docs_ttl", KeyColumns: []string{"id"}, DefaultTTL: time.Hour},
+	{Table: "pairs", Kind: ttl.KindSidecar, SidecarSchema: "reg", SidecarTable: "pairs_ttl", KeyColumns: []string{"a", "b"}, DefaultTTL: time.Minute, RefreshOnUpdate: true},
+	{Table: "plain", Kind: ttl.KindSidecar, SidecarTable: "plain_ttl", KeyColumns: []string{"id"}},
 	{Table: "sessions", DefaultTTL: time.Hour},
 }
 

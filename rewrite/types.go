@@ -15,7 +15,7 @@ type Session struct {
 	// nil means no override.
 	TTL *time.Duration
 	// TTLInvalid holds the server's ttlproxy.ttl when it is set to text
-	// ParseTTLSetting rejects (set where the proxy could not check it, e.g.
+	// ttl.ParseTTLSetting rejects (set where the proxy could not check it, e.g.
 	// ALTER ROLE … SET or set_config with a parameter); statements that would
 	// stamp are then rejected with SQLSTATE 22023. "" when valid or unset.
 	TTLInvalid string
@@ -47,7 +47,7 @@ type Catalog struct {
 	// name.
 	Schemas map[string][]string
 	// Children maps each inheritance child and partition of a TTL table, at
-	// any depth, "schema.table", to the qualified name (Rule.QualifiedName)
+	// any depth, "schema.table", to the qualified name (ttl.Rule.QualifiedName)
 	// of the TTL table whose rule it follows. A child is filtered, stamped
 	// and registered like its ancestor (same expiry column; a sidecar rule
 	// keeps the ancestor's registry); Tables should hold its columns, which

@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // walker collects the edits for one text. It walks each statement with a
@@ -35,7 +37,7 @@ type walker struct {
 	registered map[*pg.InsertStmt]bool
 	// childRules holds the rules made for children of TTL tables, by
 	// "schema.table" (nil: not a TTL table).
-	childRules map[string]*Rule
+	childRules map[string]*ttl.Rule
 	// pinning is set while the body of a PREPARE is walked; pins holds the
 	// schema qualifications it needs, by the offset of the name.
 	pinning bool

@@ -7,10 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// Defaults for Config fields left zero.
+// Defaults of Config (DefaultConfig); New also applies them to Interval,
+// BatchSize and BatchTimeout left zero.
 const (
 	// DefaultInterval is the pause between the end of one run and the start
 	// of the next.
@@ -34,15 +35,15 @@ type Config struct {
 	// key=value). The password comes from the DSN, PGPASSWORD or .pgpass.
 	DSN string
 	// Rules are the TTL tables to sweep.
-	Rules []rewrite.Rule
+	Rules []ttl.Rule
 	// Interval is the pause between the end of one run and the start of the
 	// next; default DefaultInterval.
 	Interval time.Duration
 	// BatchSize is the number of rows one DELETE removes at most; default
 	// DefaultBatchSize.
 	BatchSize int
-	// BatchPause is the mean pause between batches; default DefaultBatchPause.
-	// Negative means no pause.
+	// BatchPause is the mean pause between batches; 0 means none
+	// (DefaultConfig sets DefaultBatchPause); negative is an error.
 	BatchPause time.Duration
 	// BatchTimeout is the statement timeout of one batch; default
 	// DefaultBatchTimeout. After repeated timeouts on a table its batch size
@@ -54,18 +55,23 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
+// DefaultConfig returns a Config with every tuning field at its default;
+// DSN and Rules are left to the caller.
+func DefaultConfig() Config {
+	return Config{
+		Interval:     DefaultInterval,
+		BatchSize:    DefaultBatchSize,
+		BatchPause:   DefaultBatchPause,
+		BatchTimeout: DefaultBatchTimeout,
+	}
+}
+
 func (c Config) withDefaults() Config {
 	if c.Interval <= 0 {
 		c.Interval = DefaultInterval
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
-	}
-	if c.BatchPause == 0 {
-		c.BatchPause = DefaultBatchPause
-	}
-	if c.BatchPause < 0 {
-		c.BatchPause = 0
 	}
 	if c.BatchTimeout <= 0 {
 		c.BatchTimeout = DefaultBatchTimeout
@@ -77,24 +83,24 @@ func (c Config) withDefaults() Config {
 }
 
 // validateRule reports a rule the sweeper cannot build SQL for.
-func validateRule(r *rewrite.Rule) error {
+func validateRule(r *ttl.Rule) error {
 	if err := r.Validate(); err != nil {
 		return err
 	}
 	switch r.RuleKind() {
-	case rewrite.KindColumn:
+	case ttl.KindColumn:
 		switch r.ColumnType {
-		case "", rewrite.TypeTimestamptz, rewrite.TypeTimestamp, rewrite.TypeDate,
-			rewrite.TypeUnixSeconds, rewrite.TypeUnixMilliseconds,
-			rewrite.TypeUnixMicroseconds, rewrite.TypeUnixNanoseconds:
+		case "", ttl.TypeTimestamptz, ttl.TypeTimestamp, ttl.TypeDate,
+			ttl.TypeUnixSeconds, ttl.TypeUnixMilliseconds,
+			ttl.TypeUnixMicroseconds, ttl.TypeUnixNanoseconds:
 		default:
 			return fmt.Errorf("table %s: unknown column type %q", r.QualifiedName(), r.ColumnType)
 		}
-	case rewrite.KindDerived:
+	case ttl.KindDerived:
 		if r.BaseColumn == "" {
 			return fmt.Errorf("table %s: derived rule without a base column", r.QualifiedName())
 		}
-	case rewrite.KindSidecar:
+	case ttl.KindSidecar:
 		if r.SidecarTable == "" {
 			return fmt.Errorf("table %s: sidecar rule without a registry table", r.QualifiedName())
 		}

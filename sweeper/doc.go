@@ -2,7 +2,7 @@
 // background (ARCHITECTURE.md, "The sweeper"): the hard half of ttlproxy's soft TTL.
 //
 // A run fixes a cutoff once (the database's now()) and, table by table,
-// deletes the rows that rewrite.Rule.ExpiredCondition reports expired at that
+// deletes the rows that ttl.Rule.ExpiredCondition reports expired at that
 // cutoff: the read filter's LiveCondition negated, so the sweeper deletes
 // exactly the rows the proxy already hides. It works in batches of BatchSize
 // rows, each its own short transaction that re-checks the rule on the row it

@@ -94,9 +94,6 @@ func (e *env) newSweeper(t *testing.T, cfg Config) *Sweeper {
 	if cfg.Registerer == nil {
 		cfg.Registerer = e.reg
 	}
-	if cfg.BatchPause == 0 {
-		cfg.BatchPause = -1
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}

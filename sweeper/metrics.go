@@ -13,7 +13,7 @@ const (
 )
 
 // metrics are the sweeper's Prometheus collectors. Table labels are
-// "schema.table" (rewrite.Rule.QualifiedName; for a sidecar registry, its own
+// "schema.table" (ttl.Rule.QualifiedName; for a sidecar registry, its own
 // qualified name).
 type metrics struct {
 	rowsDeleted   *prometheus.CounterVec

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // observeOldest sets the oldest_expired_age_seconds gauge of r's table: the
@@ -25,7 +25,7 @@ import (
 // per-row lifetime needs an expression index; a sidecar's order lives in
 // another table), so the gauge would cost a scan per run; for them, and for
 // a table without such an index, the series is removed instead.
-func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *rewrite.Rule, cutoff time.Time, d dialect) error {
+func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *ttl.Rule, cutoff time.Time, d dialect) error {
 	name := r.QualifiedName()
 	col, ok := orderColumn(r)
 	if !ok || d != dialectPostgres {
@@ -50,7 +50,7 @@ func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *rewrit
 		s.m.oldestExpired.DeleteLabelValues(name)
 		return nil
 	}
-	qcol := "s." + rewrite.QuoteIdent(col)
+	qcol := "s." + ttl.QuoteIdent(col)
 	sql := fmt.Sprintf("SELECT %s FROM %s AS s WHERE %s ORDER BY %s LIMIT 1",
 		qcol, r.QuotedName(), r.ExpiredCondition("s", cutoffParam), qcol)
 	expiry, err := s.oldestExpiry(ctx, r, sql, cutoff)
@@ -70,11 +70,11 @@ func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *rewrit
 }
 
 // orderColumn returns the column whose order is the expiry order of r's rows.
-func orderColumn(r *rewrite.Rule) (string, bool) {
+func orderColumn(r *ttl.Rule) (string, bool) {
 	switch r.RuleKind() {
-	case rewrite.KindColumn:
+	case ttl.KindColumn:
 		return r.ExpiryColumn(), true
-	case rewrite.KindDerived:
+	case ttl.KindDerived:
 		if r.IntervalColumn == "" {
 			return r.BaseColumn, true
 		}
@@ -85,9 +85,9 @@ func orderColumn(r *rewrite.Rule) (string, bool) {
 // oldestExpiry runs sql (which selects one expiry-ordering value) and
 // converts the value to the instant the row expired, as package rewrite
 // reads each column type. The zero time stands for -infinity.
-func (s *Sweeper) oldestExpiry(ctx context.Context, r *rewrite.Rule, sql string, cutoff time.Time) (time.Time, error) {
+func (s *Sweeper) oldestExpiry(ctx context.Context, r *ttl.Rule, sql string, cutoff time.Time) (time.Time, error) {
 	row := s.pool.QueryRow(ctx, sql, cutoff)
-	if r.RuleKind() == rewrite.KindDerived {
+	if r.RuleKind() == ttl.KindDerived {
 		var v pgtype.Timestamptz
 		if err := row.Scan(&v); err != nil {
 			return time.Time{}, err
@@ -98,7 +98,7 @@ func (s *Sweeper) oldestExpiry(ctx context.Context, r *rewrite.Rule, sql string,
 		return v.Time.Add(r.ExpireAfter), nil
 	}
 	switch r.ColumnType {
-	case rewrite.TypeTimestamp:
+	case ttl.TypeTimestamp:
 		// Read as UTC, as rewrite does; pgx returns the wall time in UTC.
 		var v pgtype.Timestamp
 		if err := row.Scan(&v); err != nil {
@@ -108,7 +108,7 @@ func (s *Sweeper) oldestExpiry(ctx context.Context, r *rewrite.Rule, sql string,
 			return time.Time{}, nil
 		}
 		return v.Time, nil
-	case rewrite.TypeDate:
+	case ttl.TypeDate:
 		// Expires at 00:00 UTC of the day.
 		var v pgtype.Date
 		if err := row.Scan(&v); err != nil {
@@ -118,17 +118,17 @@ func (s *Sweeper) oldestExpiry(ctx context.Context, r *rewrite.Rule, sql string,
 			return time.Time{}, nil
 		}
 		return v.Time, nil
-	case rewrite.TypeUnixSeconds, rewrite.TypeUnixMilliseconds, rewrite.TypeUnixMicroseconds, rewrite.TypeUnixNanoseconds:
+	case ttl.TypeUnixSeconds, ttl.TypeUnixMilliseconds, ttl.TypeUnixMicroseconds, ttl.TypeUnixNanoseconds:
 		var v int64
 		if err := row.Scan(&v); err != nil {
 			return time.Time{}, err
 		}
 		switch r.ColumnType {
-		case rewrite.TypeUnixMilliseconds:
+		case ttl.TypeUnixMilliseconds:
 			return time.UnixMilli(v), nil
-		case rewrite.TypeUnixMicroseconds:
+		case ttl.TypeUnixMicroseconds:
 			return time.UnixMicro(v), nil
-		case rewrite.TypeUnixNanoseconds:
+		case ttl.TypeUnixNanoseconds:
 			return time.Unix(0, v), nil
 		}
 		return time.Unix(v, 0), nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // A kindCase is one expiry rule kind with a fixture: rows whose expiry sits
@@ -18,7 +18,7 @@ import (
 // expiry instant (expired when the instant is before the cutoff; NULL never).
 type kindCase struct {
 	name string
-	rule rewrite.Rule // Schema/Table filled in by the test
+	rule ttl.Rule // Schema/Table filled in by the test
 	// ddl creates the table (and registry) under the names %[1]s (table)
 	// and %[2]s (registry).
 	ddl string
@@ -56,10 +56,10 @@ func tsLit(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'::timestamp"
 }
 
-func columnCase(typ rewrite.ColumnType, sqlType string) kindCase {
+func columnCase(typ ttl.ColumnType, sqlType string) kindCase {
 	return kindCase{
 		name: "column_" + string(typ),
-		rule: rewrite.Rule{Kind: rewrite.KindColumn, Column: "valid_until", ColumnType: typ},
+		rule: ttl.Rule{Kind: ttl.KindColumn, Column: "valid_until", ColumnType: typ},
 		ddl:  "CREATE TABLE %[1]s (id bigint PRIMARY KEY, valid_until " + sqlType + ")",
 		rows: func(c time.Time) []fixtureRow {
 			var out []fixtureRow
@@ -69,11 +69,11 @@ func columnCase(typ rewrite.ColumnType, sqlType string) kindCase {
 			for _, d := range deltas {
 				e := c.Add(d)
 				switch typ {
-				case rewrite.TypeTimestamptz:
+				case ttl.TypeTimestamptz:
 					add(tstz(e), e)
-				case rewrite.TypeTimestamp:
+				case ttl.TypeTimestamp:
 					add(tsLit(e), e)
-				case rewrite.TypeDate:
+				case ttl.TypeDate:
 					day := time.Date(e.Year(), e.Month(), e.Day(), 0, 0, 0, 0, time.UTC)
 					add("'"+day.Format("2006-01-02")+"'::date", day)
 				default:
@@ -90,13 +90,13 @@ func columnCase(typ rewrite.ColumnType, sqlType string) kindCase {
 	}
 }
 
-func unixUnit(typ rewrite.ColumnType) time.Duration {
+func unixUnit(typ ttl.ColumnType) time.Duration {
 	switch typ {
-	case rewrite.TypeUnixMilliseconds:
+	case ttl.TypeUnixMilliseconds:
 		return time.Millisecond
-	case rewrite.TypeUnixMicroseconds:
+	case ttl.TypeUnixMicroseconds:
 		return time.Microsecond
-	case rewrite.TypeUnixNanoseconds:
+	case ttl.TypeUnixNanoseconds:
 		return time.Nanosecond
 	}
 	return time.Second
@@ -108,16 +108,16 @@ var lifetimes = []time.Duration{90 * time.Second, time.Hour, 24 * time.Hour}
 
 func kindCases() []kindCase {
 	cases := []kindCase{
-		columnCase(rewrite.TypeTimestamptz, "timestamptz"),
-		columnCase(rewrite.TypeTimestamp, "timestamp"),
-		columnCase(rewrite.TypeDate, "date"),
-		columnCase(rewrite.TypeUnixSeconds, "bigint"),
-		columnCase(rewrite.TypeUnixMilliseconds, "bigint"),
-		columnCase(rewrite.TypeUnixMicroseconds, "bigint"),
-		columnCase(rewrite.TypeUnixNanoseconds, "bigint"),
+		columnCase(ttl.TypeTimestamptz, "timestamptz"),
+		columnCase(ttl.TypeTimestamp, "timestamp"),
+		columnCase(ttl.TypeDate, "date"),
+		columnCase(ttl.TypeUnixSeconds, "bigint"),
+		columnCase(ttl.TypeUnixMilliseconds, "bigint"),
+		columnCase(ttl.TypeUnixMicroseconds, "bigint"),
+		columnCase(ttl.TypeUnixNanoseconds, "bigint"),
 		{
 			name: "derived_fixed",
-			rule: rewrite.Rule{Kind: rewrite.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
+			rule: ttl.Rule{Kind: ttl.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
 			ddl:  "CREATE TABLE %[1]s (id bigint PRIMARY KEY, created_at timestamptz)",
 			rows: func(c time.Time) []fixtureRow {
 				var out []fixtureRow
@@ -130,7 +130,7 @@ func kindCases() []kindCase {
 		},
 		{
 			name: "derived_interval",
-			rule: rewrite.Rule{Kind: rewrite.KindDerived, BaseColumn: "created_at", IntervalColumn: "lifetime"},
+			rule: ttl.Rule{Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "lifetime"},
 			ddl:  "CREATE TABLE %[1]s (id bigint PRIMARY KEY, created_at timestamptz, lifetime interval)",
 			rows: func(c time.Time) []fixtureRow {
 				var out []fixtureRow
@@ -151,7 +151,7 @@ func kindCases() []kindCase {
 		},
 		{
 			name: "derived_seconds",
-			rule: rewrite.Rule{Kind: rewrite.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl_seconds", IntervalSeconds: true},
+			rule: ttl.Rule{Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl_seconds", IntervalSeconds: true},
 			ddl:  "CREATE TABLE %[1]s (id bigint PRIMARY KEY, created_at timestamptz, ttl_seconds integer)",
 			rows: func(c time.Time) []fixtureRow {
 				var out []fixtureRow
@@ -181,7 +181,7 @@ func kindCases() []kindCase {
 func sidecarCase(name string, keys []string, ddl string) kindCase {
 	return kindCase{
 		name: name,
-		rule: rewrite.Rule{Kind: rewrite.KindSidecar, KeyColumns: keys},
+		rule: ttl.Rule{Kind: ttl.KindSidecar, KeyColumns: keys},
 		ddl:  ddl,
 		rows: func(c time.Time) []fixtureRow {
 			var out []fixtureRow
@@ -204,7 +204,7 @@ func sidecarCase(name string, keys []string, ddl string) kindCase {
 // For a sidecar, it also adds registry rows without a base row (ids from
 // 1001): expired ones, which the sweeper removes, and live ones, which it
 // keeps. It returns the registry ids expected to survive.
-func insertFixture(t *testing.T, e *env, kc kindCase, r *rewrite.Rule, rows []fixtureRow) (regKept []int64) {
+func insertFixture(t *testing.T, e *env, kc kindCase, r *ttl.Rule, rows []fixtureRow) (regKept []int64) {
 	t.Helper()
 	e.exec(t, fmt.Sprintf(kc.ddl, r.QuotedName(), r.SidecarName()))
 	keyVals := func(id int) (cols, vals []string) {
@@ -232,7 +232,7 @@ func insertFixture(t *testing.T, e *env, kc kindCase, r *rewrite.Rule, rows []fi
 			insert(r.SidecarName(), i+1, row.reg)
 		}
 	}
-	if r.RuleKind() == rewrite.KindSidecar {
+	if r.RuleKind() == ttl.KindSidecar {
 		insert(r.SidecarName(), 1001, map[string]string{"expires_at": "'2000-01-01+00'::timestamptz"})
 		insert(r.SidecarName(), 1002, map[string]string{"expires_at": "'2999-01-01+00'::timestamptz"})
 		insert(r.SidecarName(), 1003, map[string]string{"expires_at": "NULL"})
@@ -253,7 +253,7 @@ func TestSharedDefinition(t *testing.T) {
 				r := kc.rule
 				r.Schema = "public"
 				r.Table = fmt.Sprintf("%s_%d", kc.name, ci)
-				if r.RuleKind() == rewrite.KindSidecar {
+				if r.RuleKind() == ttl.KindSidecar {
 					r.SidecarTable = r.Table + "_ttl"
 				}
 				rows := kc.rows(c)
@@ -275,7 +275,7 @@ func TestSharedDefinition(t *testing.T) {
 					t.Errorf("read filter hides %v, want %v", hidden, want)
 				}
 
-				s := e.newSweeper(t, Config{Rules: []rewrite.Rule{r}, BatchSize: 4, Registerer: prometheus.NewRegistry()})
+				s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}, BatchSize: 4, Registerer: prometheus.NewRegistry()})
 				s.cutoffFunc = func() time.Time { return c }
 				res, err := s.RunOnce(e.ctx)
 				if err != nil {
@@ -291,7 +291,7 @@ func TestSharedDefinition(t *testing.T) {
 				if got := res.Deleted[r.QualifiedName()]; got != int64(len(deleted)) {
 					t.Errorf("RunResult.Deleted = %d, want %d", got, len(deleted))
 				}
-				if r.RuleKind() == rewrite.KindSidecar {
+				if r.RuleKind() == ttl.KindSidecar {
 					// Registry: entries of swept rows and expired orphans
 					// gone; the rest kept.
 					var wantReg []int64

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestHashColumns(t *testing.T) {
@@ -63,7 +63,7 @@ func TestYugabyteStatement(t *testing.T) {
 	e.exec(t, `CREATE TABLE yb (id bigint PRIMARY KEY, ybctid uuid UNIQUE DEFAULT gen_random_uuid(), expires_at timestamptz)`)
 	e.exec(t, `INSERT INTO yb (id, expires_at) SELECT g, CASE WHEN g % 3 = 0 THEN now() - interval '1 day'
 		WHEN g % 3 = 1 THEN now() + interval '1 day' END FROM generate_series(1, 600) g`)
-	r := rewrite.Rule{Schema: "public", Table: "yb"}
+	r := ttl.Rule{Schema: "public", Table: "yb"}
 	tg := targets(&r)[0]
 	var total int64
 	for _, sl := range hashSlices([]string{"id"}, ybHashBuckets) {

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // ErrStopped is returned by RunOnce and Start once Stop has been called.
@@ -41,7 +41,7 @@ type Sweeper struct {
 	log   *slog.Logger
 	pool  *pgxpool.Pool
 	m     *metrics
-	rules []rewrite.Rule
+	rules []ttl.Rule
 
 	mu       sync.Mutex // guards started, stopped, loopDone
 	started  bool
@@ -86,10 +86,13 @@ const (
 // database may be down when New runs) and registers the metrics.
 func New(cfg Config) (*Sweeper, error) {
 	cfg = cfg.withDefaults()
+	if cfg.BatchPause < 0 {
+		return nil, fmt.Errorf("sweeper: negative batch pause %v", cfg.BatchPause)
+	}
 	if len(cfg.Rules) == 0 {
 		return nil, errors.New("sweeper: no tables to sweep")
 	}
-	rules := append([]rewrite.Rule(nil), cfg.Rules...)
+	rules := append([]ttl.Rule(nil), cfg.Rules...)
 	seen := map[string]bool{}
 	for i := range rules {
 		if err := validateRule(&rules[i]); err != nil {
@@ -315,7 +318,7 @@ func (s *Sweeper) begin(ctx context.Context) (time.Time, dialect, error) {
 
 // sweepRule sweeps one rule's targets and records the outcome in res. It
 // returns an error only when the run must end (stopped or cancelled).
-func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *rewrite.Rule, cutoff time.Time, d dialect, res *RunResult) error {
+func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, cutoff time.Time, d dialect, res *RunResult) error {
 	for _, t := range targets(r) {
 		tlog := log.With(slog.String("table", t.name))
 		start := time.Now()

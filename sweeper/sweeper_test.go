@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-func sessionsRule(table string) rewrite.Rule {
-	return rewrite.Rule{Schema: "public", Table: table}
+func sessionsRule(table string) ttl.Rule {
+	return ttl.Rule{Schema: "public", Table: table}
 }
 
 // createSessions creates public.<table> (id, expires_at timestamptz) with
@@ -37,7 +37,7 @@ func createSessions(t *testing.T, e *env, table string, expired, live, null int)
 func TestBatching(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "big", 2500, 100, 10)
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("big")}, BatchSize: 1000})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("big")}, BatchSize: 1000})
 	var sizes []int64
 	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
 
@@ -107,7 +107,7 @@ func TestRefreshedRowSurvives(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("sessions")}, BatchSize: 10, BatchTimeout: 5 * time.Second})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("sessions")}, BatchSize: 10, BatchTimeout: 5 * time.Second})
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	res, err := s.RunOnce(ctx)
@@ -138,7 +138,7 @@ func TestLockedRowLeftForNextRun(t *testing.T) {
 	if _, err := tx.Exec(e.ctx, "SELECT 1 FROM sessions WHERE id = 3 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("sessions")}})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("sessions")}})
 	res, err := s.RunOnce(e.ctx)
 	if err != nil || res.Deleted["public.sessions"] != 19 {
 		t.Fatalf("first run: deleted %v, err %v; want 19", res.Deleted, err)
@@ -162,7 +162,7 @@ func TestDeleteRechecksAfterWait(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("sessions")}, BatchTimeout: 20 * time.Second})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("sessions")}, BatchTimeout: 20 * time.Second})
 	s.lockRows = false
 	type outcome struct {
 		res RunResult
@@ -210,7 +210,7 @@ func TestMissingTableDoesNotStopOthers(t *testing.T) {
 	createSessions(t, e, "first", 10, 1, 1)
 	createSessions(t, e, "last", 10, 1, 1)
 	logger, rec := newLogger(t)
-	rules := []rewrite.Rule{sessionsRule("first"), sessionsRule("missing"), sessionsRule("last")}
+	rules := []ttl.Rule{sessionsRule("first"), sessionsRule("missing"), sessionsRule("last")}
 	s := e.newSweeper(t, Config{Rules: rules, Logger: logger})
 	res, err := s.RunOnce(e.ctx)
 	if err != nil {
@@ -264,7 +264,7 @@ func TestPermissionDeniedDoesNotStopOthers(t *testing.T) {
 	} else {
 		c.Close(e.ctx)
 	}
-	s := e.newSweeper(t, Config{DSN: dsn, Rules: []rewrite.Rule{sessionsRule("theirs"), sessionsRule("mine")}})
+	s := e.newSweeper(t, Config{DSN: dsn, Rules: []ttl.Rule{sessionsRule("theirs"), sessionsRule("mine")}})
 	res, err := s.RunOnce(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +292,7 @@ func TestTimeoutHalvesBatchSize(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := e.newSweeper(t, Config{
-		Rules:        []rewrite.Rule{sessionsRule("slow"), sessionsRule("fast")},
+		Rules:        []ttl.Rule{sessionsRule("slow"), sessionsRule("fast")},
 		BatchSize:    1000,
 		BatchTimeout: 100 * time.Millisecond,
 	})
@@ -343,7 +343,7 @@ func TestTimeoutHalvesBatchSize(t *testing.T) {
 func TestStopDuringRun(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "big", 2500, 0, 0)
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("big")}, BatchSize: 1000, Interval: time.Hour})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("big")}, BatchSize: 1000, Interval: time.Hour})
 	inBatch := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
@@ -395,7 +395,7 @@ func TestLoopCancelNotLoggedAsError(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "big", 2500, 0, 0)
 	logger, rec := newLogger(t)
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("big")}, Interval: time.Hour, Logger: logger})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("big")}, Interval: time.Hour, Logger: logger})
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	batches := make(chan struct{}, 10)
@@ -425,7 +425,7 @@ func TestUnreachableDatabaseRetried(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := e.newSweeper(t, Config{
 		DSN:        "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=1",
-		Rules:      []rewrite.Rule{sessionsRule("x")},
+		Rules:      []ttl.Rule{sessionsRule("x")},
 		Interval:   time.Hour,
 		Registerer: reg,
 	})
@@ -459,7 +459,7 @@ func TestOldestExpiredAge(t *testing.T) {
 	if _, err := tx.Exec(e.ctx, "SELECT 1 FROM indexed WHERE id = 3 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{sessionsRule("indexed"), sessionsRule("plain")}})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("indexed"), sessionsRule("plain")}})
 	s.cutoffFunc = func() time.Time { return cutoff }
 	if _, err := s.RunOnce(e.ctx); err != nil {
 		t.Fatal(err)
@@ -493,7 +493,7 @@ func TestDerivedIntervalTimeZone(t *testing.T) {
 	// so there, timestamptz arithmetic makes '1 day' later 23 hours later.
 	e.exec(t, "INSERT INTO ev VALUES (1, '2030-03-09 17:00+00', interval '1 day')")
 	cutoff := time.Date(2030, 3, 10, 16, 30, 0, 0, time.UTC) // 23.5 hours later
-	r := rewrite.Rule{Schema: "public", Table: "ev", Kind: rewrite.KindDerived, BaseColumn: "created_at", IntervalColumn: "lifetime"}
+	r := ttl.Rule{Schema: "public", Table: "ev", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "lifetime"}
 
 	for _, tz := range []string{"America/New_York", "UTC"} {
 		e.exec(t, "SET TimeZone = '"+tz+"'")
@@ -501,7 +501,7 @@ func TestDerivedIntervalTimeZone(t *testing.T) {
 			t.Fatalf("in %s the row is expired at %v; a 24-hour lifetime keeps it live", tz, cutoff)
 		}
 	}
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{r}})
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}})
 	s.cutoffFunc = func() time.Time { return cutoff }
 	res, err := s.RunOnce(e.ctx)
 	if err != nil || len(res.Errors) > 0 {
@@ -513,18 +513,18 @@ func TestDerivedIntervalTimeZone(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
-	ok := rewrite.Rule{Table: "t"}
+	ok := ttl.Rule{Table: "t"}
 	for _, tc := range []struct {
 		name string
 		cfg  Config
 		want string
 	}{
 		{"no rules", Config{DSN: "postgres://x@127.0.0.1/db"}, "no tables"},
-		{"bad dsn", Config{DSN: "postgres://x@127.0.0.1:notaport/db", Rules: []rewrite.Rule{ok}}, "parsing dsn"},
-		{"twice", Config{Rules: []rewrite.Rule{ok, {Schema: "public", Table: "t"}}}, "listed twice"},
-		{"sidecar without keys", Config{Rules: []rewrite.Rule{{Table: "t", Kind: rewrite.KindSidecar, SidecarTable: "r"}}}, "key columns"},
-		{"derived without base", Config{Rules: []rewrite.Rule{{Table: "t", Kind: rewrite.KindDerived}}}, "base column"},
-		{"bad type", Config{Rules: []rewrite.Rule{{Table: "t", ColumnType: "text"}}}, "column type"},
+		{"bad dsn", Config{DSN: "postgres://x@127.0.0.1:notaport/db", Rules: []ttl.Rule{ok}}, "parsing dsn"},
+		{"twice", Config{Rules: []ttl.Rule{ok, {Schema: "public", Table: "t"}}}, "listed twice"},
+		{"sidecar without keys", Config{Rules: []ttl.Rule{{Table: "t", Kind: ttl.KindSidecar, SidecarTable: "r"}}}, "key columns"},
+		{"derived without base", Config{Rules: []ttl.Rule{{Table: "t", Kind: ttl.KindDerived}}}, "base column"},
+		{"bad type", Config{Rules: []ttl.Rule{{Table: "t", ColumnType: "text"}}}, "column type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.cfg)
@@ -534,17 +534,26 @@ func TestNewValidates(t *testing.T) {
 		})
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(Config{Rules: []rewrite.Rule{ok}, Registerer: reg})
+	s, err := New(Config{Rules: []ttl.Rule{ok}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Stop()
-	if _, err := New(Config{Rules: []rewrite.Rule{ok}, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already registered") {
+	if _, err := New(Config{Rules: []ttl.Rule{ok}, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already registered") {
 		t.Errorf("second Sweeper on one registry: %v", err)
 	}
+	// Zero Interval, BatchSize and BatchTimeout take the defaults; a zero
+	// BatchPause is no pause, and DefaultConfig holds the default one.
 	if s.cfg.Interval != DefaultInterval || s.cfg.BatchSize != DefaultBatchSize ||
-		s.cfg.BatchPause != DefaultBatchPause || s.cfg.BatchTimeout != DefaultBatchTimeout {
+		s.cfg.BatchPause != 0 || s.cfg.BatchTimeout != DefaultBatchTimeout {
 		t.Errorf("defaults not applied: %+v", s.cfg)
+	}
+	if d := DefaultConfig(); d.Interval != DefaultInterval || d.BatchSize != DefaultBatchSize ||
+		d.BatchPause != DefaultBatchPause || d.BatchTimeout != DefaultBatchTimeout {
+		t.Errorf("DefaultConfig() = %+v", d)
+	}
+	if _, err := New(Config{Rules: []ttl.Rule{ok}, BatchPause: -time.Millisecond}); err == nil {
+		t.Error("New accepted a negative BatchPause")
 	}
 }
 
@@ -560,8 +569,8 @@ func TestSidecarRefreshedRowSurvives(t *testing.T) {
 	if _, err := tx.Exec(e.ctx, "UPDATE items_ttl SET expires_at = now() + interval '1 day' WHERE id = 4"); err != nil {
 		t.Fatal(err)
 	}
-	r := rewrite.Rule{Schema: "public", Table: "items", Kind: rewrite.KindSidecar, SidecarTable: "items_ttl", KeyColumns: []string{"id"}}
-	s := e.newSweeper(t, Config{Rules: []rewrite.Rule{r}, BatchSize: 8, BatchTimeout: 5 * time.Second})
+	r := ttl.Rule{Schema: "public", Table: "items", Kind: ttl.KindSidecar, SidecarTable: "items_ttl", KeyColumns: []string{"id"}}
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}, BatchSize: 8, BatchTimeout: 5 * time.Second})
 	res, err := s.RunOnce(e.ctx)
 	if err != nil || len(res.Errors) > 0 {
 		t.Fatalf("RunOnce: %v %v", err, res.Errors)
@@ -582,7 +591,7 @@ func TestSidecarRefreshedRowSurvives(t *testing.T) {
 
 func TestStopWithoutStart(t *testing.T) {
 	t.Cleanup(func() { checkNoGoroutineLeak(t) })
-	s, err := New(Config{DSN: "postgres://nobody@127.0.0.1:1/none", Rules: []rewrite.Rule{{Table: "t"}}})
+	s, err := New(Config{DSN: "postgres://nobody@127.0.0.1:1/none", Rules: []ttl.Rule{{Table: "t"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

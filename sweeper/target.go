@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Parameters of every sweeper statement: the run's cutoff and the batch size.
@@ -39,7 +39,7 @@ type registryRef struct {
 
 // targets returns what sweeping r deletes from, in order: the table itself
 // and, for a sidecar rule, then the registry rows it leaves behind.
-func targets(r *rewrite.Rule) []target {
+func targets(r *ttl.Rule) []target {
 	base := target{
 		name:     r.QualifiedName(),
 		quoted:   r.QuotedName(),
@@ -47,7 +47,7 @@ func targets(r *rewrite.Rule) []target {
 		// The one definition of expired, shared with the read filter.
 		doomed: func(q string) string { return r.ExpiredCondition(q, cutoffParam) },
 	}
-	if r.RuleKind() != rewrite.KindSidecar {
+	if r.RuleKind() != ttl.KindSidecar {
 		return []target{base}
 	}
 	base.registry = &registryRef{quoted: r.SidecarName(), keys: r.KeyColumns}
@@ -69,7 +69,7 @@ func targets(r *rewrite.Rule) []target {
 // was swept (or deleted by the application) and its registry entry is all
 // that is left. An entry whose base row still exists is kept even when
 // expired, since it is what hides that row.
-func orphanCondition(r *rewrite.Rule, q string) string {
+func orphanCondition(r *ttl.Rule, q string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "(%s.expires_at < %s AND NOT EXISTS (SELECT 1 FROM %s AS _ttl_base WHERE ",
 		q, cutoffParam, r.QuotedName())
@@ -77,7 +77,7 @@ func orphanCondition(r *rewrite.Rule, q string) string {
 		if i > 0 {
 			b.WriteString(" AND ")
 		}
-		k = rewrite.QuoteIdent(k)
+		k = ttl.QuoteIdent(k)
 		fmt.Fprintf(&b, "_ttl_base.%s = %s.%s", k, q, k)
 	}
 	b.WriteString("))")
@@ -144,7 +144,7 @@ func lockedBatchSQL(t target, sl slice, lockRows bool) (lock, del string) {
 		if i > 0 {
 			join.WriteString(" AND ")
 		}
-		k = rewrite.QuoteIdent(k)
+		k = ttl.QuoteIdent(k)
 		fmt.Fprintf(&join, "_ttl_lock.%s = s.%s", k, k)
 	}
 	skip := ""

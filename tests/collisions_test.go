@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ttlproxy/ttlproxy/install"
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // TestUniqueKeyCollisions checks, through the proxy, that a write whose
@@ -23,11 +23,11 @@ func TestUniqueKeyCollisions(t *testing.T) {
 			name = "with_triggers"
 		}
 		t.Run(name, func(t *testing.T) {
-			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{rule}})
+			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{rule}})
 			direct := s.connect(s.direct)
 			ctx := context.Background()
 			if installed {
-				if _, err := install.Apply(ctx, direct, []rewrite.Rule{rule}, false); err != nil {
+				if _, err := install.Apply(ctx, direct, []ttl.Rule{rule}, false); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // stampedMinutes returns the lifetime, in whole minutes, stamped on the
@@ -19,7 +19,7 @@ func stampedMinutes(t *testing.T, direct *pgx.Conn, id int) string {
 // TestSessionTTL checks SET/RESET/SHOW ttlproxy.ttl through the proxy: the
 // setting changes the lifetime stamped by this session's INSERTs only.
 func TestSessionTTL(t *testing.T) {
-	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
 	other := s.connect(s.proxied)
 	direct := s.connect(s.direct)
@@ -86,7 +86,7 @@ func TestBypassRoles(t *testing.T) {
 			`DROP ROLE IF EXISTS ttl_maintenance`,
 			`CREATE ROLE ttl_maintenance`,
 			`GRANT SELECT, UPDATE, DELETE ON sessions TO ttl_maintenance`),
-		rules:       []rewrite.Rule{sessionsRule},
+		rules:       []ttl.Rule{sessionsRule},
 		bypassRoles: []string{"ttl_maintenance"},
 	})
 	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
@@ -117,7 +117,7 @@ func TestSearchPathTracking(t *testing.T) {
 			`CREATE SCHEMA archive`,
 			`CREATE TABLE archive.sessions (id int, owner int, note text, expires_at timestamptz)`,
 			`INSERT INTO archive.sessions VALUES (1, 1, 'old', now() - interval '1 day'), (2, 1, 'old', now() - interval '2 days')`),
-		rules: []rewrite.Rule{sessionsRule},
+		rules: []ttl.Rule{sessionsRule},
 	})
 	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
 	ctx := context.Background()

@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/sweeper"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 var sessionsSetup = []string{
@@ -23,7 +23,7 @@ var sessionsSetup = []string{
 		(3, 3, 'forever', NULL)`,
 }
 
-var sessionsRule = rewrite.Rule{Table: "sessions", DefaultTTL: time.Hour}
+var sessionsRule = ttl.Rule{Table: "sessions", DefaultTTL: time.Hour}
 
 var execModes = []struct {
 	name string
@@ -40,7 +40,7 @@ var execModes = []struct {
 func TestExpiredRowsAreInvisible(t *testing.T) {
 	for _, m := range execModes {
 		t.Run(m.name, func(t *testing.T) {
-			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 			conn := s.connectMode(m.mode)
 			direct := s.connect(s.direct)
 			ctx := context.Background()
@@ -96,7 +96,7 @@ func TestExpiredRowsAreInvisible(t *testing.T) {
 func TestInsertStamping(t *testing.T) {
 	for _, m := range execModes {
 		t.Run(m.name, func(t *testing.T) {
-			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 			conn := s.connectMode(m.mode)
 			direct := s.connect(s.direct)
 			ctx := context.Background()
@@ -144,7 +144,7 @@ func TestInsertStamping(t *testing.T) {
 func TestRefreshOnUpdate(t *testing.T) {
 	rule := sessionsRule
 	rule.RefreshOnUpdate = true
-	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{rule}})
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{rule}})
 	conn := s.connect(s.proxied)
 	direct := s.connect(s.direct)
 	ctx := context.Background()
@@ -171,7 +171,7 @@ func TestRefreshOnUpdate(t *testing.T) {
 // TestCancelThroughProxy checks that a CancelRequest sent to the proxy
 // reaches the client's own backend.
 func TestCancelThroughProxy(t *testing.T) {
-	s := newStack(t, stackOptions{rules: []rewrite.Rule{sessionsRule}})
+	s := newStack(t, stackOptions{rules: []ttl.Rule{sessionsRule}})
 	conn := s.connect(s.proxied)
 	direct := s.connect(s.direct)
 	ctx := context.Background()
@@ -257,7 +257,7 @@ func TestSweeperDeletesOnlyExpired(t *testing.T) {
 	s := newStack(t, stackOptions{
 		setup: append(append([]string{}, sessionsSetup...),
 			`INSERT INTO sessions SELECT g, 1, 'bulk-expired', now() - interval '1 minute' FROM generate_series(100, 2599) g`),
-		rules: []rewrite.Rule{sessionsRule},
+		rules: []ttl.Rule{sessionsRule},
 		sweep: &sweeper.Config{BatchSize: 1000, BatchPause: time.Millisecond, Interval: time.Hour},
 	})
 	direct := s.connect(s.direct)
@@ -281,7 +281,7 @@ func TestSweeperDeletesOnlyExpired(t *testing.T) {
 
 // TestProxyMetricsMove checks the statement counters by outcome.
 func TestProxyMetricsMove(t *testing.T) {
-	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
 	ctx := context.Background()
 	if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // TestFailClosed sends statements the proxy cannot make safe through both
@@ -28,7 +28,7 @@ func TestFailClosed(t *testing.T) {
 	}
 	for _, m := range execModes {
 		t.Run(m.name, func(t *testing.T) {
-			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+			s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 			conn := s.connectMode(m.mode)
 			direct := s.connect(s.direct)
 			ctx := context.Background()
@@ -80,7 +80,7 @@ func TestFailClosed(t *testing.T) {
 // rejected: the statements before it run, the rest of the batch is skipped
 // as after any server error, and the connection stays in sync.
 func TestPipelineWithRejection(t *testing.T) {
-	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 	conn := s.connect(s.proxied)
 	direct := s.connect(s.direct)
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // TestOracle is a differential test of the read filter's placement: every
@@ -156,7 +157,7 @@ func TestOracle(t *testing.T) {
 	})
 }
 
-func newOracle(t *testing.T, s *stack, rules []rewrite.Rule) *oracle {
+func newOracle(t *testing.T, s *stack, rules []ttl.Rule) *oracle {
 	rw, err := rewrite.New(rules, rewrite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +192,7 @@ func (o *oracle) connect() {
 
 // loadOracleCatalog builds the catalog the proxy learns at startup, so that
 // failure reports show the rewrite the proxy made.
-func loadOracleCatalog(t *testing.T, conn *pgx.Conn, rules []rewrite.Rule) *rewrite.Catalog {
+func loadOracleCatalog(t *testing.T, conn *pgx.Conn, rules []ttl.Rule) *rewrite.Catalog {
 	ctx := context.Background()
 	cat := &rewrite.Catalog{Tables: map[string]*rewrite.TableInfo{}, Schemas: map[string][]string{}}
 	for _, r := range rules {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // The oracle schema and the random statement generator of TestOracle.
@@ -38,7 +38,7 @@ type oTable struct {
 	name   string
 	cols   []oColumn // columns generated expressions may use
 	all    []string  // every column, in order
-	rule   *rewrite.Rule
+	rule   *ttl.Rule
 }
 
 func (t *oTable) ttl() bool { return t.rule != nil }
@@ -61,11 +61,11 @@ const oracleTZ = `CASE st WHEN 0 THEN now() + interval '1 day' WHEN 1 THEN now()
 // oracleSchema returns the setup statements (tables, rows, the row-level
 // security policies of the oracle role), the rules of the TTL tables, and the
 // tables the generator uses.
-func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
+func oracleSchema() (setup []string, rules []ttl.Rule, tables []*oTable) {
 	ikv := []oColumn{{"id", oInt}, {"k", oInt}, {"v", oText}}
 	today := `(now() AT TIME ZONE 'UTC')::date`
 	type def struct {
-		rule   rewrite.Rule
+		rule   ttl.Rule
 		create string
 		fill   []string
 		all    []string
@@ -73,38 +73,38 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 	}
 	defs := []def{
 		{
-			rule:   rewrite.Rule{Table: "sessions"},
+			rule:   ttl.Rule{Table: "sessions"},
 			create: `CREATE TABLE sessions (id int PRIMARY KEY, k int, v text, expires_at timestamptz)`,
 			fill:   []string{`INSERT INTO sessions SELECT id, k, v, ` + oracleTZ + ` FROM ` + oracleRows(0, 30)},
 			all:    []string{"id", "k", "v", "expires_at"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "events", Column: "valid_until", ColumnType: rewrite.TypeTimestamp},
+			rule:   ttl.Rule{Table: "events", Column: "valid_until", ColumnType: ttl.TypeTimestamp},
 			create: `CREATE TABLE events (id int PRIMARY KEY, k int, v text, valid_until timestamp)`,
 			fill:   []string{`INSERT INTO events SELECT id, k, v, (` + oracleTZ + `) AT TIME ZONE 'UTC' FROM ` + oracleRows(1, 24)},
 			all:    []string{"id", "k", "v", "valid_until"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "coupons", Column: "good_thru", ColumnType: rewrite.TypeDate},
+			rule:   ttl.Rule{Table: "coupons", Column: "good_thru", ColumnType: ttl.TypeDate},
 			create: `CREATE TABLE coupons (id int PRIMARY KEY, k int, v text, good_thru date)`,
 			fill: []string{`INSERT INTO coupons SELECT id, k, v, CASE st WHEN 0 THEN ` + today + ` + 30 WHEN 1 THEN ` + today + ` - 30
 				WHEN 2 THEN NULL WHEN 3 THEN ` + today + ` WHEN 4 THEN ` + today + ` + 2 ELSE ` + today + ` - 1 END FROM ` + oracleRows(2, 24)},
 			all: []string{"id", "k", "v", "good_thru"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "tokens", Column: "exp", ColumnType: rewrite.TypeUnixSeconds},
+			rule:   ttl.Rule{Table: "tokens", Column: "exp", ColumnType: ttl.TypeUnixSeconds},
 			create: `CREATE TABLE tokens (id int PRIMARY KEY, k int, v text, exp bigint)`,
 			fill:   []string{`INSERT INTO tokens SELECT id, k, v, floor(extract(epoch FROM ` + oracleTZ + `))::bigint FROM ` + oracleRows(3, 24)},
 			all:    []string{"id", "k", "v", "exp"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "pings", Column: "exp_ms", ColumnType: rewrite.TypeUnixMilliseconds},
+			rule:   ttl.Rule{Table: "pings", Column: "exp_ms", ColumnType: ttl.TypeUnixMilliseconds},
 			create: `CREATE TABLE pings (id int PRIMARY KEY, k int, v text, exp_ms bigint)`,
 			fill:   []string{`INSERT INTO pings SELECT id, k, v, floor(extract(epoch FROM ` + oracleTZ + `) * 1000)::bigint FROM ` + oracleRows(4, 20)},
 			all:    []string{"id", "k", "v", "exp_ms"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "uploads", Kind: rewrite.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
+			rule:   ttl.Rule{Table: "uploads", Kind: ttl.KindDerived, BaseColumn: "created_at", ExpireAfter: time.Hour},
 			create: `CREATE TABLE uploads (id int PRIMARY KEY, k int, v text, created_at timestamptz)`,
 			fill: []string{`INSERT INTO uploads SELECT id, k, v, CASE st WHEN 0 THEN now() + interval '1 day' WHEN 1 THEN now() - interval '1 day'
 				WHEN 2 THEN NULL WHEN 3 THEN now() - interval '1 hour 1 second' WHEN 4 THEN now() - interval '10 minutes'
@@ -112,7 +112,7 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 			all: []string{"id", "k", "v", "created_at"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "jobs", Kind: rewrite.KindDerived, BaseColumn: "started_at", IntervalColumn: "lifetime"},
+			rule:   ttl.Rule{Table: "jobs", Kind: ttl.KindDerived, BaseColumn: "started_at", IntervalColumn: "lifetime"},
 			create: `CREATE TABLE jobs (id int PRIMARY KEY, k int, v text, started_at timestamptz, lifetime interval)`,
 			fill: []string{`INSERT INTO jobs SELECT id, k, v,
 				CASE st WHEN 0 THEN now() - interval '10 minutes' WHEN 1 THEN now() - interval '1 day' WHEN 2 THEN now() - interval '1 day'
@@ -123,7 +123,7 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 			all: []string{"id", "k", "v", "started_at", "lifetime"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "carts", Kind: rewrite.KindSidecar, SidecarTable: "cart_ttl", KeyColumns: []string{"id"}},
+			rule:   ttl.Rule{Table: "carts", Kind: ttl.KindSidecar, SidecarTable: "cart_ttl", KeyColumns: []string{"id"}},
 			create: `CREATE TABLE carts (id int PRIMARY KEY, k int, v text)`,
 			fill: []string{
 				`CREATE TABLE cart_ttl (id int PRIMARY KEY, expires_at timestamptz)`,
@@ -134,7 +134,7 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 			all: []string{"id", "k", "v"},
 		},
 		{
-			rule:   rewrite.Rule{Table: "cart_items", Kind: rewrite.KindSidecar, SidecarTable: "cart_item_ttl", KeyColumns: []string{"id", "line"}},
+			rule:   ttl.Rule{Table: "cart_items", Kind: ttl.KindSidecar, SidecarTable: "cart_item_ttl", KeyColumns: []string{"id", "line"}},
 			create: `CREATE TABLE cart_items (id int, line int, k int, v text, PRIMARY KEY (id, line))`,
 			fill: []string{
 				`CREATE TABLE cart_item_ttl (id int, line int, expires_at timestamptz, PRIMARY KEY (id, line))`,
@@ -147,7 +147,7 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 		},
 		{
 			// Outside the search_path, and named like a plain public table.
-			rule:   rewrite.Rule{Schema: "vault", Table: "notes"},
+			rule:   ttl.Rule{Schema: "vault", Table: "notes"},
 			create: `CREATE SCHEMA vault`,
 			fill: []string{
 				`CREATE TABLE vault.notes (id int PRIMARY KEY, k int, v text, expires_at timestamptz)`,
@@ -207,7 +207,7 @@ func oracleSchema() (setup []string, rules []rewrite.Rule, tables []*oTable) {
 		setup = append(setup,
 			`ALTER TABLE `+r.QuotedName()+` ENABLE ROW LEVEL SECURITY`,
 			`CREATE POLICY live ON `+r.QuotedName()+` FOR ALL TO oracle_reader USING (`+
-				r.LiveCondition(rewrite.QuoteIdent(r.Table), "now()")+`)`,
+				r.LiveCondition(ttl.QuoteIdent(r.Table), "now()")+`)`,
 		)
 	}
 	setup = append(setup, `ANALYZE`)

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
-	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/sweeper"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 var (
@@ -26,7 +26,7 @@ var (
 // from reads and are swept while pgbench runs, and no transaction fails.
 func TestPgbenchTPCBWithTTLHistory(t *testing.T) {
 	pgbench := pgTool(t, "pgbench")
-	rules := []rewrite.Rule{{Table: "pgbench_history", DefaultTTL: time.Second}}
+	rules := []ttl.Rule{{Table: "pgbench_history", DefaultTTL: time.Second}}
 	s := newStack(t, stackOptions{rules: rules,
 		sweep: &sweeper.Config{Interval: 300 * time.Millisecond, BatchSize: 500, BatchPause: time.Millisecond}})
 	ctx := withTimeout(t, 3*time.Minute)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 var psqlAll = flag.Bool("psql.all", false, "TestPsqlTransparency: run every script of the corpus, not the default selection")
@@ -44,7 +44,7 @@ func TestPsqlTransparency(t *testing.T) {
 		}
 	}
 	// A TTL rule is configured, but for a table the scripts never name.
-	rules := []rewrite.Rule{{Table: "ttl_only_here", DefaultTTL: time.Hour}}
+	rules := []ttl.Rule{{Table: "ttl_only_here", DefaultTTL: time.Hour}}
 	for _, name := range scripts {
 		t.Run(strings.TrimSuffix(name, ".sql"), func(t *testing.T) {
 			path := filepath.Join(dir, name)
@@ -75,7 +75,7 @@ func TestPsqlTransparency(t *testing.T) {
 // TestPsqlThroughProxyHidesExpired drives the proxy with psql.
 func TestPsqlThroughProxyHidesExpired(t *testing.T) {
 	psql := pgTool(t, "psql")
-	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []rewrite.Rule{sessionsRule}})
+	s := newStack(t, stackOptions{setup: sessionsSetup, rules: []ttl.Rule{sessionsRule}})
 	out, err := runTool(t, withTimeout(t, time.Minute), psql, s.proxyAdr, "-X", "-A", "-t", "-d", s.db,
 		"-c", "SELECT string_agg(note, ',' ORDER BY id) FROM sessions",
 		"-c", "INSERT INTO sessions (id, owner, note) VALUES (7, 1, 'via psql')",

@@ -20,6 +20,7 @@ import (
 	"github.com/ttlproxy/ttlproxy/proxy"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/sweeper"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -37,7 +38,7 @@ type stack struct {
 
 type stackOptions struct {
 	setup       []string // SQL run directly before the proxy starts
-	rules       []rewrite.Rule
+	rules       []ttl.Rule
 	bypassRoles []string
 	sweep       *sweeper.Config // nil: no sweeper; DSN and Rules are filled in
 }

@@ -44,7 +44,7 @@ func runRewrite(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ttlproxy rewrite: %v\n", err)
 		return exitFailure
 	}
-	rw, err := rewrite.New(cfg.Tables, cfg.RewriteOptions())
+	rw, err := newRewriter(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "ttlproxy rewrite: %v\n", err)
 		return exitFailure

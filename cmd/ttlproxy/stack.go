@@ -40,9 +40,17 @@ type stack struct {
 	draining atomic.Bool
 }
 
+// newRewriter builds the rewriter for cfg's tables and limits.
+func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
+	return rewrite.New(cfg.Tables, rewrite.Options{
+		MaxStatementBytes: cfg.Limits.MaxStatementBytes,
+		MaxNestingDepth:   cfg.Limits.MaxNestingDepth,
+	})
+}
+
 // newStack builds every component; nothing listens or connects yet.
 func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
-	rw, err := rewrite.New(cfg.Tables, cfg.RewriteOptions())
+	rw, err := newRewriter(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("building rewriter: %w", err)
 	}
@@ -78,20 +86,22 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		return nil, fmt.Errorf("building proxy: %w", err)
 	}
 	if sc := cfg.Sweeper; sc != nil && len(cfg.Tables) > 0 {
-		pause := sc.BatchPause
-		if pause == 0 {
-			pause = -1 // the sweeper reads 0 as "default", negative as none
+		swc := sweeper.DefaultConfig()
+		swc.DSN, swc.Rules = sc.DSN, cfg.Tables
+		swc.Logger, swc.Registerer = log.With("component", "sweeper"), reg
+		if sc.Interval > 0 {
+			swc.Interval = sc.Interval
 		}
-		s.sweeper, err = sweeper.New(sweeper.Config{
-			DSN:          sc.DSN,
-			Rules:        cfg.Tables,
-			Interval:     sc.Interval,
-			BatchSize:    sc.BatchSize,
-			BatchPause:   pause,
-			BatchTimeout: sc.BatchTimeout,
-			Logger:       log.With("component", "sweeper"),
-			Registerer:   reg,
-		})
+		if sc.BatchSize > 0 {
+			swc.BatchSize = sc.BatchSize
+		}
+		if sc.BatchPause != nil {
+			swc.BatchPause = *sc.BatchPause
+		}
+		if sc.BatchTimeout > 0 {
+			swc.BatchTimeout = sc.BatchTimeout
+		}
+		s.sweeper, err = sweeper.New(swc)
 		if err != nil {
 			return nil, fmt.Errorf("building sweeper: %w", err)
 		}

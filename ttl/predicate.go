@@ -1,4 +1,4 @@
-package rewrite
+package ttl
 
 import (
 	"fmt"
@@ -18,13 +18,13 @@ import (
 // or `public.sessions`), is live at the instant at (a timestamptz SQL
 // expression such as `now()` or `$1::timestamptz`). Expiry NULL never expires.
 func (r *Rule) LiveCondition(qualifier, at string) string {
-	return r.liveCondition(qualifier, at, nil)
+	return r.LiveConditionRenamed(qualifier, at, nil)
 }
 
-// liveCondition is LiveCondition for a reference whose column alias list
-// renames the table's columns (rename maps a column to its alias; nil keeps
-// the names). Only the table's columns are renamed, not the registry's.
-func (r *Rule) liveCondition(qualifier, at string, rename map[string]string) string {
+// LiveConditionRenamed is LiveCondition for a reference whose column alias
+// list renames the table's columns (rename maps a column to its alias; nil
+// keeps the names). Only the table's columns are renamed, not the registry's.
+func (r *Rule) LiveConditionRenamed(qualifier, at string, rename map[string]string) string {
 	q := func(col string) string {
 		if alias, ok := rename[col]; ok {
 			col = alias
@@ -153,11 +153,11 @@ func (r *Rule) ExpiryValue(ttl time.Duration) string {
 
 // SidecarName returns the quoted qualified registry table name.
 func (r *Rule) SidecarName() string {
-	return QuoteIdent(r.sidecarSchema()) + "." + QuoteIdent(r.SidecarTable)
+	return QuoteIdent(r.SidecarSchemaName()) + "." + QuoteIdent(r.SidecarTable)
 }
 
-// sidecarSchema returns SidecarSchema or the table's schema.
-func (r *Rule) sidecarSchema() string {
+// SidecarSchemaName returns SidecarSchema or the table's schema.
+func (r *Rule) SidecarSchemaName() string {
 	if r.SidecarSchema == "" {
 		return r.SchemaName()
 	}
@@ -176,10 +176,4 @@ func IntervalLiteral(d time.Duration) string {
 		return fmt.Sprintf("interval '%d seconds'", int64(d/time.Second))
 	}
 	return fmt.Sprintf("interval '%d microseconds'", int64(d/time.Microsecond))
-}
-
-// QuoteIdent quotes an identifier the way PostgreSQL's quote_ident does when
-// quoting is needed: always quoting is also valid, and simpler to get right.
-func QuoteIdent(s string) string {
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
 }
