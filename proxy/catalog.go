@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -48,7 +50,7 @@ func (c *catalogCache) put(db string, cat *rewrite.Catalog) {
 
 // catalogQueries are the proxy's own queries, encoded once.
 type catalogQueries struct {
-	// state: the session state (stateQuery) as a simple Query.
+	// state: the session state (buildStateQuery) as a simple Query.
 	state []byte
 	// refresh: the same in the extended protocol (encodeRefresh).
 	refresh []byte
@@ -56,7 +58,7 @@ type catalogQueries struct {
 	// tables and their children, the schemas holding relations so named,
 	// and the children.
 	full []byte
-	// names are the distinct TTL table names, in the order stateQuery
+	// names are the distinct TTL table names, in the order the state query
 	// numbers them.
 	names []string
 }
@@ -148,19 +150,17 @@ func catalogSQL(tables string) string {
 // the rewrite session to clientToServer. An error means the upstream
 // connection failed; a failed query only leaves the catalog unknown.
 func (s *session) finishStartup() error {
-	rs := &rewrite.Session{}
 	if len(s.srv.rules) > 0 && !s.replication {
-		s.track = true
-		if err := s.loadCatalog(rs); err != nil {
+		s.st.track = true
+		if err := s.loadCatalog(); err != nil {
 			return err
 		}
 	}
-	s.rw = rs
 	close(s.ready)
 	return nil
 }
 
-func (s *session) loadCatalog(rs *rewrite.Session) error {
+func (s *session) loadCatalog() error {
 	srv := s.srv
 	cat := srv.catalogs.get(s.database, srv.cfg.CatalogTTL)
 	query := srv.queries.state
@@ -191,16 +191,17 @@ func (s *session) loadCatalog(rs *rewrite.Session) error {
 		cat = buildCatalog(results[1], results[2], results[3], results[4])
 		srv.catalogs.put(s.database, cat)
 	}
-	s.baseCatalog = cat
-	rs.Catalog = cat
-	if len(results) > 0 && len(results[0]) == 1 && len(results[0][0]) == stateColumns {
-		*rs = *s.applyState(rs, results[0][0])
+	s.st.setCatalog(cat)
+	if row, ok := stateResult(results, srv.queries.names); ok {
+		s.st.apply(&row)
 	} else {
 		// Without the state, refresh before the first statement.
-		s.dirty = true
+		s.st.markDirty()
 	}
-	s.log.Debug("session catalog",
-		"search_path", rs.SearchPath, "bypass", rs.Bypass, "catalog_known", cat != nil)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		cur := s.st.cur.Session()
+		s.log.Debug("session catalog", "search_path", cur.SearchPath, "bypass", cur.Bypass, "catalog_known", cat != nil)
+	}
 	return nil
 }
 
@@ -284,7 +285,7 @@ func decodeDataRow(b []byte) ([]string, error) {
 
 // buildCatalog assembles the rows of the catalog query.
 func buildCatalog(columns, keys, schemas, children [][]string) *rewrite.Catalog {
-	cat := &rewrite.Catalog{
+	cat := rewrite.CatalogData{
 		Tables:  map[string]*rewrite.TableInfo{},
 		Schemas: map[string][]string{},
 	}
@@ -332,7 +333,7 @@ func buildCatalog(columns, keys, schemas, children [][]string) *rewrite.Catalog 
 		}
 		cat.Children[row[0]+"."+row[1]] = row[2]
 	}
-	return cat
+	return rewrite.NewCatalog(cat)
 }
 
 // parseSearchPath resolves a search_path setting into schema names as

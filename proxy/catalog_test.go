@@ -52,6 +52,7 @@ func TestCatalogAtStartup(t *testing.T) {
 
 	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
 	mustExec(t, conn, "SELECT 1")
+	first := p.fake.lastState()
 	s := p.fake.lastSession()
 	if s == nil || s.Catalog == nil {
 		t.Fatalf("no catalog in session %+v", s)
@@ -65,13 +66,13 @@ func TestCatalogAtStartup(t *testing.T) {
 		},
 		UniqueKeys: [][]string{{"id"}, {"note", "id"}, {"n"}},
 	}
-	if got := s.Catalog.Tables["public.items"]; !reflect.DeepEqual(got, want) {
+	if got := s.Catalog.Data().Tables["public.items"]; !reflect.DeepEqual(got, want) {
 		t.Fatalf("public.items = %+v, want %+v", got, want)
 	}
-	if len(s.Catalog.Tables) != 1 {
-		t.Fatalf("tables %v", s.Catalog.Tables)
+	if len(s.Catalog.Data().Tables) != 1 {
+		t.Fatalf("tables %v", s.Catalog.Data().Tables)
 	}
-	if got := s.Catalog.Schemas["items"]; !slices.Equal(got, []string{"other", "public"}) {
+	if got := s.Catalog.Data().Schemas["items"]; !slices.Equal(got, []string{"other", "public"}) {
 		t.Fatalf("schemas holding items: %v", got)
 	}
 	if !slices.Equal(s.SearchPath, []string{"postgres", "public"}) || s.Bypass {
@@ -81,7 +82,7 @@ func TestCatalogAtStartup(t *testing.T) {
 	// A second session of the same database shares the snapshot.
 	conn2 := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
 	mustExec(t, conn2, "SELECT 1")
-	if s2 := p.fake.lastSession(); s2 == s || s2.Catalog != s.Catalog {
+	if p.fake.lastState() == first || p.fake.lastSession().Catalog != s.Catalog {
 		t.Fatal("catalog snapshot not shared between sessions")
 	}
 }
@@ -111,7 +112,7 @@ func TestCatalogRefreshAndSessionSettings(t *testing.T) {
 	if s2.Catalog == s.Catalog {
 		t.Fatal("expired catalog snapshot reused")
 	}
-	cols := s2.Catalog.Tables["public.items"].Columns
+	cols := s2.Catalog.Data().Tables["public.items"].Columns
 	if cols[len(cols)-1].Name != "added" {
 		t.Fatalf("columns after ALTER: %v", cols)
 	}
@@ -207,10 +208,11 @@ CREATE TABLE other_parts (id int);
 	p := startProxy(t, Config{Rewriter: rw})
 	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
 	mustExec(t, conn, "SELECT 1")
-	cat := p.fake.lastSession().Catalog
-	if cat == nil {
+	c := p.fake.lastSession().Catalog
+	if c == nil {
 		t.Fatal("no catalog")
 	}
+	cat := c.Data()
 	want := map[string]string{
 		"parts.items_2030":      "public.items",
 		"parts.items_2030_h0":   "public.items",

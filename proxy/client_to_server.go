@@ -80,10 +80,7 @@ func (s *session) clientToServer() error {
 			if !s.expect() {
 				return errShutdown
 			}
-			// A FunctionCall may be set_config() by OID.
-			if s.track {
-				s.dirty, s.unseen = true, true
-			}
+			s.st.onFunctionCall()
 			partial, err = relayRaw(r, w, total)
 		case 'B', 'E', 'D', 'C', 'H':
 			if !open {
@@ -91,13 +88,13 @@ func (s *session) clientToServer() error {
 					return err
 				}
 				open = true
-				if typ == 'B' && len(s.prepared) > 0 {
+				if typ == 'B' && len(s.st.prepared) > 0 {
 					if err := s.reprepareBound(r, total); err != nil {
 						return s.stateFailed(err)
 					}
 				}
 			}
-			if s.track && (typ == 'B' || typ == 'C') && (len(s.prepared) > 0 || len(s.stateStmts) > 0 || len(s.tempShadows) > 0) {
+			if (typ == 'B' || typ == 'C') && s.st.watchesBindClose() {
 				var stale error
 				if stale, err = s.inspect(typ, r, total); stale != nil && err == nil {
 					// Never bind a statement rewritten for another state:
@@ -152,7 +149,7 @@ func (s *session) clientToServer() error {
 // the answers the client is owed and re-reads the state (state.go); then it
 // announces the ReadyForQuery the message will cost.
 func (s *session) announce(refresh bool) error {
-	refresh = refresh && s.dirty && s.track
+	refresh = refresh && s.st.needsRefresh()
 	if refresh {
 		if err := s.awaitIdle(); err != nil {
 			return s.stateFailed(err)
@@ -231,12 +228,7 @@ func (s *session) forwardQuery(msg []byte) error {
 	}
 	sql := string(text)
 	res, err := s.rewriteStatement(sql)
-	if s.track {
-		if err == nil && s.unseen && s.sensitive(res) {
-			err = errStalePipeline
-		}
-		s.noteStatement(sql)
-	}
+	err = s.st.onQuery(sql, res, err)
 	switch {
 	case err != nil:
 		s.out = appendQuery(s.out[:0], rejectMarker(s.addRejection(err)))
@@ -265,14 +257,7 @@ func (s *session) forwardParse(msg []byte) error {
 	}
 	sql := string(text)
 	res, err := s.rewriteStatement(sql)
-	if s.track {
-		s.noteParse(name, sql)
-		sensitive := err == nil && s.sensitive(res)
-		if sensitive && s.unseen {
-			err, sensitive = errStalePipeline, false
-		}
-		s.notePrepared(name, sql, rest[2:], sensitive)
-	}
+	err = s.st.onParse(name, sql, rest[2:], res, err)
 	if err == nil && !res.Rewritten {
 		return s.write(msg)
 	}
@@ -307,7 +292,7 @@ func (s *session) write(b []byte) error {
 func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
 	m := s.srv.metrics
 	start := time.Now()
-	res, err := s.srv.cfg.rewriter.Rewrite(sql, s.rw)
+	res, err := s.srv.cfg.rewriter.Rewrite(sql, s.st.cur)
 	m.rewriteDuration.Observe(time.Since(start).Seconds())
 	if res.CacheHit {
 		m.rewriteCacheHits.Inc()

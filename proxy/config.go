@@ -39,7 +39,7 @@ type Config struct {
 	Rewriter *rewrite.Rewriter
 	// BypassRoles lists roles whose sessions are not filtered or stamped:
 	// session_user or current_user at connection time in this list sets
-	// rewrite.Session.Bypass.
+	// rewrite.Session.Bypass (re-checked whenever the role may have changed).
 	BypassRoles []string
 	// Logger receives the proxy's logs; nil discards them.
 	Logger *slog.Logger
@@ -66,7 +66,7 @@ type Config struct {
 
 // statementRewriter is what the message loop needs from a rewriter.
 type statementRewriter interface {
-	Rewrite(sql string, s *rewrite.Session) (rewrite.Result, error)
+	Rewrite(sql string, st *rewrite.State) (rewrite.Result, error)
 }
 
 func (c *Config) setDefaults() error {

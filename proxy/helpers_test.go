@@ -30,9 +30,9 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // naming reject_me, rewrites 'original' to 'rewritten', panics on panic_me,
 // and records the sessions it is given.
 type standIn struct {
-	mu       sync.Mutex
-	sessions []*rewrite.Session
-	calls    int
+	mu     sync.Mutex
+	states []*rewrite.State
+	calls  int
 }
 
 var errRejectMe = &rewrite.Error{
@@ -42,10 +42,10 @@ var errRejectMe = &rewrite.Error{
 	Hint:    "do not name reject_me",
 }
 
-func (f *standIn) Rewrite(sql string, s *rewrite.Session) (rewrite.Result, error) {
+func (f *standIn) Rewrite(sql string, st *rewrite.State) (rewrite.Result, error) {
 	f.mu.Lock()
 	f.calls++
-	f.sessions = append(f.sessions, s)
+	f.states = append(f.states, st)
 	f.mu.Unlock()
 	switch {
 	case strings.Contains(sql, "panic_me"):
@@ -58,13 +58,24 @@ func (f *standIn) Rewrite(sql string, s *rewrite.Session) (rewrite.Result, error
 	return rewrite.Result{SQL: sql}, nil
 }
 
-func (f *standIn) lastSession() *rewrite.Session {
+// lastState returns the State of the last call, or nil.
+func (f *standIn) lastState() *rewrite.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.sessions) == 0 {
+	if len(f.states) == 0 {
 		return nil
 	}
-	return f.sessions[len(f.sessions)-1]
+	return f.states[len(f.states)-1]
+}
+
+// lastSession returns the facts of the last call's State, or nil.
+func (f *standIn) lastSession() *rewrite.Session {
+	st := f.lastState()
+	if st == nil {
+		return nil
+	}
+	s := st.Session()
+	return &s
 }
 
 func (f *standIn) callCount() int {

@@ -57,55 +57,45 @@ func staleStatementError(name string) *rewrite.Error {
 	}
 }
 
-// sensitive reports whether the rewrite of a statement may differ in
-// another session state: it names a TTL table, or the rewriter was bypassed.
-func (s *session) sensitive(res rewrite.Result) bool {
-	return res.Parsed || res.Rewritten || s.rw.Bypass
-}
-
 // notePrepared records the outcome of a Parse: name now holds sql
 // (parameter types oids, raw big-endian) rewritten for the current state,
 // or nothing the proxy needs to follow.
-func (s *session) notePrepared(name []byte, sql string, oids []byte, keep bool) {
+func (st *sessionState) notePrepared(name []byte, sql string, oids []byte, keep bool) {
 	if !keep {
-		if len(s.prepared) > 0 {
-			delete(s.prepared, string(name))
+		if len(st.prepared) > 0 {
+			delete(st.prepared, string(name))
 		}
 		return
 	}
-	if s.prepared == nil {
-		s.prepared = make(map[string]*preparedStmt)
+	if st.prepared == nil {
+		st.prepared = make(map[string]*preparedStmt)
 	}
-	p := &preparedStmt{sql: sql, gen: s.gen}
+	p := &preparedStmt{sql: sql, gen: st.gen}
 	for ; len(oids) >= 4; oids = oids[4:] {
 		p.oids = append(p.oids, uint32(oids[0])<<24|uint32(oids[1])<<16|uint32(oids[2])<<8|uint32(oids[3]))
 	}
-	s.prepared[string(name)] = p
+	st.prepared[string(name)] = p
 }
 
-// noteClose forgets a statement closed with a Close message (body is its
-// body, possibly truncated).
-func (s *session) noteClose(body []byte) {
-	if len(body) < 1 || body[0] != 'S' {
+// onClose is the hook for a Close message (body possibly truncated): it
+// forgets a closed statement.
+func (st *sessionState) onClose(body []byte) {
+	if len(st.prepared) == 0 || len(body) < 1 || body[0] != 'S' {
 		return
 	}
 	if name, _, ok := cstring(body[1:]); ok {
-		delete(s.prepared, string(name))
+		delete(st.prepared, string(name))
 	}
 }
 
 // staleBind returns the rejection for a Bind (body possibly truncated) of a
 // statement that must not run in the current state, or nil.
-func (s *session) staleBind(body []byte) error {
-	_, rest, ok := cstring(body)
+func (st *sessionState) staleBind(body []byte) error {
+	name, ok := bindStatement(body)
 	if !ok {
 		return nil
 	}
-	name, _, ok := cstring(rest)
-	if !ok {
-		return nil
-	}
-	p := s.prepared[string(name)]
+	p := st.prepared[string(name)]
 	if p == nil {
 		return nil
 	}
@@ -114,7 +104,7 @@ func (s *session) staleBind(body []byte) error {
 		// Preparing it again for the current state was rejected: the
 		// statement no longer exists on the server.
 		return p.rejected
-	case p.gen != s.gen || s.unseen:
+	case p.gen != st.gen || st.unseen:
 		return staleStatementError(string(name))
 	}
 	return nil
@@ -132,12 +122,12 @@ func (s *session) reprepare() error {
 func (s *session) reprepareOnly(only []byte) error {
 	var msgs []byte
 	n := 0
-	for name, p := range s.prepared {
-		if p.gen == s.gen || p.doubtful || only != nil && name != string(only) {
+	for name, p := range s.st.prepared {
+		if p.gen == s.st.gen || p.doubtful || only != nil && name != string(only) {
 			continue
 		}
-		p.gen = s.gen
-		res, err := s.srv.cfg.rewriter.Rewrite(p.sql, s.rw)
+		p.gen = s.st.gen
+		res, err := s.srv.cfg.rewriter.Rewrite(p.sql, s.st.cur)
 		msgs, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(msgs)
 		if err == nil {
 			q := &pgproto3.Parse{Name: name, Query: res.SQL, ParameterOIDs: p.oids}
@@ -189,18 +179,10 @@ func (s *session) inspect(typ byte, r *bufio.Reader, total int) (stale, err erro
 	}
 	body := b[headerLen:]
 	if typ == 'C' {
-		if len(s.prepared) > 0 {
-			s.noteClose(body)
-		}
+		s.st.onClose(body)
 		return nil, nil
 	}
-	if len(s.prepared) > 0 {
-		if stale = s.staleBind(body); stale != nil {
-			return stale, nil
-		}
-	}
-	s.noteBind(body)
-	return nil, nil
+	return s.st.onBind(body), nil
 }
 
 // reprepareBound prepares again, inside a transaction block, the stale
@@ -208,22 +190,18 @@ func (s *session) inspect(typ byte, r *bufio.Reader, total int) (stale, err erro
 // about to run: a failure is the failure running it would have. Nothing
 // but this batch may be outstanding.
 func (s *session) reprepareBound(r *bufio.Reader, total int) error {
-	if s.unseen || s.pending.Load() != 1 || byte(s.txStatus.Load()) != 'T' {
+	if s.st.unseen || s.pending.Load() != 1 || byte(s.txStatus.Load()) != 'T' {
 		return nil
 	}
 	b, err := r.Peek(min(total, r.Size()))
 	if err != nil && len(b) < total {
 		return nil
 	}
-	_, rest, ok := cstring(b[headerLen:])
+	name, ok := bindStatement(b[headerLen:])
 	if !ok {
 		return nil
 	}
-	name, _, ok := cstring(rest)
-	if !ok {
-		return nil
-	}
-	if p := s.prepared[string(name)]; p == nil || p.gen == s.gen || p.doubtful {
+	if p := s.st.prepared[string(name)]; p == nil || p.gen == s.st.gen || p.doubtful {
 		return nil
 	}
 	return s.reprepareOnly(name)

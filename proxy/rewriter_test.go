@@ -18,15 +18,15 @@ func TestRealRewriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	const count = "SELECT count(*) FROM items"
-	probe, err := rw.Rewrite(count, &rewrite.Session{
+	probe, err := rw.Rewrite(count, rewrite.NewState(rewrite.Session{
 		SearchPath: []string{"public"},
-		Catalog: &rewrite.Catalog{
+		Catalog: rewrite.NewCatalog(rewrite.CatalogData{
 			Tables: map[string]*rewrite.TableInfo{"public.items": {Columns: []rewrite.Column{
 				{Name: "id", Type: "integer"}, {Name: "expires_at", Type: "timestamp with time zone"},
 			}}},
 			Schemas: map[string][]string{"items": {"public"}},
-		},
-	})
+		}),
+	}))
 	if err != nil || !probe.Rewritten {
 		t.Fatalf("the rewriter does not filter the probe (rewritten=%v, err=%v)", probe.Rewritten, err)
 	}

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
 const (
@@ -66,12 +64,13 @@ type session struct {
 	ur *bufio.Reader
 	uw *bufio.Writer
 
-	// ready is closed by serverToClient at the end of startup, once rw is
-	// set; quit is closed when serverToClient returns.
+	// ready is closed by serverToClient at the end of startup, once st is
+	// set up; quit is closed when serverToClient returns.
 	ready chan struct{}
 	quit  chan struct{}
-	// rw is the rewrite session; owned by clientToServer after ready.
-	rw *rewrite.Session
+	// st is the session state and the rewriter's input (state.go); owned by
+	// clientToServer after ready, by serverToClient before.
+	st sessionState
 
 	// pending counts the ReadyForQuery messages the server still owes: one
 	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
@@ -93,13 +92,9 @@ type session struct {
 	rejects  []rejection
 	nrejects atomic.Int32
 
-	// Session state tracking (state.go). track is set at startup when
-	// statements are rewritten at all.
-	track bool
+	// Hand-offs for reading the session state (refresh.go).
 	// txStatus is the status byte of the last ReadyForQuery.
 	txStatus atomic.Uint32
-	// refreshing hands the next results read by serverToClient to
-	// clientToServer (through refreshed) instead of the client.
 	// refreshing counts the answers (each up to a ReadyForQuery) that
 	// serverToClient hands clientToServer through refreshed.
 	refreshing atomic.Int32
@@ -107,29 +102,16 @@ type session struct {
 	// idleWait asks serverToClient to signal idle when pending drops to 0.
 	idleWait atomic.Bool
 	idle     chan struct{}
-	// Owned by clientToServer (by serverToClient during startup).
-	dirty bool
-	// unseen: a statement that may change the state was forwarded since
-	// the state was last read.
-	unseen      bool
-	baseCatalog *rewrite.Catalog
-	tempShadows []string
-	stateStmts  map[string]struct{}
-	// stateFP is the rewriter's fingerprint of rw (every fact a rewrite
-	// depends on); gen counts its changes.
-	stateFP uint64
-	gen     uint64
-	// prepared holds the extended-protocol statements whose rewrite
-	// depends on the session state, by name.
-	prepared map[string]*preparedStmt
 }
 
 func newSession(srv *Server, conn net.Conn) *session {
 	id := srv.nextID.Add(1)
+	log := srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String())
 	return &session{
 		srv:       srv,
 		id:        id,
-		log:       srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String()),
+		log:       log,
+		st:        newSessionState(log, srv.bypass),
 		client:    conn,
 		ready:     make(chan struct{}),
 		quit:      make(chan struct{}),

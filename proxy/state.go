@@ -1,11 +1,10 @@
 package proxy
 
 import (
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -21,7 +20,7 @@ import (
 // to interpret statements: when one may have changed the state (a cheap
 // text check, rewrite.SessionStateMayChange), the session is marked dirty,
 // and before the next statement is rewritten the proxy asks the server
-// (stateQuery) and replaces its rewrite.Session.
+// (buildStateQuery) and builds a new rewrite.State.
 //
 // The question is asked where nothing is outstanding, so that the answer
 // reflects every statement sent before: before a Query or the Parse that
@@ -38,298 +37,308 @@ import (
 // and every statement re-reads the state until the transaction ends. In a
 // failed transaction (status 'E') the server rejects every statement but
 // ROLLBACK, which needs no state, so nothing is asked.
+//
+// sessionState owns what the proxy knows about one session's state and
+// offers the two pumps named hooks; refresh.go holds the exchange with the
+// server that reads it, prepared.go what is done with prepared statements
+// when it changes. Adding a setting the rewrite depends on touches
+// stateRow (its column in the state query and its decoding), sessionState's
+// apply, and rewrite.Session.
 
-// stateColumns is the number of columns stateQuery returns: search_path,
-// ttlproxy.ttl, current_user, session_user, and the 1-based positions in the
-// server's TTL table name list of the names held by the session's temporary
-// schema, comma-separated.
-const stateColumns = 5
+// stateRow is one row of the state query, decoded.
+type stateRow struct {
+	// SearchPath is current_setting('search_path').
+	SearchPath string
+	// TTL is current_setting('ttlproxy.ttl', true); "" when unset.
+	TTL string
+	// CurrentUser and SessionUser are the roles in force.
+	CurrentUser, SessionUser string
+	// TempShadows are the TTL table names the session's temporary schema
+	// holds a relation of.
+	TempShadows []string
+}
+
+// stateColumns are the state query's columns in order; the last is the
+// 1-based positions, in the TTL table name list, of the names held by the
+// session's temporary schema, comma-separated.
+var stateColumns = [...]string{
+	`pg_catalog.current_setting('search_path')`,
+	`pg_catalog.current_setting('ttlproxy.ttl', true)`,
+	`current_user`,
+	`session_user`,
+	`TEMP_SHADOWS`,
+}
 
 // buildStateQuery returns the statement that reads the session state.
 // names are the TTL table names, inlined as literals (a simple Query has no
 // parameters); the temporary schema is looked up only through the
 // pg_class index on (relname, relnamespace).
 func buildStateQuery(names []string) string {
-	q := `SELECT pg_catalog.current_setting('search_path'), pg_catalog.current_setting('ttlproxy.ttl', true), current_user, session_user, `
-	if len(names) == 0 {
-		return q + `NULL::pg_catalog.text`
-	}
-	lits := make([]string, len(names))
-	for i, n := range names {
-		lits[i] = ttl.QuoteLiteral(n)
-	}
-	return q + `(SELECT pg_catalog.string_agg(u.i::pg_catalog.text, ',' ORDER BY u.i)
+	shadows := `NULL::pg_catalog.text`
+	if len(names) > 0 {
+		lits := make([]string, len(names))
+		for i, n := range names {
+			lits[i] = ttl.QuoteLiteral(n)
+		}
+		shadows = `(SELECT pg_catalog.string_agg(u.i::pg_catalog.text, ',' ORDER BY u.i)
    FROM pg_catalog.unnest(ARRAY[` + strings.Join(lits, ", ") + `]::pg_catalog.text[]) WITH ORDINALITY AS u(n, i)
   WHERE EXISTS (SELECT FROM pg_catalog.pg_class c
                  WHERE c.relname = u.n::pg_catalog.name
                    AND c.relnamespace = pg_catalog.pg_my_temp_schema()))`
+	}
+	cols := stateColumns
+	cols[len(cols)-1] = shadows
+	return `SELECT ` + strings.Join(cols[:], ", ")
 }
 
-// Names of the proxy's own statement and portal: named, so that the
-// client's unnamed statement and portal survive a refresh (a simple Query
-// would drop the unnamed statement).
-const (
-	refreshStatement = "ttlproxy_state"
-	refreshPortal    = "ttlproxy_state"
-)
-
-// encodeRefresh encodes stateQuery in the extended protocol, answered by
-// CloseComplete, ParseComplete, BindComplete, DataRow, CommandComplete,
-// CloseComplete twice and ReadyForQuery. The first Close clears a statement
-// left by a refresh that failed halfway.
-func encodeRefresh(query string) []byte {
-	var b []byte
-	var err error
-	for _, m := range []pgproto3.FrontendMessage{
-		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
-		&pgproto3.Parse{Name: refreshStatement, Query: query},
-		&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement},
-		&pgproto3.Execute{Portal: refreshPortal},
-		&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
-		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
-		&pgproto3.Sync{},
-	} {
-		if b, err = m.Encode(b); err != nil {
-			panic(err)
+// decodeStateRow decodes one row of the state query; names are the TTL
+// table names the query was built with. ok is false for a row of another
+// shape.
+func decodeStateRow(row []string, names []string) (stateRow, bool) {
+	if len(row) != len(stateColumns) {
+		return stateRow{}, false
+	}
+	r := stateRow{SearchPath: row[0], TTL: row[1], CurrentUser: row[2], SessionUser: row[3]}
+	for _, f := range strings.Split(row[4], ",") {
+		if i, err := strconv.Atoi(f); err == nil && i >= 1 && i <= len(names) {
+			r.TempShadows = append(r.TempShadows, names[i-1])
 		}
 	}
-	return b
+	return r, true
+}
+
+// stateResult reports whether results (one Query's result sets) start with
+// one state row, and decodes it.
+func stateResult(results [][][]string, names []string) (stateRow, bool) {
+	if len(results) == 0 || len(results[0]) != 1 {
+		return stateRow{}, false
+	}
+	return decodeStateRow(results[0][0], names)
 }
 
 // tempSchema is the name under which a session's temporary schema appears
-// in rewrite.Session.SearchPath and rewrite.Catalog.Schemas. PostgreSQL
+// in rewrite.Session.SearchPath and the catalog's schemas. PostgreSQL
 // accepts it as an alias of the session's own pg_temp_N schema.
 const tempSchema = "pg_temp"
 
-// applyState returns a new rewrite.Session for one row of stateQuery.
-// Sessions are never modified in place: the rewriter and its cache may still
-// hold the previous one.
-func (s *session) applyState(prev *rewrite.Session, row []string) *rewrite.Session {
-	srv := s.srv
-	ns := &rewrite.Session{Catalog: s.baseCatalog}
-	if prev != nil {
-		*ns = *prev
-		ns.Catalog = s.baseCatalog
-	}
-	ns.SearchPath = parseSearchPath(row[0], row[2])
-	ttl, err := ttl.ParseTTLSetting(row[1])
-	ns.TTLInvalid = ""
-	if err != nil {
-		// Set where the proxy could not check it (ALTER ROLE … SET, a
-		// parameter to set_config): statements that would stamp are
-		// rejected until it is corrected.
-		s.log.Warn("invalid ttlproxy.ttl: statements that stamp an expiry are rejected", "value", row[1], "err", err)
-		ns.TTLInvalid = row[1]
-	}
-	ns.TTL = ttl
-	ns.Bypass = srv.bypass[row[2]] || srv.bypass[row[3]]
+// sessionState is what the proxy knows about one session's state, and the
+// rewriter's input built from it. Owned by clientToServer (by
+// serverToClient during startup).
+type sessionState struct {
+	log    *slog.Logger
+	bypass map[string]bool
+	// track is set at startup when statements are rewritten at all.
+	track bool
+	// cur is the rewriter's input; gen counts the changes of its
+	// fingerprint; bypassing is cur's Bypass.
+	cur       *rewrite.State
+	gen       uint64
+	bypassing bool
+	// base is the database's catalog; shadowed is base with the temporary
+	// schema holding shadows, built when shadows change.
+	base        *rewrite.Catalog
+	shadows     []string
+	shadowed    *rewrite.Catalog
+	tempShadows []string
+	// dirty: the state may differ from cur, read it before the next
+	// statement. unseen: a statement that may change the state was
+	// forwarded since the state was last read.
+	dirty, unseen bool
+	// stateStmts are the prepared statements that may change the state.
+	stateStmts map[string]struct{}
+	// prepared holds the extended-protocol statements whose rewrite
+	// depends on the state, by name (prepared.go).
+	prepared map[string]*preparedStmt
+}
 
-	var shadows []string
-	for _, f := range strings.Split(row[4], ",") {
-		i, err := strconv.Atoi(f)
-		if err == nil && i >= 1 && i <= len(srv.queries.names) {
-			shadows = append(shadows, srv.queries.names[i-1])
+func newSessionState(log *slog.Logger, bypass map[string]bool) sessionState {
+	return sessionState{log: log, bypass: bypass, cur: rewrite.NewState(rewrite.Session{})}
+}
+
+// needsRefresh reports that the state must be read before the next
+// statement is rewritten.
+func (st *sessionState) needsRefresh() bool { return st.track && st.dirty }
+
+// markDirty records that the state may have changed.
+func (st *sessionState) markDirty() { st.dirty, st.unseen = true, true }
+
+// setCatalog sets the database's catalog (nil: unknown).
+func (st *sessionState) setCatalog(cat *rewrite.Catalog) {
+	st.base, st.shadows, st.shadowed = cat, nil, nil
+	st.apply(nil)
+}
+
+// apply replaces the rewriter's input with one built from row (nil: keep
+// the last settings, e.g. for a new catalog) and reports whether its
+// fingerprint changed; a change bumps gen, so that statements prepared for
+// the old one are prepared again (prepared.go).
+func (st *sessionState) apply(row *stateRow) bool {
+	ns := st.cur.Session()
+	ns.Catalog = st.base
+	if row != nil {
+		ns.SearchPath = parseSearchPath(row.SearchPath, row.CurrentUser)
+		lifetime, err := ttl.ParseTTLSetting(row.TTL)
+		ns.TTL, ns.TTLInvalid = lifetime, ""
+		if err != nil {
+			// Set where the proxy could not check it (ALTER ROLE … SET, a
+			// parameter to set_config): statements that would stamp are
+			// rejected until it is corrected.
+			st.log.Warn("invalid ttlproxy.ttl: statements that stamp an expiry are rejected", "value", row.TTL, "err", err)
+			ns.TTLInvalid = row.TTL
 		}
+		ns.Bypass = st.bypass[row.CurrentUser] || st.bypass[row.SessionUser]
+		st.tempShadows = row.TempShadows
+		st.unseen = false
 	}
-	s.tempShadows = shadows
-	if len(shadows) > 0 {
+	if len(st.tempShadows) > 0 {
 		// pg_temp is searched first for relations unless the path names it.
 		if !slices.Contains(ns.SearchPath, tempSchema) {
 			ns.SearchPath = append([]string{tempSchema}, ns.SearchPath...)
 		}
-		if cat := s.baseCatalog; cat != nil {
-			ns.Catalog = withTempRelations(cat, shadows)
+		if st.base != nil {
+			if !slices.Equal(st.shadows, st.tempShadows) || st.shadowed == nil {
+				st.shadows, st.shadowed = slices.Clone(st.tempShadows), withTempRelations(st.base, st.tempShadows)
+			}
+			ns.Catalog = st.shadowed
 		}
 	}
-	// Statements rewritten under another fingerprint would rewrite
-	// differently now: prepared ones are prepared again (prepared.go).
-	if fp := srv.cfg.Rewriter.Fingerprint(ns); fp != s.stateFP {
-		s.stateFP = fp
-		s.gen++
+	next := rewrite.NewState(ns)
+	changed := next.Fingerprint() != st.cur.Fingerprint()
+	if changed {
+		st.gen++
 	}
-	return ns
+	st.cur, st.bypassing = next, ns.Bypass
+	return changed
 }
 
-// withTempRelations returns a copy of cat in which the temporary schema
-// holds a relation of each of names. The maps of cat are not modified.
+// withTempRelations returns cat with the temporary schema holding a
+// relation of each of names.
 func withTempRelations(cat *rewrite.Catalog, names []string) *rewrite.Catalog {
-	c := *cat
-	c.Schemas = make(map[string][]string, len(cat.Schemas)+len(names))
-	for k, v := range cat.Schemas {
-		c.Schemas[k] = v
+	d := cat.Data()
+	if d.Schemas == nil {
+		d.Schemas = map[string][]string{}
 	}
 	for _, n := range names {
-		c.Schemas[n] = append([]string{tempSchema}, cat.Schemas[n]...)
+		d.Schemas[n] = append([]string{tempSchema}, d.Schemas[n]...)
 	}
-	return &c
+	return rewrite.NewCatalog(d)
 }
 
-// refreshResult is what serverToClient hands clientToServer after reading
-// the answer to stateQuery.
-type refreshResult struct {
-	results [][][]string
-	qerr    *pgproto3.ErrorResponse
-	status  byte
-	err     error
+// refreshed records a state read at transaction status status: outside a
+// transaction block nothing can revert it, so the session is clean.
+func (st *sessionState) refreshed(status byte) {
+	if status == 'I' {
+		st.dirty = false
+	}
 }
 
-// syncState runs stateQuery if the session is dirty. Called by
-// clientToServer before it announces a Query or a batch-starting Parse;
-// awaitIdle must have returned first.
-func (s *session) syncState() error {
-	status := byte(s.txStatus.Load())
-	if status == 'E' {
-		return nil
-	}
-	res, err := s.ask(s.srv.queries.refresh, 1)
-	if err != nil {
+// sensitive reports whether the rewrite of a statement may differ in
+// another session state: it names a TTL table, or the rewriter was bypassed.
+func (st *sessionState) sensitive(res rewrite.Result) bool {
+	return res.Parsed || res.Rewritten || st.bypassing
+}
+
+// onQuery is the hook for a Query whose text sql was rewritten into res,
+// err; it returns the error to answer instead (a statement on a TTL table
+// pipelined after a possible state change is rejected).
+func (st *sessionState) onQuery(sql string, res rewrite.Result, err error) error {
+	if !st.track {
 		return err
 	}
-	s.srv.metrics.sessionRefreshes.Inc()
-	if res.qerr != nil || len(res.results) != 1 || len(res.results[0]) != 1 || len(res.results[0][0]) != stateColumns {
-		msg := "unexpected result"
-		if res.qerr != nil {
-			msg = res.qerr.Code + ": " + res.qerr.Message
-		}
-		s.log.Warn("reading session state failed; will retry before the next statement", "err", msg)
-		return nil
+	if err == nil && st.unseen && st.sensitive(res) {
+		err = errStalePipeline
 	}
-	s.rw = s.applyState(s.rw, res.results[0][0])
-	s.unseen = false
-	s.log.Debug("session state", "search_path", s.rw.SearchPath, "bypass", s.rw.Bypass,
-		"ttl_override", s.rw.TTL != nil, "temp_shadows", s.tempShadows, "tx_status", string(res.status))
-	if res.status == 'I' {
-		s.dirty = false
-		return s.reprepare()
-	}
-	return nil
-}
-
-// ask sends msgs, which the server answers with n ReadyForQuery messages,
-// and returns the last answer. serverToClient reads the answers (readState)
-// instead of relaying them. Nothing else may be outstanding.
-func (s *session) ask(msgs []byte, n int) (refreshResult, error) {
-	s.refreshing.Store(int32(n))
-	if err := s.write(msgs); err != nil {
-		return refreshResult{}, err
-	}
-	if err := s.uw.Flush(); err != nil {
-		return refreshResult{}, &writeError{err}
-	}
-	var res refreshResult
-	for range n {
-		select {
-		case res = <-s.refreshed:
-		case <-s.quit:
-			return res, errQuit
-		}
-		if res.err != nil {
-			// serverToClient has ended the session.
-			return res, errQuit
-		}
-	}
-	return res, nil
-}
-
-// readState is serverToClient's side of ask: it reads one answer up to its
-// ReadyForQuery and hands it over.
-func (s *session) readState() error {
-	results, qerr, status, err := readResults(s)
-	if err == nil {
-		s.txStatus.Store(uint32(status))
-		s.refreshing.Add(-1)
-	} else {
-		s.refreshing.Store(0)
-	}
-	s.refreshed <- refreshResult{results: results, qerr: qerr, status: status, err: err}
+	st.onStatement(sql)
 	return err
 }
 
-// awaitIdle waits until the server has answered every Query, FunctionCall
-// and Sync sent so far. The caller must not have an extended-protocol batch
-// open, whose ReadyForQuery waits for a Sync not yet sent.
-func (s *session) awaitIdle() error {
-	if s.pending.Load() <= 0 {
-		return nil
+// onParse is the hook for a Parse of statement name (text sql, parameter
+// types oids as raw big-endian) rewritten into res, err; it returns the
+// error to answer instead.
+func (st *sessionState) onParse(name []byte, sql string, oids []byte, res rewrite.Result, err error) error {
+	if !st.track {
+		return err
 	}
-	if err := s.uw.Flush(); err != nil {
-		return &writeError{err}
-	}
-	s.idleWait.Store(true)
-	defer s.idleWait.Store(false)
-	for {
-		if v := s.pending.Load(); v <= 0 {
-			return nil
+	if rewrite.SessionStateMayChange(sql) {
+		if st.stateStmts == nil {
+			st.stateStmts = make(map[string]struct{})
 		}
-		select {
-		case <-s.idle:
-		case <-s.quit:
-			return errQuit
-		}
+		st.stateStmts[string(name)] = struct{}{}
+	} else if len(st.stateStmts) > 0 {
+		delete(st.stateStmts, string(name))
 	}
+	keep := err == nil && st.sensitive(res)
+	if keep && st.unseen {
+		err, keep = errStalePipeline, false
+	}
+	st.notePrepared(name, sql, oids, keep)
+	return err
 }
 
-// noteIdle wakes awaitIdle; called by serverToClient when a ReadyForQuery
-// leaves nothing outstanding.
-func (s *session) noteIdle() {
-	if s.idleWait.Load() {
-		select {
-		case s.idle <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// noteStatement records that a statement is being forwarded: sql may change
+// onStatement records that a statement is being forwarded: sql may change
 // the session state. While a temporary table shadows a TTL table, any
 // statement may drop or rename it (DROP, ALTER, ON COMMIT DROP at COMMIT),
 // so every statement counts.
-func (s *session) noteStatement(sql string) {
-	if len(s.tempShadows) > 0 || rewrite.SessionStateMayChange(sql) {
-		s.dirty, s.unseen = true, true
+func (st *sessionState) onStatement(sql string) {
+	if len(st.tempShadows) > 0 || rewrite.SessionStateMayChange(sql) {
+		st.markDirty()
 	}
-	if len(s.prepared) > 0 && mayDeallocate(sql) {
-		for _, p := range s.prepared {
+	if len(st.prepared) > 0 && mayDeallocate(sql) {
+		for _, p := range st.prepared {
 			p.doubtful = true
 		}
 	}
 }
 
-// noteParse remembers prepared statements that may change the state, so
-// that binding one marks the session dirty.
-func (s *session) noteParse(name []byte, sql string) {
-	if rewrite.SessionStateMayChange(sql) {
-		if s.stateStmts == nil {
-			s.stateStmts = make(map[string]struct{})
-		}
-		s.stateStmts[string(name)] = struct{}{}
-	} else if len(s.stateStmts) > 0 {
-		delete(s.stateStmts, string(name))
+// onFunctionCall is the hook for a FunctionCall, which may be set_config()
+// by OID.
+func (st *sessionState) onFunctionCall() {
+	if st.track {
+		st.markDirty()
 	}
 }
 
-// noteBind marks the session dirty when a Bind (whose body starts at body,
-// possibly truncated to what is buffered) executes a statement that may
+// watchesBindClose reports whether Bind and Close messages must be shown
+// to onBind and onClose.
+func (st *sessionState) watchesBindClose() bool {
+	return st.track && (len(st.prepared) > 0 || len(st.stateStmts) > 0 || len(st.tempShadows) > 0)
+}
+
+// onBind is the hook for a Bind (body possibly truncated to what is
+// buffered): it returns the rejection for a statement that must not run in
+// the current state, or marks the session dirty when the statement may
 // change the state.
-func (s *session) noteBind(body []byte) {
-	if len(s.tempShadows) > 0 {
-		s.dirty, s.unseen = true, true
-		return
+func (st *sessionState) onBind(body []byte) error {
+	if len(st.prepared) > 0 {
+		if stale := st.staleBind(body); stale != nil {
+			return stale
+		}
 	}
-	if len(s.stateStmts) == 0 {
-		return
+	if len(st.tempShadows) > 0 {
+		st.markDirty()
+		return nil
 	}
-	_, rest, ok := cstring(body)
-	var name []byte
-	if ok {
-		name, _, ok = cstring(rest)
+	if len(st.stateStmts) == 0 {
+		return nil
 	}
+	name, ok := bindStatement(body)
 	if !ok {
 		// Names longer than the buffer: assume the worst.
-		s.dirty, s.unseen = true, true
-		return
+		st.markDirty()
+		return nil
 	}
-	if _, hit := s.stateStmts[string(name)]; hit {
-		s.dirty, s.unseen = true, true
+	if _, hit := st.stateStmts[string(name)]; hit {
+		st.markDirty()
 	}
+	return nil
+}
+
+// bindStatement returns the statement name of a Bind body.
+func bindStatement(body []byte) ([]byte, bool) {
+	_, rest, ok := cstring(body)
+	if !ok {
+		return nil, false
+	}
+	name, _, ok := cstring(rest)
+	return name, ok
 }

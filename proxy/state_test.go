@@ -92,12 +92,12 @@ func startStateProxy(t *testing.T, cfg Config) (*testProxy, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probe, err := rw.Rewrite("SELECT count(*) FROM items", &rewrite.Session{
-		Catalog: &rewrite.Catalog{
+	probe, err := rw.Rewrite("SELECT count(*) FROM items", rewrite.NewState(rewrite.Session{
+		Catalog: rewrite.NewCatalog(rewrite.CatalogData{
 			Tables:  map[string]*rewrite.TableInfo{"public.items": {Columns: []rewrite.Column{{Name: "id", Type: "integer"}, {Name: "expires_at", Type: "timestamp with time zone"}}}},
 			Schemas: map[string][]string{"items": {"public"}},
-		},
-	})
+		}),
+	}))
 	if err != nil || !probe.Rewritten {
 		t.Fatalf("the rewriter does not filter the probe (rewritten=%v, err=%v)", probe.Rewritten, err)
 	}

@@ -103,16 +103,15 @@ func (rw *Rewriter) namesTTL(text string, s *Session) (string, bool) {
 		return "TTL table " + r.QualifiedName(), true
 	}
 	cat := s.Catalog
-	if cat == nil || len(cat.Children) == 0 {
+	if cat == nil || len(cat.childKeys) == 0 {
 		return "", false
 	}
-	ci := rw.children.get(cat.Children)
-	k := ci.quick.find(text)
+	k := cat.children.find(text)
 	if k < 0 {
 		return "", false
 	}
-	n := ci.quick.needles[k]
-	for _, key := range ci.keys {
+	n := cat.children.needles[k]
+	for _, key := range cat.childKeys {
 		for _, name := range childNames(key) {
 			if ttl.FoldIdent(name) == n {
 				return "TTL table " + key, true

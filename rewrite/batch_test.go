@@ -64,7 +64,7 @@ func TestRewriteStateChangeThenTTLTable(t *testing.T) {
 
 func TestRewriteStateChangeThenChild(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{Catalog: childCatalog()}
+	s := NewState(Session{Catalog: childCatalog()})
 	checkReject(t, rw, s, rejCase{"partition", `SET search_path = part, public; SELECT * FROM sessions_p1`, "0A000",
 		[]string{"TTL table part.sessions_p1", "separate queries"}})
 }

@@ -23,7 +23,7 @@ WHERE u.id = $1 AND o.created_at > now() - interval '7 day' ORDER BY o.created_a
 
 func BenchmarkRewriteCached(b *testing.B) {
 	rw := newTestRewriter(b)
-	s := &Session{SearchPath: []string{"app", "public"}, Catalog: sessionsCatalog()}
+	s := NewState(Session{SearchPath: []string{"app", "public"}, Catalog: sessionsCatalog()})
 	if _, err := rw.Rewrite(benchStatement, s); err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func BenchmarkRewriteUncached(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := &Session{SearchPath: []string{"app", "public"}, Catalog: sessionsCatalog()}
+	s := NewState(Session{SearchPath: []string{"app", "public"}, Catalog: sessionsCatalog()})
 	b.ReportAllocs()
 	for b.Loop() {
 		if res, err := rw.Rewrite(benchStatement, s); err != nil || !res.Rewritten {
@@ -93,7 +93,7 @@ func BenchmarkRewriteShapeHit(b *testing.B) {
 	for _, bs := range shapeBenchStatements {
 		b.Run(bs.name, func(b *testing.B) {
 			rw := newTestRewriter(b)
-			s := &Session{Catalog: sessionsCatalog()}
+			s := NewState(Session{Catalog: sessionsCatalog()})
 			texts := make([]string, 1024)
 			for i := range texts {
 				texts[i] = bs.sql(i)
@@ -125,7 +125,7 @@ func BenchmarkRewriteShapeMiss(b *testing.B) {
 	}
 	for _, bs := range shapeBenchStatements {
 		b.Run(bs.name, func(b *testing.B) {
-			s := &Session{Catalog: sessionsCatalog()}
+			s := NewState(Session{Catalog: sessionsCatalog()})
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {

@@ -43,7 +43,7 @@ func TestCacheKeyHoldsSessionFacts(t *testing.T) {
 	hour, minute := time.Hour, time.Minute
 	cat := sessionsCatalog()
 	results := map[string]string{}
-	run := func(name string, s *Session) {
+	run := func(name string, s *State) {
 		t.Helper()
 		res, err := rw.Rewrite(in, s)
 		out := res.SQL
@@ -60,13 +60,14 @@ func TestCacheKeyHoldsSessionFacts(t *testing.T) {
 		}
 	}
 	run("no catalog", nil)
-	run("catalog", &Session{Catalog: cat})
-	run("catalog, ttl override", &Session{Catalog: cat, TTL: &minute})
-	run("catalog, other ttl override", &Session{Catalog: cat, TTL: &hour})
-	run("catalog, path elsewhere", &Session{Catalog: cat, SearchPath: []string{"other"}})
-	// The same Catalog changed in place: the key holds its content.
-	cat.Tables["public.sessions"].Columns = append([]Column{{Name: "pre"}}, cat.Tables["public.sessions"].Columns...)
-	run("catalog changed in place", &Session{Catalog: cat})
+	run("catalog", NewState(Session{Catalog: cat}))
+	run("catalog, ttl override", NewState(Session{Catalog: cat, TTL: &minute}))
+	run("catalog, other ttl override", NewState(Session{Catalog: cat, TTL: &hour}))
+	run("catalog, path elsewhere", NewState(Session{Catalog: cat, SearchPath: []string{"other"}}))
+	// A Catalog built from changed data: the key holds its content.
+	changed := sessionsCatalogData()
+	changed.Tables["public.sessions"].Columns = append([]Column{{Name: "pre"}}, changed.Tables["public.sessions"].Columns...)
+	run("catalog changed", NewState(Session{Catalog: NewCatalog(changed)}))
 	seen := map[string]string{}
 	for name, out := range results {
 		if other, dup := seen[out]; dup && !(name == "catalog, other ttl override" || other == "catalog, other ttl override") {
@@ -74,16 +75,52 @@ func TestCacheKeyHoldsSessionFacts(t *testing.T) {
 		}
 		seen[out] = name
 	}
-	if results["catalog changed in place"] == results["catalog"] {
+	if results["catalog changed"] == results["catalog"] {
 		t.Errorf("stale hit after the catalog changed")
 	}
 	// An equal Catalog built anew shares the entries.
-	fresh := sessionsCatalog()
-	fresh.Tables["public.sessions"].Columns = cat.Tables["public.sessions"].Columns
-	if res, _ := rw.Rewrite(in, &Session{Catalog: fresh}); !res.CacheHit {
+	if res, _ := rw.Rewrite(in, NewState(Session{Catalog: NewCatalog(changed)})); !res.CacheHit {
 		t.Errorf("an equal catalog missed the cache")
 	}
 }
+
+// TestStateImmutable: changing what NewCatalog and NewState were given, or
+// what Data and Session return, changes neither the snapshot nor its
+// fingerprint.
+func TestStateImmutable(t *testing.T) {
+	rw := newTestRewriter(t)
+	in := `INSERT INTO sessions VALUES (1, 2)`
+	d := sessionsCatalogData()
+	cat := NewCatalog(d)
+	minute := time.Minute
+	sess := Session{Catalog: cat, SearchPath: []string{"public"}, TTL: &minute}
+	st := NewState(sess)
+	fp := st.Fingerprint()
+	want, err := rw.Rewrite(in, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Tables["public.sessions"].Columns = nil
+	d.Schemas["sessions"] = []string{"other"}
+	cd := cat.Data()
+	cd.Tables["public.sessions"].Columns[0].Name = "changed"
+	sess.SearchPath[0] = "other"
+	minute = time.Hour
+	got := st.Session()
+	got.SearchPath[0] = "other"
+	if st.Fingerprint() != fp || NewState(Session{Catalog: NewCatalog(sessionsCatalogData()), SearchPath: []string{"public"}, TTL: new(time.Duration)}).Fingerprint() == fp {
+		t.Errorf("fingerprint changed or collided")
+	}
+	if again := NewState(Session{Catalog: NewCatalog(sessionsCatalogData()), SearchPath: []string{"public"}, TTL: ptr(time.Minute)}); again.Fingerprint() != fp {
+		t.Errorf("equal facts got fingerprint %d, want %d", again.Fingerprint(), fp)
+	}
+	rw2 := newTestRewriter(t) // no cache hit: the State itself must be unchanged
+	if res, err := rw2.Rewrite(in, st); err != nil || res.SQL != want.SQL {
+		t.Errorf("after changing the inputs: %q, %v; want %q", res.SQL, err, want.SQL)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func TestCacheBounded(t *testing.T) {
 	rw, err := New(testRules, Options{CacheSize: 32})

@@ -8,8 +8,10 @@ import (
 
 // childCatalog knows a partition of sessions in public, one in schema part,
 // and an inheritance child of the sidecar table docs.
-func childCatalog() *Catalog {
-	cat := sessionsCatalog()
+func childCatalog() *Catalog { return NewCatalog(childCatalogData()) }
+
+func childCatalogData() CatalogData {
+	cat := sessionsCatalogData()
 	cat.Tables["public.sessions_2024"] = &TableInfo{Columns: []Column{
 		{Name: "expires_at"}, {Name: "id"}, {Name: "owner"}, {Name: "note"},
 	}}
@@ -26,7 +28,7 @@ func childCatalog() *Catalog {
 
 func TestRewriteChildren(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{Catalog: childCatalog()}
+	s := NewState(Session{Catalog: childCatalog()})
 	C := `"sessions_2024"`
 	set := `, "expires_at" = ` + stamp
 	cases := []rwCase{
@@ -85,36 +87,36 @@ func TestRewriteChildren(t *testing.T) {
 func TestCacheKeyHoldsChildren(t *testing.T) {
 	rw := newTestRewriter(t)
 	const in = `INSERT INTO sessions_2024 VALUES (1)`
-	with := &Session{Catalog: childCatalog()}
+	with := NewState(Session{Catalog: childCatalog()})
 	// The child's first column is the expiry: the value reaches it.
 	first, err := rw.Rewrite(in, with)
 	if err != nil || first.Rewritten || !first.Parsed {
 		t.Fatalf("with children: %+v, %v", first, err)
 	}
 	// Same Schemas and Tables, no Children: not a TTL table.
-	without := childCatalog()
+	without := childCatalogData()
 	without.Children = nil
 	if res, err := rw.Rewrite(`DELETE FROM sessions_2024`, with); err != nil || !res.Rewritten {
 		t.Errorf("with children: %+v, %v", res, err)
 	}
-	if res, err := rw.Rewrite(`DELETE FROM sessions_2024`, &Session{Catalog: without}); err != nil || res.CacheHit || res.Rewritten {
+	if res, err := rw.Rewrite(`DELETE FROM sessions_2024`, NewState(Session{Catalog: NewCatalog(without)})); err != nil || res.CacheHit || res.Rewritten {
 		t.Errorf("without children: %+v, %v", res, err)
 	}
 	// A new map naming another parent for the child misses the cache.
-	other := childCatalog()
+	other := childCatalogData()
 	other.Children = map[string]string{"public.sessions_2024": "public.cache", "part.sessions_p1": "public.sessions", "public.docs_child": "public.docs"}
-	if res, err := rw.Rewrite(`SELECT * FROM sessions_2024`, &Session{Catalog: other}); err != nil || res.CacheHit {
+	if res, err := rw.Rewrite(`SELECT * FROM sessions_2024`, NewState(Session{Catalog: NewCatalog(other)})); err != nil || res.CacheHit {
 		t.Errorf("other parent: %+v, %v", res, err)
 	} else if want := `SELECT * FROM (sessions_2024 JOIN (SELECT) AS _ttl_0 ON ` + ruleLive(t, "public.cache", `"sessions_2024"`) + `)`; res.SQL != want {
 		t.Errorf("other parent:\n got:  %s\n want: %s", res.SQL, want)
 	}
 	// The child's own columns are in the key.
-	cols := childCatalog()
+	cols := childCatalogData()
 	cols.Tables["public.sessions_2024"].Columns = cols.Tables["public.sessions"].Columns
-	if res, err := rw.Rewrite(in, &Session{Catalog: cols}); err != nil || res.CacheHit || res.SQL != `INSERT INTO sessions_2024 ("id", "expires_at") VALUES (1, `+stamp+`)` {
+	if res, err := rw.Rewrite(in, NewState(Session{Catalog: NewCatalog(cols)})); err != nil || res.CacheHit || res.SQL != `INSERT INTO sessions_2024 ("id", "expires_at") VALUES (1, `+stamp+`)` {
 		t.Errorf("other child columns: %+v, %v", res, err)
 	}
-	if res, _ := rw.Rewrite(in, &Session{Catalog: childCatalog()}); !res.CacheHit {
+	if res, _ := rw.Rewrite(in, NewState(Session{Catalog: childCatalog()})); !res.CacheHit {
 		t.Errorf("an equal catalog missed the cache")
 	}
 }

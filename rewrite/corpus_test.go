@@ -74,12 +74,12 @@ func eachCorpusStatement(t *testing.T, fn func(file, stmt string)) {
 }
 
 // corpusSession is a session whose catalog knows tenk1's columns.
-func corpusSession() *Session {
+func corpusSession() *State {
 	cols := make([]Column, len(tenk1Columns))
 	for i, c := range tenk1Columns {
 		cols[i] = Column{Name: c}
 	}
-	return &Session{Catalog: &Catalog{Tables: map[string]*TableInfo{"public.tenk1": {Columns: cols}}}}
+	return NewState(Session{Catalog: NewCatalog(CatalogData{Tables: map[string]*TableInfo{"public.tenk1": {Columns: cols}}})})
 }
 
 // corpusRules makes some of the regression suite's most used tables TTL
@@ -189,7 +189,7 @@ func TestCorpusPgRegress(t *testing.T) {
 	}
 }
 
-func rewriteNoPanic(rw *Rewriter, sql string, s *Session) (res Result, err error) {
+func rewriteNoPanic(rw *Rewriter, sql string, s *State) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("panic: %v", p)

@@ -23,6 +23,28 @@ func setsColumn(targets []*pg.Node, col string) bool {
 	return false
 }
 
+// writeTarget is the prologue of every write (INSERT, UPDATE, DELETE,
+// MERGE): the scope of its WITH clause and the rule of its target rv (nil
+// when rv is no TTL table, or is a CTE of sc). The caller then walks the
+// statement's other parts and calls targetSpan.
+func (w *walker) writeTarget(with *pg.WithClause, rv *pg.RangeVar, sc *scope) (*scope, *ttl.Rule) {
+	sc = w.with(with, sc)
+	w.mark(rv)
+	return sc, w.ruleFor(rv, nil)
+}
+
+// targetSpan returns, for a write whose target has rule, the statement's
+// tokens and the index of the first token after the target; ok is false
+// when there is nothing to edit (no rule) or the walk has failed.
+func (w *walker) targetSpan(rule *ttl.Rule, rv *pg.RangeVar) (ts tokens, after int, ok bool) {
+	if rule == nil || w.err != nil {
+		return nil, 0, false
+	}
+	ts = w.tokens()
+	after = w.targetEnd(rv)
+	return ts, after, w.err == nil
+}
+
 // targetEnd returns the index of the first token after a write target
 // `[ONLY] name [*] [[AS] alias]`.
 func (w *walker) targetEnd(rv *pg.RangeVar) int {
@@ -46,22 +68,16 @@ func (w *walker) bodyEnd(after, end int) int {
 // updateStmt filters the target of an UPDATE in its WHERE clause (its FROM
 // items are reads) and refreshes the expiry when the rule asks for it.
 func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
-	sc = w.with(u.WithClause, sc)
 	rv := u.Relation
-	w.mark(rv)
-	rule := w.ruleFor(rv, nil)
+	sc, rule := w.writeTarget(u.WithClause, rv, sc)
 	w.genericList(u.TargetList, sc)
 	for _, f := range u.FromClause {
 		w.fromItem(f, sc, false)
 	}
 	w.generic(u.WhereClause, sc)
 	w.genericList(u.ReturningList, sc)
-	if rule == nil || w.err != nil {
-		return
-	}
-	ts := w.tokens()
-	after := w.targetEnd(rv)
-	if w.err != nil {
+	ts, after, ok := w.targetSpan(rule, rv)
+	if !ok {
 		return
 	}
 	body := w.bodyEnd(after, end)
@@ -92,20 +108,15 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 // deleteStmt filters the target of a DELETE in its WHERE clause; its USING
 // items are reads.
 func (w *walker) deleteStmt(d *pg.DeleteStmt, sc *scope, end int) {
-	sc = w.with(d.WithClause, sc)
 	rv := d.Relation
-	w.mark(rv)
-	rule := w.ruleFor(rv, nil)
+	sc, rule := w.writeTarget(d.WithClause, rv, sc)
 	for _, f := range d.UsingClause {
 		w.fromItem(f, sc, false)
 	}
 	w.generic(d.WhereClause, sc)
 	w.genericList(d.ReturningList, sc)
-	if rule == nil || w.err != nil {
-		return
-	}
-	after := w.targetEnd(rv)
-	if w.err != nil {
+	_, after, ok := w.targetSpan(rule, rv)
+	if !ok {
 		return
 	}
 	w.whereLive(d.WhereClause, rule, qualifier(rv), after, w.bodyEnd(after, end))
@@ -147,10 +158,8 @@ func (w *walker) whereLive(where *pg.Node, rule *ttl.Rule, qual string, after, b
 // expiry is stamped and ON CONFLICT DO UPDATE refreshes it.
 func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 	w.markRegistered(ins)
-	sc = w.with(ins.WithClause, sc)
 	rv := ins.Relation
-	w.mark(rv)
-	rule := w.ruleFor(rv, nil)
+	sc, rule := w.writeTarget(ins.WithClause, rv, sc)
 	sel := ins.SelectStmt.GetSelectStmt()
 	if ins.SelectStmt != nil && sel == nil {
 		w.generic(ins.SelectStmt, sc)

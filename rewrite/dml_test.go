@@ -6,8 +6,10 @@ import (
 )
 
 // sessionsCatalog knows public.sessions (id, owner, note, expires_at).
-func sessionsCatalog() *Catalog {
-	return &Catalog{
+func sessionsCatalog() *Catalog { return NewCatalog(sessionsCatalogData()) }
+
+func sessionsCatalogData() CatalogData {
+	return CatalogData{
 		Tables: map[string]*TableInfo{
 			"public.sessions": {Columns: []Column{
 				{Name: "id", Type: "integer"}, {Name: "owner", Type: "integer"},
@@ -162,7 +164,7 @@ func TestRewriteInsert(t *testing.T) {
 
 func TestRewriteInsertWithoutColumnList(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{Catalog: sessionsCatalog()}
+	s := NewState(Session{Catalog: sessionsCatalog()})
 	cases := []rwCase{
 		{"values short of the expiry column", `INSERT INTO sessions VALUES (1, 2, 'a')`,
 			`INSERT INTO sessions ("id", "owner", "note", "expires_at") VALUES (1, 2, 'a', ` + stamp + `)`},
@@ -191,7 +193,7 @@ func TestRewriteInsertWithoutColumnList(t *testing.T) {
 func TestRewriteSessionTTL(t *testing.T) {
 	rw := newTestRewriter(t)
 	ten := 10 * time.Minute
-	s := &Session{TTL: &ten}
+	s := NewState(Session{TTL: &ten})
 	const ten10 = `(now() + interval '600 seconds')`
 	cases := []rwCase{
 		{"override", `INSERT INTO sessions (id) VALUES (1)`,
@@ -204,7 +206,7 @@ func TestRewriteSessionTTL(t *testing.T) {
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
 	}
-	res, err := rw.Rewrite(`SELECT * FROM sessions`, &Session{Bypass: true})
+	res, err := rw.Rewrite(`SELECT * FROM sessions`, NewState(Session{Bypass: true}))
 	if err != nil || res.SQL != `SELECT * FROM sessions` || res.Parsed || res.Rewritten {
 		t.Errorf("bypass: %+v, %v", res, err)
 	}

@@ -7,7 +7,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	res, err := rw.Rewrite("SELECT * FROM sessions WHERE id = $1", &rewrite.Session{})
+//	res, err := rw.Rewrite("SELECT * FROM sessions WHERE id = $1", rewrite.NewState(rewrite.Session{}))
 //	var rej *rewrite.Error
 //	if errors.As(err, &rej) {
 //		// Send rej.Code and rej.Message to the client as an ErrorResponse.

@@ -61,10 +61,6 @@ type Rewriter struct {
 	tables matcher
 
 	cache *cache
-	// fps numbers the session facts for cache keys.
-	fps fingerprints
-	// children holds the matchers of the sessions' Children maps.
-	children childIndexes
 
 	stats struct {
 		shapeHits, shapeMismatches atomic.Uint64
@@ -151,17 +147,19 @@ func (rw *Rewriter) Options() Options { return rw.opts }
 func (rw *Rewriter) Rules() []ttl.Rule { return rw.rules }
 
 // Rewrite returns the SQL to send for sql (one Query message's text, possibly
-// several statements, or one Parse message's text) in session s, or an *Error.
+// several statements, or one Parse message's text) in the session state st
+// (nil: the default session), or an *Error.
 //
 // A statement that cannot name a TTL table comes back unchanged without being
 // parsed. Otherwise the text is parsed and edited in place: reads of a TTL
 // table get a live-row filter at the table reference, UPDATE and DELETE get it
 // in their WHERE, INSERT and UPDATE get the expiry stamped. Anything that
 // touches a TTL table in a way the rewriter does not handle is rejected.
-func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
-	if s == nil {
-		s = &defaultSession
+func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
+	if st == nil {
+		st = defaultState
 	}
+	s := &st.s
 	if s.Bypass || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsChild(sql, s)) {
 		if len(rw.rules) == 0 || !mentionsTTLSetting(sql) {
 			return Result{SQL: sql}, nil
@@ -176,7 +174,7 @@ func (rw *Rewriter) Rewrite(sql string, s *Session) (Result, error) {
 		}
 	}
 	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
-		return rw.cachedRewrite(sql, s)
+		return rw.cachedRewrite(sql, st)
 	}
 	if e := rw.checkNesting(sql); e != nil {
 		return Result{}, e
@@ -199,8 +197,6 @@ func (rw *Rewriter) checkNesting(sql string) *Error {
 	}
 	return nil
 }
-
-var defaultSession Session
 
 // parsed is the outcome of a full rewrite.
 type parsed struct {

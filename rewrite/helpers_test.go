@@ -76,7 +76,7 @@ type rwCase struct {
 // checkRewrite rewrites c.in and compares with c.out (c.out empty means
 // unchanged, byte for byte). Every output must parse, and rewriting it again
 // must still parse.
-func checkRewrite(t *testing.T, rw *Rewriter, s *Session, c rwCase) {
+func checkRewrite(t *testing.T, rw *Rewriter, s *State, c rwCase) {
 	t.Helper()
 	res, err := rw.Rewrite(c.in, s)
 	if err != nil {
@@ -114,7 +114,7 @@ type rejCase struct {
 	msg []string
 }
 
-func checkReject(t *testing.T, rw *Rewriter, s *Session, c rejCase) {
+func checkReject(t *testing.T, rw *Rewriter, s *State, c rejCase) {
 	t.Helper()
 	res, err := rw.Rewrite(c.in, s)
 	if err == nil {

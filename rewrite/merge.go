@@ -19,10 +19,8 @@ import (
 // condition too. INSERT actions are stamped like INSERT and UPDATE actions
 // refreshed like UPDATE.
 func (w *walker) mergeStmt(m *pg.MergeStmt, sc *scope, end int) {
-	sc = w.with(m.WithClause, sc)
 	rv := m.Relation
-	w.mark(rv)
-	rule := w.ruleFor(rv, nil)
+	sc, rule := w.writeTarget(m.WithClause, rv, sc)
 	w.fromItem(m.SourceRelation, sc, false)
 	w.generic(m.JoinCondition, sc)
 	for _, n := range m.MergeWhenClauses {
@@ -32,12 +30,8 @@ func (w *walker) mergeStmt(m *pg.MergeStmt, sc *scope, end int) {
 		w.genericList(c.Values, sc)
 	}
 	w.genericList(m.ReturningList, sc)
-	if rule == nil || w.err != nil {
-		return
-	}
-	ts := w.tokens()
-	after := w.targetEnd(rv)
-	if w.err != nil {
+	ts, after, ok := w.targetSpan(rule, rv)
+	if !ok {
 		return
 	}
 	if ts.kind(after) != pg.Token_USING {

@@ -60,7 +60,7 @@ WHEN NOT MATCHED THEN DO NOTHING`},
 		checkRewrite(t, rw, nil, c)
 	}
 
-	s := &Session{Catalog: sessionsCatalog()}
+	s := NewState(Session{Catalog: sessionsCatalog()})
 	for _, c := range []rwCase{
 		{"INSERT VALUES without a column list", `MERGE INTO sessions s USING src ON s.id = src.id WHEN NOT MATCHED THEN INSERT VALUES (src.id, src.owner)`,
 			`MERGE INTO sessions s USING src ON (s.id = src.id) AND ` + ls + ` WHEN NOT MATCHED THEN INSERT ("id", "owner", "expires_at") VALUES (src.id, src.owner, ` + stamp + `)`},

@@ -63,10 +63,10 @@ func (w *walker) isTTLName(rel string) bool {
 		return true
 	}
 	cat := w.s.Catalog
-	if cat == nil || len(cat.Children) == 0 {
+	if cat == nil || len(cat.d.Children) == 0 {
 		return false
 	}
-	for key := range cat.Children {
+	for key := range cat.d.Children {
 		if n := childNames(key); n[0] == rel || n[1] == rel {
 			return true
 		}

@@ -72,54 +72,54 @@ func TestRewritePrepareResolution(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		s    *Session
+		s    *State
 		out  string
 	}{
-		{"first TTL schema on the path", &Session{SearchPath: []string{"other", "app", "public"}}, filtered("app")},
-		{"catalog: a non-TTL schema comes first", &Session{
+		{"first TTL schema on the path", NewState(Session{SearchPath: []string{"other", "app", "public"}}), filtered("app")},
+		{"catalog: a non-TTL schema comes first", NewState(Session{
 			SearchPath: []string{"other", "public"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {"other", "public"}}},
-		}, `PREPARE p AS SELECT * FROM "other".sessions`},
-		{"catalog: the TTL schema comes first", &Session{
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
+		}), `PREPARE p AS SELECT * FROM "other".sessions`},
+		{"catalog: the TTL schema comes first", NewState(Session{
 			SearchPath: []string{"public", "other"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {"other", "public"}}},
-		}, filtered("public")},
-		{"temporary table shadows", &Session{
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
+		}), filtered("public")},
+		{"temporary table shadows", NewState(Session{
 			SearchPath: []string{"pg_temp", "public"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {"pg_temp", "public"}}},
-		}, `PREPARE p AS SELECT * FROM "pg_temp".sessions`},
-		{"schema name with a quote", &Session{
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"pg_temp", "public"}}}),
+		}), `PREPARE p AS SELECT * FROM "pg_temp".sessions`},
+		{"schema name with a quote", NewState(Session{
 			SearchPath: []string{`we"ird`, "public"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {`we"ird`, "public"}}},
-		}, `PREPARE p AS SELECT * FROM "we""ird".sessions`},
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {`we"ird`, "public"}}}),
+		}), `PREPARE p AS SELECT * FROM "we""ird".sessions`},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, c.s, rwCase{c.name, in, c.out})
 	}
 	for _, c := range []struct {
 		name string
-		s    *Session
+		s    *State
 	}{
-		{"no TTL schema on the path, no catalog", &Session{SearchPath: []string{"other"}}},
-		{"the catalog puts the name nowhere on the path", &Session{
+		{"no TTL schema on the path, no catalog", NewState(Session{SearchPath: []string{"other"}})},
+		{"the catalog puts the name nowhere on the path", NewState(Session{
 			SearchPath: []string{"other"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {"public", "app"}}},
-		}},
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"public", "app"}}}),
+		})},
 	} {
 		checkReject(t, rw, c.s, rejCase{c.name, in, "0A000", []string{`"sessions"`, "search path"}})
 	}
 	// Outside PREPARE the same session reads the name unfiltered: no schema
 	// on the path holds a TTL table of that name.
-	checkRewrite(t, rw, &Session{SearchPath: []string{"other"}}, rwCase{"plain read", `SELECT * FROM sessions`, ``})
+	checkRewrite(t, rw, NewState(Session{SearchPath: []string{"other"}}), rwCase{"plain read", `SELECT * FROM sessions`, ``})
 }
 
 func TestRewritePrepareChildren(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{Catalog: childCatalog()}
+	s := NewState(Session{Catalog: childCatalog()})
 	C := `"sessions_2024"`
 	checkRewrite(t, rw, s, rwCase{"child", `PREPARE p AS SELECT * FROM sessions_2024`,
 		`PREPARE p AS SELECT * FROM ` + join(`"public".sessions_2024`, C, 0)})
-	checkRewrite(t, rw, &Session{SearchPath: []string{"part", "public"}, Catalog: childCatalog()}, rwCase{"partition in another schema",
+	checkRewrite(t, rw, NewState(Session{SearchPath: []string{"part", "public"}, Catalog: childCatalog()}), rwCase{"partition in another schema",
 		`PREPARE p AS DELETE FROM sessions_p1`,
 		`PREPARE p AS DELETE FROM "part".sessions_p1 WHERE ` + live(`"sessions_p1"`)})
 	checkReject(t, rw, s, rejCase{"partition not on the path", `PREPARE p AS SELECT * FROM sessions_p1`, "0A000", []string{"sessions_p1"}})

@@ -387,7 +387,7 @@ func (w *walker) columns(r *ttl.Rule) []Column {
 	if w.s.Catalog == nil {
 		return nil
 	}
-	if t := w.s.Catalog.Tables[r.QualifiedName()]; t != nil && len(t.Columns) > 0 {
+	if t := w.s.Catalog.d.Tables[r.QualifiedName()]; t != nil && len(t.Columns) > 0 {
 		return t.Columns
 	}
 	return nil

@@ -26,7 +26,7 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 		return w.ruleAt(rv.Schemaname, rv.Relname)
 	}
 	cat := w.s.Catalog
-	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.Children) == 0)) {
+	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.d.Children) == 0)) {
 		return nil
 	}
 	if w.pinning {
@@ -47,7 +47,7 @@ func (w *walker) resolve(rel string) (string, bool) {
 		path = publicPath
 	}
 	if cat := w.s.Catalog; cat != nil {
-		if holders, ok := cat.Schemas[rel]; ok {
+		if holders, ok := cat.d.Schemas[rel]; ok {
 			for _, sch := range path {
 				for _, h := range holders {
 					if h == sch {

@@ -23,24 +23,24 @@ func TestRewriteNameResolution(t *testing.T) {
 	filtered := `SELECT * FROM ` + join("sessions", `"sessions"`, 0)
 	cases := []struct {
 		name string
-		s    *Session
+		s    *State
 		out  string
 	}{
 		{"default path is public", nil, filtered},
-		{"path without a TTL schema", &Session{SearchPath: []string{"other"}}, in},
-		{"first TTL schema on the path", &Session{SearchPath: []string{"other", "app"}}, filtered},
-		{"catalog: an earlier schema holds the name", &Session{
+		{"path without a TTL schema", NewState(Session{SearchPath: []string{"other"}}), in},
+		{"first TTL schema on the path", NewState(Session{SearchPath: []string{"other", "app"}}), filtered},
+		{"catalog: an earlier schema holds the name", NewState(Session{
 			SearchPath: []string{"other", "public"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {"other", "public"}}},
-		}, in},
-		{"catalog: the TTL schema comes first", &Session{
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
+		}), in},
+		{"catalog: the TTL schema comes first", NewState(Session{
 			SearchPath: []string{"public", "other"},
-			Catalog:    &Catalog{Schemas: map[string][]string{"sessions": {"other", "public"}}},
-		}, filtered},
-		{"catalog without the name falls back to the rules", &Session{
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
+		}), filtered},
+		{"catalog without the name falls back to the rules", NewState(Session{
 			SearchPath: []string{"other", "app"},
-			Catalog:    &Catalog{Schemas: map[string][]string{}},
-		}, filtered},
+			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{}}),
+		}), filtered},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, c.s, rwCase{c.name, in, func() string {
@@ -50,7 +50,7 @@ func TestRewriteNameResolution(t *testing.T) {
 			return c.out
 		}()})
 	}
-	checkRewrite(t, rw, &Session{SearchPath: []string{"public"}}, rwCase{"qualified name ignores the path",
+	checkRewrite(t, rw, NewState(Session{SearchPath: []string{"public"}}), rwCase{"qualified name ignores the path",
 		`SELECT * FROM app.tokens t`, `SELECT * FROM (app.tokens t JOIN (SELECT) AS _ttl_0 ON ("t"."expires_at" IS NULL OR "t"."expires_at" >= now()))`})
 	checkRewrite(t, rw, nil, rwCase{"database-qualified name",
 		`SELECT * FROM db.app.tokens`, `SELECT * FROM (db.app.tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."expires_at" IS NULL OR "tokens"."expires_at" >= now()))`})
@@ -66,7 +66,7 @@ func TestRewriteQuotedTableName(t *testing.T) {
 
 func TestRewriteColumnAliasList(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{Catalog: sessionsCatalog()}
+	s := NewState(Session{Catalog: sessionsCatalog()})
 	checkRewrite(t, rw, s, rwCase{"renamed expiry column", `SELECT * FROM sessions AS s(a, b, c, e)`,
 		`SELECT * FROM (sessions AS s(a, b, c, e) JOIN (SELECT) AS _ttl_0 ON ("s"."e" IS NULL OR "s"."e" >= now()))`})
 	checkRewrite(t, rw, s, rwCase{"short list keeps the expiry name", `SELECT * FROM sessions s(a)`,
@@ -142,9 +142,9 @@ func TestLiveConditionsParse(t *testing.T) {
 
 func TestRewriteColumnAliasListSidecar(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{Catalog: &Catalog{Tables: map[string]*TableInfo{
+	s := NewState(Session{Catalog: NewCatalog(CatalogData{Tables: map[string]*TableInfo{
 		"public.docs": {Columns: []Column{{Name: "id"}, {Name: "body"}}},
-	}}}
+	}})})
 	checkRewrite(t, rw, s, rwCase{"registry keeps its key names", `SELECT * FROM docs AS d(doc_id, b)`,
 		`SELECT * FROM (docs AS d(doc_id, b) JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" = "d"."doc_id" AND _ttl_reg.expires_at < now())))`})
 }

@@ -35,7 +35,7 @@ func TestRewriteTTLSettingRejected(t *testing.T) {
 	for _, c := range cases {
 		checkReject(t, rw, nil, c)
 	}
-	checkReject(t, rw, &Session{Bypass: true}, rejCase{"bypass session", `SET ttlproxy.ttl = 'bad'`, "22023", bad("bad")})
+	checkReject(t, rw, NewState(Session{Bypass: true}), rejCase{"bypass session", `SET ttlproxy.ttl = 'bad'`, "22023", bad("bad")})
 	// The cache holds rejections too.
 	checkReject(t, rw, nil, cases[0])
 }
@@ -100,7 +100,7 @@ func TestRewriteTTLSettingAccepted(t *testing.T) {
 func TestRewriteShowTTLSetting(t *testing.T) {
 	rw := newTestRewriter(t)
 	const q = `SELECT COALESCE(pg_catalog.current_setting('ttlproxy.ttl', true), '') AS "ttlproxy.ttl"`
-	for _, s := range []*Session{nil, {Bypass: true}} {
+	for _, s := range []*State{nil, NewState(Session{Bypass: true})} {
 		for _, c := range []rwCase{
 			{"SHOW", `SHOW ttlproxy.ttl`, q},
 			{"upper case", `show TTLPROXY.TTL`, q},
@@ -125,7 +125,7 @@ func TestRewriteShowTTLSetting(t *testing.T) {
 // the others are rewritten as usual.
 func TestRewriteInvalidSessionTTL(t *testing.T) {
 	rw := newTestRewriter(t)
-	s := &Session{TTLInvalid: "3 parsecs"}
+	s := NewState(Session{TTLInvalid: "3 parsecs"})
 	checkReject(t, rw, s, rejCase{"stamping INSERT", `INSERT INTO sessions (id) VALUES (1)`, "22023",
 		[]string{"public.sessions", `"3 parsecs"`}})
 	checkRewrite(t, rw, s, rwCase{"INSERT that gives the expiry", `INSERT INTO sessions (id, expires_at) VALUES (1, NULL)`, ""})

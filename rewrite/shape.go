@@ -12,7 +12,7 @@ import (
 // 48213`, then `… WHERE aid = 7`. A cache keyed by text misses every time and
 // each miss costs a parse. The rewrite cache is therefore keyed by the
 // statement's shape (shape_lex.go): its text with every literal masked to its
-// kind, plus the fingerprint of the session facts (Session.fingerprint).
+// kind, plus the fingerprint of the session facts (State.Fingerprint).
 //
 // Why a shape can share one rewrite: the rewrite of a single SELECT, INSERT,
 // UPDATE, DELETE or MERGE statement never depends on the value of a literal
@@ -85,10 +85,10 @@ const (
 
 // cachedRewrite is Rewrite through the cache, for a text that passed the
 // cheap check and the parse limits.
-func (rw *Rewriter) cachedRewrite(sql string, s *Session) (Result, error) {
+func (rw *Rewriter) cachedRewrite(sql string, st *State) (Result, error) {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	fp := rw.fingerprint(s)
+	s, fp := &st.s, st.fp
 
 	key := appendKeyHeader(sc.key[:0], keyShape, fp)
 	key, lits, lexed := appendShape(key, sc.lits[:0], sql)

@@ -61,7 +61,7 @@ func randomLiteral(k litKind, r *rand.Rand) string {
 // it) and compares each result with a rewrite of the same text without the
 // cache. It reports whether sql had a shape and whether the third came from
 // the template.
-func checkShapePath(t testing.TB, cachedRW, fullRW *Rewriter, s *Session, sql string, r *rand.Rand) (shaped, hit bool) {
+func checkShapePath(t testing.TB, cachedRW, fullRW *Rewriter, s *State, sql string, r *rand.Rand) (shaped, hit bool) {
 	t.Helper()
 	_, lits, ok := appendShape(nil, nil, sql)
 	if !ok || len(lits) == 0 {
@@ -217,7 +217,7 @@ func FuzzShapeCache(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s := &Session{Catalog: sessionsCatalog()}
+	s := NewState(Session{Catalog: sessionsCatalog()})
 	f.Fuzz(func(t *testing.T, sql string, seed uint64) {
 		if len(sql) > 4096 {
 			return

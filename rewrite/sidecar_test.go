@@ -61,10 +61,10 @@ func TestRewriteSidecarInsert(t *testing.T) {
 		}
 	}
 	ten := 10 * time.Minute
-	checkRewrite(t, rw, &Session{TTL: &ten}, rwCase{"session lifetime enables registration", `INSERT INTO plain (id) VALUES (1)`,
+	checkRewrite(t, rw, NewState(Session{TTL: &ten}), rwCase{"session lifetime enables registration", `INSERT INTO plain (id) VALUES (1)`,
 		`WITH _ttl_ins AS (INSERT INTO plain (id) VALUES (1) RETURNING "id") INSERT INTO "public"."plain_ttl" ("id", expires_at) SELECT "id", (now() + interval '600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`})
 	zero := time.Duration(0)
-	checkRewrite(t, rw, &Session{TTL: &zero}, rwCase{"session lifetime 0 disables it", `INSERT INTO docs (id) VALUES (1)`, ``})
+	checkRewrite(t, rw, NewState(Session{TTL: &zero}), rwCase{"session lifetime 0 disables it", `INSERT INTO docs (id) VALUES (1)`, ``})
 
 	for _, c := range []rejCase{
 		{"RETURNING", `INSERT INTO docs (id) VALUES (1) RETURNING id`, "0A000", []string{"public.docs", "RETURNING", "cannot be registered"}},

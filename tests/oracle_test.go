@@ -113,7 +113,7 @@ type oracle struct {
 	t       *testing.T
 	s       *stack
 	rw      *rewrite.Rewriter
-	sess    *rewrite.Session
+	sess    *rewrite.State
 	proxied *pgconn.PgConn
 	direct  *pgconn.PgConn
 	seed    uint64
@@ -167,10 +167,10 @@ func newOracle(t *testing.T, s *stack, rules []ttl.Rule) *oracle {
 		o.seed = uint64(time.Now().UnixNano())
 	}
 	admin := s.connect(s.direct)
-	o.sess = &rewrite.Session{
+	o.sess = rewrite.NewState(rewrite.Session{
 		SearchPath: []string{admin.Config().User, "public"},
 		Catalog:    loadOracleCatalog(t, admin, rules),
-	}
+	})
 	o.connect()
 	return o
 }
@@ -194,7 +194,7 @@ func (o *oracle) connect() {
 // failure reports show the rewrite the proxy made.
 func loadOracleCatalog(t *testing.T, conn *pgx.Conn, rules []ttl.Rule) *rewrite.Catalog {
 	ctx := context.Background()
-	cat := &rewrite.Catalog{Tables: map[string]*rewrite.TableInfo{}, Schemas: map[string][]string{}}
+	cat := rewrite.CatalogData{Tables: map[string]*rewrite.TableInfo{}, Schemas: map[string][]string{}}
 	for _, r := range rules {
 		ti := &rewrite.TableInfo{}
 		rows, err := conn.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
@@ -238,7 +238,7 @@ func loadOracleCatalog(t *testing.T, conn *pgx.Conn, rules []ttl.Rule) *rewrite.
 		}
 		cat.Schemas[r.Table] = schemas
 	}
-	return cat
+	return rewrite.NewCatalog(cat)
 }
 
 // generated runs the generated statements and reports the counts, the

@@ -49,7 +49,7 @@ func runRewrite(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ttlproxy rewrite: %v\n", err)
 		return exitFailure
 	}
-	sess := &rewrite.Session{}
+	var sess rewrite.Session
 	if *searchPath != "" {
 		for _, s := range strings.Split(*searchPath, ",") {
 			if s = strings.TrimSpace(s); s != "" {
@@ -57,7 +57,7 @@ func runRewrite(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	res, err := rw.Rewrite(sql, sess)
+	res, err := rw.Rewrite(sql, rewrite.NewState(sess))
 	if err != nil {
 		var rerr *rewrite.Error
 		if !errors.As(err, &rerr) {

@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Reading the session state (state.go) from the server: clientToServer
+// asks, with nothing outstanding, and serverToClient hands it the answer
+// instead of relaying it to the client.
+
+// Names of the proxy's own statement and portal: named, so that the
+// client's unnamed statement and portal survive a refresh (a simple Query
+// would drop the unnamed statement).
+const (
+	refreshStatement = "ttlproxy_state"
+	refreshPortal    = "ttlproxy_state"
+)
+
+// encodeRefresh encodes the state query in the extended protocol, answered by
+// CloseComplete, ParseComplete, BindComplete, DataRow, CommandComplete,
+// CloseComplete twice and ReadyForQuery. The first Close clears a statement
+// left by a refresh that failed halfway.
+func encodeRefresh(query string) []byte {
+	var b []byte
+	var err error
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
+		&pgproto3.Parse{Name: refreshStatement, Query: query},
+		&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement},
+		&pgproto3.Execute{Portal: refreshPortal},
+		&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
+		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
+		&pgproto3.Sync{},
+	} {
+		if b, err = m.Encode(b); err != nil {
+			panic(err)
+		}
+	}
+	return b
+}
+
+// refreshResult is what serverToClient hands clientToServer after reading
+// the answer to the state query.
+type refreshResult struct {
+	results [][][]string
+	qerr    *pgproto3.ErrorResponse
+	status  byte
+	err     error
+}
+
+// syncState reads the session state (buildStateQuery) and applies it. Called by
+// clientToServer before it announces a Query or a batch-starting Parse;
+// awaitIdle must have returned first.
+func (s *session) syncState() error {
+	status := byte(s.txStatus.Load())
+	if status == 'E' {
+		return nil
+	}
+	res, err := s.ask(s.srv.queries.refresh, 1)
+	if err != nil {
+		return err
+	}
+	s.srv.metrics.sessionRefreshes.Inc()
+	row, ok := stateResult(res.results, s.srv.queries.names)
+	if res.qerr != nil || len(res.results) != 1 || !ok {
+		msg := "unexpected result"
+		if res.qerr != nil {
+			msg = res.qerr.Code + ": " + res.qerr.Message
+		}
+		s.log.Warn("reading session state failed; will retry before the next statement", "err", msg)
+		return nil
+	}
+	s.st.apply(&row)
+	s.st.refreshed(res.status)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		cur := s.st.cur.Session()
+		s.log.Debug("session state", "search_path", cur.SearchPath, "bypass", cur.Bypass,
+			"ttl_override", cur.TTL != nil, "temp_shadows", s.st.tempShadows, "tx_status", string(res.status))
+	}
+	if res.status == 'I' {
+		return s.reprepare()
+	}
+	return nil
+}
+
+// ask sends msgs, which the server answers with n ReadyForQuery messages,
+// and returns the last answer. serverToClient reads the answers (readState)
+// instead of relaying them. Nothing else may be outstanding.
+func (s *session) ask(msgs []byte, n int) (refreshResult, error) {
+	s.refreshing.Store(int32(n))
+	if err := s.write(msgs); err != nil {
+		return refreshResult{}, err
+	}
+	if err := s.uw.Flush(); err != nil {
+		return refreshResult{}, &writeError{err}
+	}
+	var res refreshResult
+	for range n {
+		select {
+		case res = <-s.refreshed:
+		case <-s.quit:
+			return res, errQuit
+		}
+		if res.err != nil {
+			// serverToClient has ended the session.
+			return res, errQuit
+		}
+	}
+	return res, nil
+}
+
+// readState is serverToClient's side of ask: it reads one answer up to its
+// ReadyForQuery and hands it over.
+func (s *session) readState() error {
+	results, qerr, status, err := readResults(s)
+	if err == nil {
+		s.txStatus.Store(uint32(status))
+		s.refreshing.Add(-1)
+	} else {
+		s.refreshing.Store(0)
+	}
+	s.refreshed <- refreshResult{results: results, qerr: qerr, status: status, err: err}
+	return err
+}
+
+// awaitIdle waits until the server has answered every Query, FunctionCall
+// and Sync sent so far. The caller must not have an extended-protocol batch
+// open, whose ReadyForQuery waits for a Sync not yet sent.
+func (s *session) awaitIdle() error {
+	if s.pending.Load() <= 0 {
+		return nil
+	}
+	if err := s.uw.Flush(); err != nil {
+		return &writeError{err}
+	}
+	s.idleWait.Store(true)
+	defer s.idleWait.Store(false)
+	for {
+		if v := s.pending.Load(); v <= 0 {
+			return nil
+		}
+		select {
+		case <-s.idle:
+		case <-s.quit:
+			return errQuit
+		}
+	}
+}
+
+// noteIdle wakes awaitIdle; called by serverToClient when a ReadyForQuery
+// leaves nothing outstanding.
+func (s *session) noteIdle() {
+	if s.idleWait.Load() {
+		select {
+		case s.idle <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package rewrite
+
+import (
+	"encoding/binary"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The rewriter's input besides the rules and the text: what one client
+// session's settings and its database's catalog make a statement mean. The
+// proxy describes it in a Session and freezes it with NewState whenever it
+// changes; a State never changes, and its fingerprint, computed once,
+// numbers its facts for the rewrite cache and the proxy's prepared
+// statements (ARCHITECTURE.md, "The rewrite contract").
+
+// Session describes the per-connection facts that change what a statement
+// means. It is a plain value: NewState copies what it needs.
+type Session struct {
+	// SearchPath is the session's effective search_path, schemas in order,
+	// "$user" already replaced; nil means ["public"].
+	SearchPath []string
+	// TTL overrides every rule's DefaultTTL for stamping (SET ttlproxy.ttl);
+	// nil means no override.
+	TTL *time.Duration
+	// TTLInvalid holds the server's ttlproxy.ttl when it is set to text
+	// ttl.ParseTTLSetting rejects (set where the proxy could not check it,
+	// e.g. ALTER ROLE … SET or set_config with a parameter); statements that
+	// would stamp are then rejected with SQLSTATE 22023. "" when valid or
+	// unset.
+	TTLInvalid string
+	// Bypass disables filtering and stamping (a role in bypass_roles).
+	Bypass bool
+	// Catalog describes the TTL tables in the session's database; nil when
+	// unknown.
+	Catalog *Catalog
+}
+
+// State is an immutable snapshot of a Session, the rewriter's input. Build
+// one with NewState whenever the session's facts change; it is safe for
+// concurrent use. A nil *State is the default session (search_path public,
+// no override, no catalog).
+type State struct {
+	s  Session
+	fp uint64
+}
+
+// NewState freezes s: it copies the search path and the TTL override, so
+// changing s afterwards does not change the State, and computes the
+// fingerprint.
+func NewState(s Session) *State {
+	st := &State{s: Session{
+		SearchPath: slices.Clone(s.SearchPath),
+		TTLInvalid: s.TTLInvalid,
+		Bypass:     s.Bypass,
+		Catalog:    s.Catalog,
+	}}
+	if s.TTL != nil {
+		d := *s.TTL
+		st.s.TTL = &d
+	}
+	st.fp = registry.number(appendSessionFacts([]byte{'S'}, &st.s))
+	return st
+}
+
+// defaultState is the State of a nil *State.
+var defaultState = NewState(Session{})
+
+// Fingerprint numbers the State's facts: two States get the same number only
+// when every text rewrites alike under both, so a caller that keeps
+// rewritten statements (prepared statements) rewrites them again when the
+// number changes. Numbers are never reused in a process; equal facts may get
+// a new number after maxFingerprints distinct ones have been seen.
+func (st *State) Fingerprint() uint64 {
+	if st == nil {
+		return defaultState.fp
+	}
+	return st.fp
+}
+
+// Session returns a copy of the facts the State was built from.
+func (st *State) Session() Session {
+	if st == nil {
+		st = defaultState
+	}
+	s := st.s
+	s.SearchPath = slices.Clone(s.SearchPath)
+	if s.TTL != nil {
+		d := *s.TTL
+		s.TTL = &d
+	}
+	return s
+}
+
+// appendSessionFacts encodes everything a rewrite depends on besides the
+// rules and the text: the search path, the TTL override (and an unreadable
+// one), bypass, and the catalog's number. Every part is length-prefixed, so
+// two different sessions never encode alike.
+func appendSessionFacts(b []byte, s *Session) []byte {
+	if s.SearchPath == nil {
+		b = append(b, 'D')
+	} else {
+		b = append(b, 'P')
+		b = binary.AppendUvarint(b, uint64(len(s.SearchPath)))
+		for _, p := range s.SearchPath {
+			b = appendString(b, p)
+		}
+	}
+	if s.TTL == nil {
+		b = append(b, 'N')
+	} else {
+		b = append(b, 'T')
+		b = binary.AppendVarint(b, int64(*s.TTL))
+	}
+	if s.TTLInvalid != "" {
+		b = append(b, 'X')
+		b = appendString(b, s.TTLInvalid)
+	}
+	if s.Bypass {
+		b = append(b, 'B')
+	}
+	if s.Catalog == nil {
+		b = append(b, 'N')
+	} else {
+		b = append(b, 'C')
+		b = binary.AppendUvarint(b, s.Catalog.id)
+	}
+	return b
+}
+
+func appendString(b []byte, v string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+// CatalogData is what the proxy learned from the server about the TTL
+// tables, as NewCatalog takes it and Catalog.Data returns it.
+type CatalogData struct {
+	// Tables by qualified name "schema.table": the TTL tables and their
+	// children.
+	Tables map[string]*TableInfo
+	// Schemas lists, for each relation name that is also the name of a TTL
+	// table or of one of Children, every schema holding a relation of that
+	// name.
+	Schemas map[string][]string
+	// Children maps each inheritance child and partition of a TTL table, at
+	// any depth, "schema.table", to the qualified name (Rule.QualifiedName)
+	// of the TTL table whose rule it follows. A child is filtered, stamped
+	// and registered like its ancestor (same expiry column; a sidecar rule
+	// keeps the ancestor's registry); Tables should hold its columns, which
+	// may be ordered differently.
+	Children map[string]string
+}
+
+// TableInfo describes one table.
+type TableInfo struct {
+	// Columns in attnum order, dropped columns omitted.
+	Columns []Column
+	// UniqueKeys lists the column sets of unique indexes and constraints.
+	UniqueKeys [][]string
+}
+
+// Column is one table column.
+type Column struct {
+	Name string
+	Type string // format_type() output, e.g. "timestamp with time zone"
+}
+
+// Catalog is an immutable snapshot of CatalogData, made by NewCatalog and
+// shared by the States of one database's sessions. Equal content gets the
+// same number in States' fingerprints, so equal Catalogs built for different
+// sessions share rewrite cache entries.
+type Catalog struct {
+	d CatalogData
+	// id numbers the content (registry).
+	id uint64
+	// children matches the children's names in raw text (the cheap check);
+	// childKeys are the Children keys, sorted.
+	children  matcher
+	childKeys []string
+}
+
+// NewCatalog copies d, so changing d afterwards does not change the
+// Catalog, and indexes it.
+func NewCatalog(d CatalogData) *Catalog {
+	c := &Catalog{d: d.clone()}
+	for k := range c.d.Children {
+		c.childKeys = append(c.childKeys, k)
+		// "schema.table": either name may hold a dot; both readings are
+		// needles, which can only make the check parse more often.
+		for _, name := range childNames(k) {
+			c.children.add(name, 0)
+			if strings.Contains(name, `"`) {
+				c.children.add(strings.ReplaceAll(name, `"`, `""`), 0)
+			}
+		}
+	}
+	sort.Strings(c.childKeys)
+	c.id = registry.number(c.appendFacts([]byte{'C'}))
+	return c
+}
+
+// Data returns a copy of the Catalog's content.
+func (c *Catalog) Data() CatalogData { return c.d.clone() }
+
+func (d CatalogData) clone() CatalogData {
+	out := CatalogData{Children: maps.Clone(d.Children)}
+	if d.Tables != nil {
+		out.Tables = make(map[string]*TableInfo, len(d.Tables))
+		for k, t := range d.Tables {
+			if t == nil {
+				out.Tables[k] = nil
+				continue
+			}
+			u := &TableInfo{Columns: slices.Clone(t.Columns)}
+			for _, key := range t.UniqueKeys {
+				u.UniqueKeys = append(u.UniqueKeys, slices.Clone(key))
+			}
+			out.Tables[k] = u
+		}
+	}
+	if d.Schemas != nil {
+		out.Schemas = make(map[string][]string, len(d.Schemas))
+		for k, v := range d.Schemas {
+			out.Schemas[k] = slices.Clone(v)
+		}
+	}
+	return out
+}
+
+// appendFacts encodes the whole content, maps in key order.
+func (c *Catalog) appendFacts(b []byte) []byte {
+	for _, k := range slices.Sorted(maps.Keys(c.d.Tables)) {
+		b = appendString(b, k)
+		t := c.d.Tables[k]
+		if t == nil {
+			b = append(b, 0)
+			continue
+		}
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, uint64(len(t.Columns)))
+		for _, col := range t.Columns {
+			b = appendString(appendString(b, col.Name), col.Type)
+		}
+		b = binary.AppendUvarint(b, uint64(len(t.UniqueKeys)))
+		for _, key := range t.UniqueKeys {
+			b = binary.AppendUvarint(b, uint64(len(key)))
+			for _, col := range key {
+				b = appendString(b, col)
+			}
+		}
+	}
+	b = append(b, 0xff)
+	for _, k := range slices.Sorted(maps.Keys(c.d.Schemas)) {
+		b = appendString(b, k)
+		v := c.d.Schemas[k]
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		for _, s := range v {
+			b = appendString(b, s)
+		}
+	}
+	b = append(b, 0xff)
+	for _, k := range c.childKeys {
+		b = appendString(appendString(b, k), c.d.Children[k])
+	}
+	return b
+}
+
+// maxFingerprints bounds the registry. Past it the registry starts over with
+// new numbers; cache entries under the old ones are evicted as they go
+// unused.
+const maxFingerprints = 4096
+
+// registry numbers the distinct encoded facts (of States and Catalogs) seen
+// by the process, so that a cache key carries a number instead of the facts.
+var registry fingerprints
+
+type fingerprints struct {
+	mu   sync.Mutex
+	ids  map[string]uint64
+	next uint64
+}
+
+func (f *fingerprints) number(facts []byte) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id, ok := f.ids[string(facts)]; ok {
+		return id
+	}
+	if f.ids == nil || len(f.ids) >= maxFingerprints {
+		f.ids = make(map[string]uint64)
+	}
+	f.next++
+	f.ids[string(facts)] = f.next
+	return f.next
+}
