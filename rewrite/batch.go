@@ -1,11 +1,8 @@
 package rewrite
 
 import (
-	"fmt"
-
 	pg "github.com/pganalyze/pg_query_go/v6"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -29,12 +26,7 @@ func (rw *Rewriter) stateChangeThenTTL(sql string, stmts []*pg.RawStmt, s *Sessi
 		text := stmtText(sql, raw)
 		if changed {
 			if what, ok := rw.namesTTL(text, s); ok {
-				return &Error{
-					Code:    sqlstate.FeatureNotSupported,
-					Message: fmt.Sprintf("ttlproxy: a statement that may change search_path, role or ttlproxy.ttl is followed by a statement on %s in the same query string; send them as separate queries", what),
-					Detail:  "The proxy rewrites a query string under the session state from before it; a change made inside it applies to the statements after it only in the server.",
-					Hint:    "Send the statement that changes the setting in its own query string.",
-				}
+				return errStateChangeInString(what)
 			}
 			continue
 		}

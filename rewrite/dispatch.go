@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
-
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // Dispatch: one top-level statement to the walk that handles its kind, the
@@ -34,7 +32,7 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 			return
 		}
 		if r := w.ruleFor(rv, nil); r != nil {
-			w.failf(sqlstate.FeatureNotSupported, "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), top)
+			w.fail(errUnhandledPosition(r, top))
 		}
 	})
 }
@@ -106,7 +104,7 @@ func (w *walker) rejectAny(n *pg.Node, what string) {
 	forEachRangeVar(n, func(rv *pg.RangeVar) {
 		w.mark(rv)
 		if r := w.ruleFor(rv, nil); r != nil {
-			w.failf(sqlstate.FeatureNotSupported, "cannot filter TTL table %s in %s", r.QualifiedName(), what)
+			w.fail(errCannotFilterIn(r, what))
 		}
 	})
 }
@@ -116,11 +114,7 @@ func (w *walker) rejectAny(n *pg.Node, what string) {
 func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, what string) {
 	check := func(body string) {
 		if k := w.rw.tables.find(body); k >= 0 {
-			w.fail(&Error{
-				Code:    sqlstate.FeatureNotSupported,
-				Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s in %s: the proxy cannot see inside function bodies", w.rw.rules[w.rw.tables.owner[k]].QualifiedName(), what),
-				Hint:    "Run the statements of the body through the proxy one by one, or connect directly for maintenance.",
-			})
+			w.fail(errFunctionBody(&w.rw.rules[w.rw.tables.owner[k]], what))
 		}
 	}
 	for _, o := range opts {

@@ -10,7 +10,6 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"github.com/pganalyze/pg_query_go/v6/parser"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -167,11 +166,7 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 		return rw.settingsOnly(sql)
 	}
 	if len(sql) > rw.opts.MaxStatementBytes {
-		return Result{}, &Error{
-			Code:    sqlstate.ProgramLimitExceeded,
-			Message: fmt.Sprintf("ttlproxy: statement of %d bytes is longer than the %d bytes the proxy parses", len(sql), rw.opts.MaxStatementBytes),
-			Hint:    "Split the statement, or raise the proxy's statement size limit.",
-		}
+		return Result{}, errStatementTooLong(len(sql), rw.opts.MaxStatementBytes)
 	}
 	if rw.cache != nil && len(sql) <= maxCachedStatementBytes {
 		return rw.cachedRewrite(sql, st)
@@ -190,10 +185,7 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 // literals.
 func (rw *Rewriter) checkNesting(sql string) *Error {
 	if brackets, chain := nesting(sql); brackets > rw.opts.MaxNestingDepth || chain > chainFactor*rw.opts.MaxNestingDepth {
-		return &Error{
-			Code:    sqlstate.StatementTooComplex,
-			Message: fmt.Sprintf("ttlproxy: statement is nested too deeply for the proxy to parse (limit %d)", rw.opts.MaxNestingDepth),
-		}
+		return errNestedTooDeeply(rw.opts.MaxNestingDepth)
 	}
 	return nil
 }
@@ -369,10 +361,7 @@ func (rw *Rewriter) parseFailed(sql string, perr error) (Result, *Error) {
 		msg = pe.Message
 	}
 	if strings.Contains(msg, "recursion depth") || strings.Contains(msg, "stack depth") {
-		return Result{Parsed: true}, &Error{
-			Code:    sqlstate.StatementTooComplex,
-			Message: "ttlproxy: statement is nested too deeply for the proxy to parse",
-		}
+		return Result{Parsed: true}, errNestedTooDeeply(0)
 	}
 	res, serr := pg.Scan(sql)
 	if serr == nil {
@@ -392,15 +381,7 @@ func (rw *Rewriter) parseFailed(sql string, perr error) (Result, *Error) {
 			return Result{SQL: sql, Parsed: true}, nil
 		}
 	}
-	return Result{Parsed: true}, &Error{
-		Code:    sqlstate.SyntaxError,
-		Message: "ttlproxy: " + msg,
-		Detail:  "The statement mentions a TTL table and the proxy cannot parse it.",
-	}
-}
-
-func internalError(what string) *Error {
-	return &Error{Code: sqlstate.InternalError, Message: "ttlproxy: internal rewrite error: " + what}
+	return Result{Parsed: true}, errSyntax(msg)
 }
 
 // sessionTTLUsable is called where a stamp is about to be written: when the
@@ -411,11 +392,7 @@ func (w *walker) sessionTTLUsable(r *ttl.Rule) bool {
 	if w.s.TTLInvalid == "" {
 		return true
 	}
-	w.fail(&Error{
-		Code:    sqlstate.InvalidParameterValue,
-		Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: the session's ttlproxy.ttl %q is not a valid lifetime", r.QualifiedName(), w.s.TTLInvalid),
-		Hint:    ttlSettingHint,
-	})
+	w.fail(errSessionTTLInvalid(r, w.s.TTLInvalid))
 	return false
 }
 

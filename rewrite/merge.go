@@ -1,12 +1,10 @@
 package rewrite
 
 import (
-	"fmt"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -207,17 +205,12 @@ func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *ttl.Rule, col, value s
 // fails when the catalog does not know the table's columns.
 func (w *walker) implicitColumns(rule *ttl.Rule, col string, width int, form string) (list string, given bool) {
 	cols := w.columns(rule)
-	what := fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: %s without a column list", rule.QualifiedName(), form)
-	hint := fmt.Sprintf("Give a column list, e.g. INSERT INTO %s (a, b, …) ….", rule.Table)
-	if form != "INSERT" {
-		hint = "Give the INSERT a column list, e.g. INSERT (a, b, …) VALUES (…)."
-	}
 	switch {
 	case cols == nil:
-		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: what + " and the proxy does not know the table's columns", Hint: hint})
+		w.fail(errStampWithoutColumnList(rule, form, "and the proxy does not know the table's columns"))
 		return "", false
 	case width < 0:
-		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: what + " from a query whose width the proxy does not know", Hint: hint})
+		w.fail(errStampWithoutColumnList(rule, form, "from a query whose width the proxy does not know"))
 		return "", false
 	}
 	pos := -1
@@ -227,7 +220,7 @@ func (w *walker) implicitColumns(rule *ttl.Rule, col string, width int, form str
 		}
 	}
 	if pos < 0 {
-		w.fail(&Error{Code: sqlstate.FeatureNotSupported, Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", rule.QualifiedName(), ttl.QuoteIdent(col)), Hint: hint})
+		w.fail(errStampNoColumn(rule, form, col))
 		return "", false
 	}
 	if width > pos {

@@ -1,13 +1,11 @@
 package rewrite
 
 import (
-	"fmt"
 	"sort"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -38,12 +36,7 @@ func (w *walker) pin(rv *pg.RangeVar) {
 	}
 	sch, ok := w.resolve(rv.Relname)
 	if !ok {
-		w.fail(&Error{
-			Code:    sqlstate.FeatureNotSupported,
-			Message: fmt.Sprintf("ttlproxy: cannot prepare a statement on %s: the proxy cannot tell which schema the name refers to under the current search path", ttl.QuoteIdent(rv.Relname)),
-			Detail:  "EXECUTE analyses a prepared statement again under the search path of its time, so the proxy qualifies the TTL table names of a PREPARE with their schema.",
-			Hint:    "Qualify the table with its schema in the PREPARE statement.",
-		})
+		w.fail(errPrepareUnresolved(rv.Relname))
 		return
 	}
 	if ts := w.tokens(); w.err == nil && ts.at(loc) < 0 {

@@ -1,13 +1,11 @@
 package rewrite
 
 import (
-	"fmt"
 	"strconv"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -366,11 +364,7 @@ func (w *walker) itemSpan(rv *pg.RangeVar) (first, after int, ok bool) {
 func (w *walker) renamed(rule *ttl.Rule, rv *pg.RangeVar) map[string]string {
 	cols := w.columns(rule)
 	if cols == nil {
-		w.fail(&Error{
-			Code:    sqlstate.FeatureNotSupported,
-			Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s under the column alias list of %q: the proxy does not know the table's columns", rule.QualifiedName(), rv.Alias.Aliasname),
-			Hint:    "Refer to the table without a column alias list.",
-		})
+		w.fail(errAliasColumnsUnknown(rule, rv.Alias.Aliasname))
 		return nil
 	}
 	names := map[string]string{}

@@ -8,7 +8,6 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -81,19 +80,11 @@ func checkVariableSet(v *pg.VariableSetStmt) *Error {
 		return nil
 	}
 	if len(v.Args) != 1 {
-		return &Error{
-			Code:    sqlstate.InvalidParameterValue,
-			Message: "ttlproxy: SET ttlproxy.ttl takes only one value",
-			Hint:    ttlSettingHint,
-		}
+		return errTTLSetting("SET ttlproxy.ttl takes only one value")
 	}
 	value, ok := constText(v.Args[0])
 	if !ok {
-		return &Error{
-			Code:    sqlstate.InvalidParameterValue,
-			Message: "ttlproxy: invalid value for ttlproxy.ttl: the proxy accepts only a literal value",
-			Hint:    ttlSettingHint,
-		}
+		return errTTLSetting("invalid value for ttlproxy.ttl: the proxy accepts only a literal value")
 	}
 	return checkTTLValue(value)
 }
@@ -133,16 +124,10 @@ func checkSetConfig(f *pg.FuncCall) *Error {
 	return checkTTLValue(v)
 }
 
-const ttlSettingHint = "Give a lifetime such as '90s', '10 minutes', '1 day', '00:10:00' or 'PT10M'; months and years are not accepted, and '' or RESET removes the override."
-
 // checkTTLValue rejects a value ttl.ParseTTLSetting does not accept.
 func checkTTLValue(value string) *Error {
 	if _, err := ttl.ParseTTLValue(value); err != nil {
-		return &Error{
-			Code:    sqlstate.InvalidParameterValue,
-			Message: fmt.Sprintf("ttlproxy: invalid value for ttlproxy.ttl: %q: %v", value, err),
-			Hint:    ttlSettingHint,
-		}
+		return errTTLSetting(fmt.Sprintf("invalid value for ttlproxy.ttl: %q: %v", value, err))
 	}
 	return nil
 }

@@ -1,13 +1,11 @@
 package rewrite
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -34,11 +32,7 @@ func sidecarTTLFor(r *ttl.Rule, s *Session) (time.Duration, bool) {
 // rejectSidecarRegistration fails closed on an INSERT form whose rows the
 // rewriter cannot register in the sidecar registry.
 func (w *walker) rejectSidecarRegistration(rule *ttl.Rule, form string) {
-	w.fail(&Error{
-		Code:    sqlstate.FeatureNotSupported,
-		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", rule.QualifiedName(), form),
-		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … without RETURNING, outside WITH, or insert the registry row yourself.", rule.Table),
-	})
+	w.fail(errSidecarForm(rule, form))
 }
 
 // sidecarCTE names the data-modifying CTE that carries the rows of an INSERT

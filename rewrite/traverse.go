@@ -3,8 +3,6 @@ package rewrite
 import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // Generic traversal: the reflective walk that finds every subquery and
@@ -48,7 +46,7 @@ func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
 				return false
 			}
 			if r := w.ruleFor(v, sc); r != nil {
-				w.failf(sqlstate.FeatureNotSupported, "cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), w.construct)
+				w.fail(errUnhandledPosition(r, w.construct))
 			}
 			return false
 		}

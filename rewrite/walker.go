@@ -1,7 +1,6 @@
 package rewrite
 
 import (
-	"fmt"
 	"strconv"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -105,10 +104,6 @@ func (w *walker) fail(e *Error) {
 	if w.err == nil {
 		w.err = e
 	}
-}
-
-func (w *walker) failf(code, format string, args ...any) {
-	w.fail(&Error{Code: code, Message: "ttlproxy: " + fmt.Sprintf(format, args...)})
 }
 
 func (w *walker) insert(at int, text string) {

@@ -1,0 +1,164 @@
+package rewrite
+
+import (
+	"fmt"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// The rejections the rewriter answers with, one constructor per condition.
+// Every message starts with "ttlproxy: " and names the table and the
+// construct; SQLSTATEs are PostgreSQL's own for the same condition
+// (internal/sqlstate).
+
+// errStatementTooLong: the text is longer than Options.MaxStatementBytes
+// (54000, as the server's own statement size limit).
+func errStatementTooLong(n, limit int) *Error {
+	return &Error{
+		Code:    sqlstate.ProgramLimitExceeded,
+		Message: fmt.Sprintf("ttlproxy: statement of %d bytes is longer than the %d bytes the proxy parses", n, limit),
+		Hint:    "Split the statement, or raise the proxy's statement size limit.",
+	}
+}
+
+// errNestedTooDeeply: the text is nested beyond Options.MaxNestingDepth, or
+// beyond the parser's own stack (limit 0) (54001, as the server's
+// "stack depth limit exceeded").
+func errNestedTooDeeply(limit int) *Error {
+	msg := "ttlproxy: statement is nested too deeply for the proxy to parse"
+	if limit > 0 {
+		msg += fmt.Sprintf(" (limit %d)", limit)
+	}
+	return &Error{Code: sqlstate.StatementTooComplex, Message: msg}
+}
+
+// errSyntax: the text mentions a TTL table and does not parse (42601).
+func errSyntax(msg string) *Error {
+	return &Error{
+		Code:    sqlstate.SyntaxError,
+		Message: "ttlproxy: " + msg,
+		Detail:  "The statement mentions a TTL table and the proxy cannot parse it.",
+	}
+}
+
+// internalError: the rewriter lost its way in a statement it parsed (XX000);
+// the statement is rejected, never forwarded.
+func internalError(what string) *Error {
+	return &Error{Code: sqlstate.InternalError, Message: "ttlproxy: internal rewrite error: " + what}
+}
+
+// errUnhandledPosition: a TTL table in a position of construct the walk does
+// not filter (0A000).
+func errUnhandledPosition(r *ttl.Rule, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s in %s: the proxy does not handle this position", r.QualifiedName(), construct),
+	}
+}
+
+// errCannotFilterIn: a TTL table anywhere in a statement kind the rewriter
+// refuses whole (0A000).
+func errCannotFilterIn(r *ttl.Rule, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s in %s", r.QualifiedName(), construct),
+	}
+}
+
+// errFunctionBody: a function or DO body names a TTL table (0A000).
+func errFunctionBody(r *ttl.Rule, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s in %s: the proxy cannot see inside function bodies", r.QualifiedName(), construct),
+		Hint:    "Run the statements of the body through the proxy one by one, or connect directly for maintenance.",
+	}
+}
+
+// errStateChangeInString: a statement that may change the session state is
+// followed in the same query string by one on a TTL table (0A000).
+func errStateChangeInString(what string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: a statement that may change search_path, role or ttlproxy.ttl is followed by a statement on %s in the same query string; send them as separate queries", what),
+		Detail:  "The proxy rewrites a query string under the session state from before it; a change made inside it applies to the statements after it only in the server.",
+		Hint:    "Send the statement that changes the setting in its own query string.",
+	}
+}
+
+// errPrepareUnresolved: a PREPARE names a TTL table name the search path
+// does not place (0A000).
+func errPrepareUnresolved(rel string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot prepare a statement on %s: the proxy cannot tell which schema the name refers to under the current search path", ttl.QuoteIdent(rel)),
+		Detail:  "EXECUTE analyses a prepared statement again under the search path of its time, so the proxy qualifies the TTL table names of a PREPARE with their schema.",
+		Hint:    "Qualify the table with its schema in the PREPARE statement.",
+	}
+}
+
+// errAliasColumnsUnknown: a column alias list on a TTL table whose columns
+// the catalog does not know (0A000).
+func errAliasColumnsUnknown(r *ttl.Rule, alias string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter TTL table %s under the column alias list of %q: the proxy does not know the table's columns", r.QualifiedName(), alias),
+		Hint:    "Refer to the table without a column alias list.",
+	}
+}
+
+// stampHint is the advice for an INSERT of form that cannot be stamped.
+func stampHint(r *ttl.Rule, form string) string {
+	if form != "INSERT" {
+		return "Give the INSERT a column list, e.g. INSERT (a, b, …) VALUES (…)."
+	}
+	return fmt.Sprintf("Give a column list, e.g. INSERT INTO %s (a, b, …) ….", r.Table)
+}
+
+// errStampWithoutColumnList: an INSERT of form without a column list whose
+// stamp position the proxy cannot tell, for reason (0A000).
+func errStampWithoutColumnList(r *ttl.Rule, form, reason string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: %s without a column list %s", r.QualifiedName(), form, reason),
+		Hint:    stampHint(r, form),
+	}
+}
+
+// errStampNoColumn: the table has no stamp column col (0A000).
+func errStampNoColumn(r *ttl.Rule, form, col string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: it has no column %s", r.QualifiedName(), ttl.QuoteIdent(col)),
+		Hint:    stampHint(r, form),
+	}
+}
+
+// errSidecarForm: an INSERT form whose rows cannot be registered in the
+// sidecar registry (0A000).
+func errSidecarForm(r *ttl.Rule, form string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", r.QualifiedName(), form),
+		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … without RETURNING, outside WITH, or insert the registry row yourself.", r.Table),
+	}
+}
+
+// ttlSettingHint is the advice for every ttlproxy.ttl rejection.
+const ttlSettingHint = "Give a lifetime such as '90s', '10 minutes', '1 day', '00:10:00' or 'PT10M'; months and years are not accepted, and '' or RESET removes the override."
+
+// errTTLSetting: a SET or set_config of ttlproxy.ttl the proxy cannot accept
+// (22023, as the server's invalid_parameter_value).
+func errTTLSetting(msg string) *Error {
+	return &Error{Code: sqlstate.InvalidParameterValue, Message: "ttlproxy: " + msg, Hint: ttlSettingHint}
+}
+
+// errSessionTTLInvalid: a statement would stamp while the session's
+// ttlproxy.ttl holds a value the proxy cannot read (22023).
+func errSessionTTLInvalid(r *ttl.Rule, value string) *Error {
+	return &Error{
+		Code:    sqlstate.InvalidParameterValue,
+		Message: fmt.Sprintf("ttlproxy: cannot stamp TTL table %s: the session's ttlproxy.ttl %q is not a valid lifetime", r.QualifiedName(), value),
+		Hint:    ttlSettingHint,
+	}
+}
