@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -40,6 +41,23 @@ func encodeRefresh(query string) []byte {
 		}
 	}
 	return b
+}
+
+// handoff is how clientToServer waits for, and borrows, what
+// serverToClient reads from the server.
+type handoff struct {
+	// refreshing counts the answers (each up to a ReadyForQuery) that
+	// serverToClient hands clientToServer through refreshed instead of
+	// relaying them to the client.
+	refreshing atomic.Int32
+	refreshed  chan refreshResult
+	// idleWait asks serverToClient to signal idle when pending drops to 0.
+	idleWait atomic.Bool
+	idle     chan struct{}
+}
+
+func newHandoff() handoff {
+	return handoff{refreshed: make(chan refreshResult, 1), idle: make(chan struct{}, 1)}
 }
 
 // refreshResult is what serverToClient hands clientToServer after reading
@@ -90,7 +108,7 @@ func (s *session) syncState() error {
 // and returns the last answer. serverToClient reads the answers (readState)
 // instead of relaying them. Nothing else may be outstanding.
 func (s *session) ask(msgs []byte, n int) (refreshResult, error) {
-	s.refreshing.Store(int32(n))
+	s.answers.refreshing.Store(int32(n))
 	if err := s.write(msgs); err != nil {
 		return refreshResult{}, err
 	}
@@ -100,7 +118,7 @@ func (s *session) ask(msgs []byte, n int) (refreshResult, error) {
 	var res refreshResult
 	for range n {
 		select {
-		case res = <-s.refreshed:
+		case res = <-s.answers.refreshed:
 		case <-s.quit:
 			return res, errQuit
 		}
@@ -118,11 +136,11 @@ func (s *session) readState() error {
 	results, qerr, status, err := readResults(s)
 	if err == nil {
 		s.txStatus.Store(uint32(status))
-		s.refreshing.Add(-1)
+		s.answers.refreshing.Add(-1)
 	} else {
-		s.refreshing.Store(0)
+		s.answers.refreshing.Store(0)
 	}
-	s.refreshed <- refreshResult{results: results, qerr: qerr, status: status, err: err}
+	s.answers.refreshed <- refreshResult{results: results, qerr: qerr, status: status, err: err}
 	return err
 }
 
@@ -136,14 +154,14 @@ func (s *session) awaitIdle() error {
 	if err := s.uw.Flush(); err != nil {
 		return &writeError{err}
 	}
-	s.idleWait.Store(true)
-	defer s.idleWait.Store(false)
+	s.answers.idleWait.Store(true)
+	defer s.answers.idleWait.Store(false)
 	for {
 		if v := s.pending.Load(); v <= 0 {
 			return nil
 		}
 		select {
-		case <-s.idle:
+		case <-s.answers.idle:
 		case <-s.quit:
 			return errQuit
 		}
@@ -153,9 +171,9 @@ func (s *session) awaitIdle() error {
 // noteIdle wakes awaitIdle; called by serverToClient when a ReadyForQuery
 // leaves nothing outstanding.
 func (s *session) noteIdle() {
-	if s.idleWait.Load() {
+	if s.answers.idleWait.Load() {
 		select {
-		case s.idle <- struct{}{}:
+		case s.answers.idle <- struct{}{}:
 		default:
 		}
 	}

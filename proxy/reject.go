@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -20,6 +22,63 @@ type rejection struct {
 	err *rewrite.Error
 }
 
+// rejections hands the rejected statements from clientToServer, which
+// forwards a marker in their place, to serverToClient, which swaps the
+// server's answer to the marker for the rejection.
+type rejections struct {
+	seq  uint64 // owned by clientToServer
+	mu   sync.Mutex
+	list []rejection
+	// n is len(list), read without the lock on every relayed message.
+	n atomic.Int32
+}
+
+// pending reports whether any rejection waits for its answer.
+func (r *rejections) pending() bool { return r.n.Load() > 0 }
+
+// add records re, stale after ReadyForQuery number z, and returns its marker
+// number. Called by clientToServer only.
+func (r *rejections) add(re *rewrite.Error, z uint64) uint64 {
+	r.seq++
+	r.mu.Lock()
+	r.list = append(r.list, rejection{n: r.seq, z: z, err: re})
+	r.n.Store(int32(len(r.list)))
+	r.mu.Unlock()
+	return r.seq
+}
+
+// drop forgets rejections whose statements are answered by ReadyForQuery
+// number z or earlier: the server skipped them (a failed transaction, or an
+// earlier error in the same Sync batch) and said what it would have said
+// about the original.
+func (r *rejections) drop(z uint64) {
+	r.mu.Lock()
+	kept := r.list[:0]
+	for _, x := range r.list {
+		if x.z > z {
+			kept = append(kept, x)
+		}
+	}
+	clear(r.list[len(kept):])
+	r.list = kept
+	r.n.Store(int32(len(kept)))
+	r.mu.Unlock()
+}
+
+// take removes and returns rejection n, or nil.
+func (r *rejections) take(n uint64) *rewrite.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, x := range r.list {
+		if x.n == n {
+			r.list = slices.Delete(r.list, k, k+1)
+			r.n.Store(int32(len(r.list)))
+			return x.err
+		}
+	}
+	return nil
+}
+
 // addRejection records err for the statement being forwarded and returns
 // its marker number. Called by clientToServer only.
 func (s *session) addRejection(err error) uint64 {
@@ -29,30 +88,7 @@ func (s *session) addRejection(err error) uint64 {
 		s.log.Error("rewriting statement", "err", err)
 		re = &rewrite.Error{Code: codeInternalError, Message: "ttlproxy: could not rewrite the statement"}
 	}
-	s.rejectSeq++
-	s.rejectMu.Lock()
-	s.rejects = append(s.rejects, rejection{n: s.rejectSeq, z: s.expected, err: re})
-	s.rejectMu.Unlock()
-	s.nrejects.Add(1)
-	return s.rejectSeq
-}
-
-// dropRejections forgets rejections whose statements are answered by
-// ReadyForQuery number z or earlier: the server skipped them (a failed
-// transaction, or an earlier error in the same Sync batch) and said what it
-// would have said about the original.
-func (s *session) dropRejections(z uint64) {
-	s.rejectMu.Lock()
-	kept := s.rejects[:0]
-	for _, r := range s.rejects {
-		if r.z > z {
-			kept = append(kept, r)
-		}
-	}
-	clear(s.rejects[len(kept):])
-	s.rejects = kept
-	s.nrejects.Store(int32(len(kept)))
-	s.rejectMu.Unlock()
+	return s.rejects.add(re, s.expected)
 }
 
 // substituteRejection returns the ErrorResponse to send for msg (a whole
@@ -80,17 +116,7 @@ func (s *session) substituteRejection(msg []byte, dst []byte) []byte {
 	if err != nil {
 		return msg
 	}
-	var re *rewrite.Error
-	s.rejectMu.Lock()
-	for k, r := range s.rejects {
-		if r.n == n {
-			re = r.err
-			s.rejects = slices.Delete(s.rejects, k, k+1)
-			break
-		}
-	}
-	s.nrejects.Store(int32(len(s.rejects)))
-	s.rejectMu.Unlock()
+	re := s.rejects.take(n)
 	if re == nil {
 		return msg
 	}

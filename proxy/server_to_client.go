@@ -29,7 +29,7 @@ func (s *session) serverToClient() error {
 
 		var partial bool
 		switch {
-		case typ != 'D' && s.refreshing.Load() > 0:
+		case typ != 'D' && s.answers.refreshing.Load() > 0:
 			// The answer to the proxy's state query (state.go).
 			if err = s.readState(); err != nil && !isWriteError(err) {
 				return s.upstreamEnded(err, false, lastType)
@@ -57,8 +57,8 @@ func (s *session) serverToClient() error {
 				break
 			}
 			zSeq++
-			if s.nrejects.Load() > 0 {
-				s.dropRejections(zSeq)
+			if s.rejects.pending() {
+				s.rejects.drop(zSeq)
 			}
 			s.txStatus.Store(uint32(status))
 			v := s.pending.Add(-1)
@@ -74,7 +74,7 @@ func (s *session) serverToClient() error {
 			if v <= 0 && s.shutdown.Load() && s.pending.CompareAndSwap(0, closedMark) {
 				return s.closeAtShutdown()
 			}
-		case typ == 'E' && s.nrejects.Load() > 0:
+		case typ == 'E' && s.rejects.pending():
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.upstreamEnded(err, false, lastType)
 			}

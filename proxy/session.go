@@ -84,39 +84,31 @@ type session struct {
 	fatal atomic.Pointer[[]byte]
 
 	// Owned by clientToServer.
-	expected  uint64 // ReadyForQuery messages announced so far
-	rejectSeq uint64
-	out       []byte
+	expected uint64 // ReadyForQuery messages announced so far
+	out      []byte
 
-	rejectMu sync.Mutex
-	rejects  []rejection
-	nrejects atomic.Int32
+	// rejects hands rejected statements to serverToClient (reject.go).
+	rejects rejections
 
-	// Hand-offs for reading the session state (refresh.go).
 	// txStatus is the status byte of the last ReadyForQuery.
 	txStatus atomic.Uint32
-	// refreshing counts the answers (each up to a ReadyForQuery) that
-	// serverToClient hands clientToServer through refreshed.
-	refreshing atomic.Int32
-	refreshed  chan refreshResult
-	// idleWait asks serverToClient to signal idle when pending drops to 0.
-	idleWait atomic.Bool
-	idle     chan struct{}
+	// answers lets clientToServer wait for and borrow what serverToClient
+	// reads from the server (refresh.go).
+	answers handoff
 }
 
 func newSession(srv *Server, conn net.Conn) *session {
 	id := srv.nextID.Add(1)
 	log := srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String())
 	return &session{
-		srv:       srv,
-		id:        id,
-		log:       log,
-		st:        newSessionState(log, srv.bypass),
-		client:    conn,
-		ready:     make(chan struct{}),
-		quit:      make(chan struct{}),
-		refreshed: make(chan refreshResult, 1),
-		idle:      make(chan struct{}, 1),
+		srv:     srv,
+		id:      id,
+		log:     log,
+		st:      newSessionState(log, srv.bypass),
+		client:  conn,
+		ready:   make(chan struct{}),
+		quit:    make(chan struct{}),
+		answers: newHandoff(),
 	}
 }
 
