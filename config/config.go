@@ -50,6 +50,11 @@ type Config struct {
 	// BypassRoles are login roles whose sessions are neither filtered nor
 	// stamped, compared exactly as the client sends the user name.
 	BypassRoles []string
+	// TrustedFunctions are the functions a statement may call although
+	// their bodies read a TTL table inside the server, where they see
+	// expired rows: "schema.name", or a bare name for every function so
+	// named, folded as PostgreSQL would.
+	TrustedFunctions []string
 	// Limits bound what one client can send.
 	Limits Limits
 	// DialTimeout bounds connecting to the upstream server; 0:
@@ -149,7 +154,7 @@ func Parse(data []byte) (*Config, error) {
 
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
-		"listen", "upstream", "admin_listen", "tls", "bypass_roles", "limits",
+		"listen", "upstream", "admin_listen", "tls", "bypass_roles", "trusted_functions", "limits",
 		"dial_timeout", "shutdown_timeout", "tables", "sweeper")
 	if err != nil {
 		return nil, err
@@ -182,6 +187,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["bypass_roles"]; ok {
 		if cfg.BypassRoles, err = v.strings(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["trusted_functions"]; ok {
+		if cfg.TrustedFunctions, err = parseFunctionNames(v); err != nil {
 			return nil, err
 		}
 	}
@@ -241,6 +251,27 @@ func CheckAddress(s string, needHost bool) error {
 		return fmt.Errorf("invalid address %q: bad port %q", s, port)
 	}
 	return nil
+}
+
+// parseFunctionNames parses a list of function names, "schema.name" or
+// "name".
+func parseFunctionNames(v field) ([]string, error) {
+	items, err := v.strings()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(items))
+	for i, item := range items {
+		schema, name, err := parseQualified(item, "")
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", v.path, i, err)
+		}
+		out[i] = name
+		if schema != "" {
+			out[i] = schema + "." + name
+		}
+	}
+	return out, nil
 }
 
 func parseTLS(v field) (*TLS, error) {

@@ -19,6 +19,7 @@ upstream: db.internal:5433
 admin_listen: :9999
 tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
 bypass_roles: [ttl_admin, Migrator]
+trusted_functions: [Report.Count_All, '"MixedCase"', audit_count]
 limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096}
 dial_timeout: 3s
 shutdown_timeout: 20s
@@ -59,14 +60,15 @@ sweeper:
 		t.Fatal(err)
 	}
 	want := &Config{
-		Listen:          "0.0.0.0:7432",
-		Upstream:        "db.internal:5433",
-		AdminListen:     ":9999",
-		TLS:             &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
-		BypassRoles:     []string{"ttl_admin", "Migrator"},
-		Limits:          Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096},
-		DialTimeout:     3 * time.Second,
-		ShutdownTimeout: 20 * time.Second,
+		Listen:           "0.0.0.0:7432",
+		Upstream:         "db.internal:5433",
+		AdminListen:      ":9999",
+		TLS:              &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
+		BypassRoles:      []string{"ttl_admin", "Migrator"},
+		TrustedFunctions: []string{"report.count_all", "MixedCase", "audit_count"},
+		Limits:           Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096},
+		DialTimeout:      3 * time.Second,
+		ShutdownTimeout:  20 * time.Second,
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},
@@ -162,6 +164,8 @@ func TestParseErrors(t *testing.T) {
 		{"tls unknown", up + "tls: {cert_file: c, key_file: k, ca_file: x}\n", "tls.ca_file: unknown key (line 2)"},
 		{"bypass not list", up + "bypass_roles: admin\n", `bypass_roles: expected a list, got "admin"`},
 		{"bypass empty item", up + "bypass_roles: [a, '']\n", "bypass_roles[1]: must not be empty"},
+		{"trusted function not list", up + "trusted_functions: f\n", `trusted_functions: expected a list, got "f"`},
+		{"trusted function bad name", up + "trusted_functions: [a.b.c]\n", "trusted_functions[0]: too many dotted parts: want schema.table"},
 		{"limits unknown", up + "limits: {max_rows: 1}\n", "limits.max_rows: unknown key (line 2)"},
 		{"limits not int", up + "limits: {max_nesting_depth: deep}\n", `limits.max_nesting_depth: expected an integer, got "deep"`},
 		{"limits float", up + "limits: {max_statement_bytes: 1.5}\n", `limits.max_statement_bytes: expected an integer, got "1.5"`},

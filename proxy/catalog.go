@@ -87,18 +87,30 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 		q.full = q.state
 		return q
 	}
-	q.full = appendQuery(nil, stateQuery+";\n"+catalogSQL(strings.Join(pairs, ", ")))
+	// JIT compiling the recursive catalog statements would cost more than
+	// running them (hundreds of milliseconds against about ten): off for
+	// this Query's implicit transaction only.
+	q.full = appendQuery(nil, "SET LOCAL jit = off;\n"+stateQuery+";\n"+catalogSQL(strings.Join(pairs, ", ")))
 	return q
 }
+
+// catalogStatements is the number of statements catalogSQL returns.
+const catalogStatements = 6
 
 // catalogSQL returns the catalog statements for the TTL tables given as
 // (schema, table) literal pairs: the columns, then the unique keys of the
 // TTL tables and of their inheritance children and partitions at any
-// depth; the schemas holding a relation named like one of those; and the
-// children with the TTL table whose rule each follows (a child that is a
-// TTL table itself keeps its own rule; one under two TTL tables follows the
-// first by name). Each statement repeats the relations CTE: the
-// statements of one Query do not share it.
+// depth; the schemas holding a relation named like one of those or like a
+// view below; the children with the TTL table whose rule each follows (a
+// child that is a TTL table itself keeps its own rule; one under two TTL
+// tables follows the first by name); the views, materialized views and
+// rules on other tables that read one of those relations inside the server,
+// at any depth through views (pg_depend on pg_rewrite), with the view's
+// definition; and the functions and procedures whose bodies read one of
+// those relations or views (pg_depend for SQL-standard bodies; otherwise the
+// name in prosrc, which errs toward listing) or call such a function, with
+// the tables whose triggers run them. Each statement repeats the relations
+// CTE: the statements of one Query do not share it.
 func catalogSQL(tables string) string {
 	rels := `WITH RECURSIVE ttl AS (
   SELECT c.oid, n.nspname::pg_catalog.text || '.' || c.relname::pg_catalog.text AS rule
@@ -111,6 +123,22 @@ func catalogSQL(tables string) string {
   SELECT i.inhrelid, tr.rule FROM pg_catalog.pg_inherits i JOIN tree tr ON i.inhparent = tr.oid
 ), rels AS (
   SELECT oid FROM ttl UNION SELECT oid FROM tree
+), deps AS (
+  SELECT r.ev_class AS oid, d.refobjid AS reads
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
+   WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+     AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+     AND d.refobjid IN (SELECT oid FROM rels) AND r.ev_class <> d.refobjid
+  UNION
+  SELECT r.ev_class, d.refobjid
+    FROM deps
+    JOIN pg_catalog.pg_class v ON v.oid = deps.oid AND v.relkind IN ('v', 'm')
+    JOIN pg_catalog.pg_depend d ON d.refobjid = deps.oid
+    JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
+   WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+     AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+     AND r.ev_class <> d.refobjid
 )
 `
 	return rels + `SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
@@ -133,7 +161,7 @@ func catalogSQL(tables string) string {
 ` + rels + `SELECT c.relname, n.nspname
   FROM pg_catalog.pg_class c
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE c.relname IN (SELECT r.relname FROM pg_catalog.pg_class r WHERE r.oid IN (SELECT oid FROM rels))
+ WHERE c.relname IN (SELECT r.relname FROM pg_catalog.pg_class r WHERE r.oid IN (SELECT oid FROM rels) OR r.oid IN (SELECT oid FROM deps))
    AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
    AND n.nspname !~ '^pg_(toast_)?temp_'
  ORDER BY 1, 2;
@@ -142,7 +170,49 @@ func catalogSQL(tables string) string {
   JOIN pg_catalog.pg_class c ON c.oid = tr.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE tr.oid NOT IN (SELECT oid FROM ttl)
- ORDER BY n.nspname, c.relname, tr.rule`
+ ORDER BY n.nspname, c.relname, tr.rule;
+` + rels + `SELECT DISTINCT c.relkind, n.nspname, c.relname, rn.nspname, rc.relname,
+       CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END
+  FROM deps
+  JOIN pg_catalog.pg_class c ON c.oid = deps.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_catalog.pg_class rc ON rc.oid = deps.reads
+  JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
+ ORDER BY 2, 3, 4, 5;
+` + rels + `, names AS (
+  SELECT pg_catalog.lower(c.relname::pg_catalog.text) AS name FROM pg_catalog.pg_class c
+   WHERE c.oid IN (SELECT oid FROM rels)
+      OR c.oid IN (SELECT d.oid FROM deps d JOIN pg_catalog.pg_class v ON v.oid = d.oid AND v.relkind IN ('v', 'm'))
+), src AS (
+  SELECT p.oid, pg_catalog.lower(p.proname::pg_catalog.text) AS name, pg_catalog.lower(p.prosrc) AS body
+    FROM pg_catalog.pg_proc p
+    JOIN pg_catalog.pg_namespace pn ON pn.oid = p.pronamespace
+   WHERE pn.nspname NOT IN ('pg_catalog', 'information_schema') AND p.prolang NOT IN (12, 13)
+), funcs AS (
+  SELECT d.objid AS oid, rc.relname::pg_catalog.text AS reads
+    FROM pg_catalog.pg_depend d
+    JOIN pg_catalog.pg_class rc ON rc.oid = d.refobjid
+   WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+     AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+     AND (d.refobjid IN (SELECT oid FROM rels) OR d.refobjid IN (SELECT oid FROM deps))
+  UNION
+  SELECT s.oid, x.name FROM src s JOIN names x ON pg_catalog.strpos(s.body, x.name) > 0
+  UNION
+  SELECT s.oid, f.name
+    FROM funcs
+    JOIN src f ON f.oid = funcs.oid
+    JOIN src s ON s.oid <> f.oid AND pg_catalog.strpos(s.body, f.name) > 0
+)
+SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
+       (SELECT pg_catalog.string_agg(tn.nspname::pg_catalog.text || '.' || tc.relname::pg_catalog.text, ',')
+          FROM pg_catalog.pg_trigger t
+          JOIN pg_catalog.pg_class tc ON tc.oid = t.tgrelid
+          JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace
+         WHERE t.tgfoid = p.oid AND NOT t.tgisinternal)
+  FROM funcs
+  JOIN pg_catalog.pg_proc p ON p.oid = funcs.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+ ORDER BY n.nspname, p.proname, funcs.reads`
 }
 
 // finishStartup runs after the server's first ReadyForQuery, before it is
@@ -187,8 +257,8 @@ func (s *session) loadCatalog() error {
 			"sqlstate", qerr.Code, "err", qerr.Message)
 	}
 	s.txStatus.Store(uint32(status))
-	if cat == nil && qerr == nil && len(results) == 5 {
-		cat = buildCatalog(results[1], results[2], results[3], results[4])
+	if cat == nil && qerr == nil && len(results) == 1+catalogStatements {
+		cat = buildCatalog(s.log, results[1], results[2], results[3], results[4], results[5], results[6])
 		srv.catalogs.put(s.database, cat)
 	}
 	s.st.setCatalog(cat)
@@ -284,7 +354,10 @@ func decodeDataRow(b []byte) ([]string, error) {
 }
 
 // buildCatalog assembles the rows of the catalog query.
-func buildCatalog(columns, keys, schemas, children [][]string) *rewrite.Catalog {
+// Rules on other tables and triggers whose functions read a TTL table are
+// logged: the proxy cannot filter what they read (ttlproxy install
+// --row-security can).
+func buildCatalog(log *slog.Logger, columns, keys, schemas, children, views, functions [][]string) *rewrite.Catalog {
 	cat := rewrite.CatalogData{
 		Tables:  map[string]*rewrite.TableInfo{},
 		Schemas: map[string][]string{},
@@ -332,6 +405,39 @@ func buildCatalog(columns, keys, schemas, children [][]string) *rewrite.Catalog 
 			cat.Children = map[string]string{}
 		}
 		cat.Children[row[0]+"."+row[1]] = row[2]
+	}
+	for _, row := range views {
+		if len(row) != 6 {
+			continue
+		}
+		name, reads := row[1]+"."+row[2], row[3]+"."+row[4]
+		switch row[0] {
+		case "v", "m":
+			if cat.Views == nil {
+				cat.Views = map[string]rewrite.View{}
+			}
+			v := cat.Views[name]
+			v.Materialized = row[0] == "m"
+			v.Definition = row[5]
+			v.Reads = append(v.Reads, reads)
+			cat.Views[name] = v
+		default:
+			log.Warn("a rule on this table reads a TTL table inside the server, where the proxy cannot hide expired rows",
+				"table", name, "reads", reads)
+		}
+	}
+	for _, row := range functions {
+		if len(row) != 4 {
+			continue
+		}
+		if cat.Functions == nil {
+			cat.Functions = map[string]string{}
+		}
+		cat.Functions[row[0]+"."+row[1]] = row[2]
+		if row[3] != "" {
+			log.Warn("a trigger function reads a TTL table inside the server, where the proxy cannot hide expired rows",
+				"function", row[0]+"."+row[1], "reads", row[2], "tables", row[3])
+		}
 	}
 	return rewrite.NewCatalog(cat)
 }

@@ -18,16 +18,6 @@ func childNames(key string) [2]string {
 	return [2]string{key[strings.IndexByte(key, '.')+1:], key[strings.LastIndexByte(key, '.')+1:]}
 }
 
-// mentionsChild reports that sql may name a child of a TTL table known to
-// the session's catalog.
-func (rw *Rewriter) mentionsChild(sql string, s *Session) bool {
-	cat := s.Catalog
-	if cat == nil || len(cat.childKeys) == 0 {
-		return false
-	}
-	return cat.children.find(sql) >= 0
-}
-
 // ruleAt returns the rule of the table schema.rel: its own, or, for a child
 // of a TTL table, the ancestor's rule under the child's name.
 func (w *walker) ruleAt(schema, rel string) *ttl.Rule {

@@ -22,6 +22,11 @@ type Options struct {
 	// parsing; 0 means DefaultMaxNestingDepth. Left-deep operator chains are bounded at four
 	// times this. Raising it far risks a crash inside the C parser.
 	MaxNestingDepth int
+	// TrustedFunctions lists the functions that may be called although
+	// their bodies read a TTL table inside the server (CatalogData.Functions),
+	// where they see expired rows: "schema.name", or a bare name for every
+	// function so named.
+	TrustedFunctions []string
 	// CacheSize is the number of rewrites kept; 0 means DefaultCacheSize, negative
 	// disables the cache.
 	CacheSize int
@@ -60,6 +65,8 @@ type Rewriter struct {
 	tables matcher
 
 	cache *cache
+	// trusted indexes Options.TrustedFunctions.
+	trusted map[string]bool
 
 	stats struct {
 		shapeHits, shapeMismatches atomic.Uint64
@@ -101,10 +108,11 @@ func New(rules []ttl.Rule, opts Options) (*Rewriter, error) {
 		opts.CacheSize = DefaultCacheSize
 	}
 	rw := &Rewriter{
-		rules:  rules,
-		opts:   opts,
-		byKey:  make(map[relKey]*ttl.Rule, len(rules)),
-		byName: make(map[string][]*ttl.Rule, len(rules)),
+		trusted: trustedSet(opts.TrustedFunctions),
+		rules:   rules,
+		opts:    opts,
+		byKey:   make(map[relKey]*ttl.Rule, len(rules)),
+		byName:  make(map[string][]*ttl.Rule, len(rules)),
 
 		byQualified: make(map[string]*ttl.Rule, len(rules)),
 	}
@@ -159,7 +167,7 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 		st = defaultState
 	}
 	s := &st.s
-	if s.Bypass || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsChild(sql, s)) {
+	if s.Bypass || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s)) {
 		if len(rw.rules) == 0 || !mentionsTTLSetting(sql) {
 			return Result{SQL: sql}, nil
 		}

@@ -162,3 +162,27 @@ func errSessionTTLInvalid(r *ttl.Rule, value string) *Error {
 		Hint:    ttlSettingHint,
 	}
 }
+
+// errLeakyView: a view or materialized view reads a TTL table (or such a
+// view, reads) inside the server, where the proxy cannot filter (0A000).
+func errLeakyView(view, reads string, materialized bool) *Error {
+	why := fmt.Sprintf("it reads %s inside the server, where the proxy cannot hide expired rows", reads)
+	if materialized {
+		why = fmt.Sprintf("its rows of %s were computed at its last refresh and may have expired since", reads)
+	}
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot read view %s through the proxy: %s", view, why),
+		Hint:    "Read the table itself, create the view through the proxy (its definition is then filtered), or install the row security policies (ttlproxy install --row-security).",
+	}
+}
+
+// errLeakyFunction: a function whose body reads a TTL table (or reads, a
+// view or function that does) is called (0A000).
+func errLeakyFunction(fn, reads string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot call function %s through the proxy: its body reads %s, where the proxy cannot hide expired rows", fn, reads),
+		Hint:    "List the function in trusted_functions if it may see expired rows, or read the table in the statement itself.",
+	}
+}

@@ -19,7 +19,7 @@ import (
 // errs toward filtering (a wrong filter fails loudly, a missing one leaks).
 // pg_catalog and pg_temp never hold TTL tables.
 func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
-	if rv == nil {
+	if rv == nil || w.leakyView(rv, sc) {
 		return nil
 	}
 	if rv.Schemaname != "" {

@@ -153,6 +153,29 @@ type CatalogData struct {
 	// keeps the ancestor's registry); Tables should hold its columns, which
 	// may be ordered differently.
 	Children map[string]string
+	// Views are the views and materialized views that read a TTL table, one
+	// of Children or another of Views inside the server, by "schema.name".
+	// NewCatalog decides which of them leak expired rows (leaky.go).
+	Views map[string]View
+	// Functions are the functions and procedures whose bodies may read a
+	// TTL table, one of Views or another of Functions, by "schema.name",
+	// with the name of what they read. The server's dependencies find SQL
+	// function bodies exactly; other languages are matched by name in their
+	// source, which errs toward listing.
+	Functions map[string]string
+}
+
+// View is a view or materialized view that reads a TTL table inside the
+// server.
+type View struct {
+	// Materialized: its rows were computed at its last refresh.
+	Materialized bool
+	// Reads lists what it reads directly, "schema.name": TTL tables, their
+	// children and other Views.
+	Reads []string
+	// Definition is pg_get_viewdef's text of a view; "" for a materialized
+	// view.
+	Definition string
 }
 
 // TableInfo describes one table.
@@ -181,6 +204,10 @@ type Catalog struct {
 	// childKeys are the Children keys, sorted.
 	children  matcher
 	childKeys []string
+	// leaky holds the Views that may return expired rows, with what they
+	// read; leakyNames matches their names and the Functions' in raw text.
+	leaky      map[string]string
+	leakyNames matcher
 }
 
 // NewCatalog copies d, so changing d afterwards does not change the
@@ -199,6 +226,17 @@ func NewCatalog(d CatalogData) *Catalog {
 		}
 	}
 	sort.Strings(c.childKeys)
+	c.leaky = leakyViews(c.d.Views)
+	for _, m := range []map[string]string{c.leaky, c.d.Functions} {
+		for k := range m {
+			for _, name := range childNames(k) {
+				c.leakyNames.add(name, 0)
+				if strings.Contains(name, `"`) {
+					c.leakyNames.add(strings.ReplaceAll(name, `"`, `""`), 0)
+				}
+			}
+		}
+	}
 	c.id = registry.number(c.appendFacts([]byte{'C'}))
 	return c
 }
@@ -207,7 +245,14 @@ func NewCatalog(d CatalogData) *Catalog {
 func (c *Catalog) Data() CatalogData { return c.d.clone() }
 
 func (d CatalogData) clone() CatalogData {
-	out := CatalogData{Children: maps.Clone(d.Children)}
+	out := CatalogData{Children: maps.Clone(d.Children), Functions: maps.Clone(d.Functions)}
+	if d.Views != nil {
+		out.Views = make(map[string]View, len(d.Views))
+		for k, v := range d.Views {
+			v.Reads = slices.Clone(v.Reads)
+			out.Views[k] = v
+		}
+	}
 	if d.Tables != nil {
 		out.Tables = make(map[string]*TableInfo, len(d.Tables))
 		for k, t := range d.Tables {
@@ -265,6 +310,15 @@ func (c *Catalog) appendFacts(b []byte) []byte {
 	b = append(b, 0xff)
 	for _, k := range c.childKeys {
 		b = appendString(appendString(b, k), c.d.Children[k])
+	}
+	// What the rewrite depends on of Views is which of them leak.
+	b = append(b, 0xff)
+	for _, k := range slices.Sorted(maps.Keys(c.leaky)) {
+		b = appendString(appendString(b, k), c.leaky[k])
+	}
+	b = append(b, 0xff)
+	for _, k := range slices.Sorted(maps.Keys(c.d.Functions)) {
+		b = appendString(appendString(b, k), c.d.Functions[k])
 	}
 	return b
 }

@@ -45,6 +45,7 @@ func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
 	return rewrite.New(cfg.Tables, rewrite.Options{
 		MaxStatementBytes: cfg.Limits.MaxStatementBytes,
 		MaxNestingDepth:   cfg.Limits.MaxNestingDepth,
+		TrustedFunctions:  cfg.TrustedFunctions,
 	})
 }
 

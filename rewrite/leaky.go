@@ -1,0 +1,239 @@
+package rewrite
+
+import (
+	"regexp"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Paths to a TTL table inside the server: views, materialized views and
+// functions that read one (CatalogData.Views, CatalogData.Functions). The
+// server runs them without the proxy seeing the table, so a statement that
+// reads such a view or calls such a function is rejected (SQLSTATE 0A000,
+// naming it) instead of being answered with expired rows. A view created
+// through the proxy is not such a path: its definition carries the proxy's
+// filter (leakyViews). A function the operator lists in
+// Options.TrustedFunctions is called as written.
+
+// filterAlias is the alias of the proxy's filter join, `t JOIN (SELECT) AS
+// _ttl_N ON <live>` (read.go), as pg_get_viewdef prints it.
+var filterAlias = regexp.MustCompile(`^_ttl_[0-9]+$`)
+
+// leakyViews returns the views of views that may return expired rows, each
+// with the TTL table or view whose rows make it leak:
+//   - a materialized view: its rows were live, at best, at its last refresh;
+//   - a view whose definition reads a TTL table (or child) other than as the
+//     left side of the proxy's filter join, or that cannot be parsed;
+//   - a view that reads such a view, at any depth.
+//
+// The filter's live condition itself is not compared with the rule's: a
+// view that imitates the filter's shape is taken at its word.
+func leakyViews(views map[string]View) map[string]string {
+	out := map[string]string{}
+	for name, v := range views {
+		if v.Materialized {
+			if len(v.Reads) > 0 {
+				out[name] = v.Reads[0]
+			} else {
+				out[name] = name
+			}
+			continue
+		}
+		if r, ok := unfilteredRead(v, views); ok {
+			out[name] = r
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for name, v := range views {
+			if _, done := out[name]; done {
+				continue
+			}
+			for _, r := range v.Reads {
+				if _, ok := out[r]; ok {
+					out[name] = r
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// unfilteredRead returns the first table v reads directly (a Read that is
+// not one of views) that its definition does not read through the proxy's
+// filter.
+func unfilteredRead(v View, views map[string]View) (string, bool) {
+	tables := map[string]string{} // relation name → "schema.name"
+	for _, r := range v.Reads {
+		if _, isView := views[r]; isView {
+			continue
+		}
+		for _, n := range childNames(r) {
+			tables[n] = r
+		}
+	}
+	if len(tables) == 0 {
+		return "", false
+	}
+	tree, err := pg.Parse(v.Definition)
+	if err != nil || len(tree.Stmts) != 1 {
+		for _, r := range tables {
+			return r, true
+		}
+	}
+	filtered := map[*pg.RangeVar]bool{}
+	walkMessages(tree.Stmts[0].ProtoReflect(), func(m protoreflect.Message) bool {
+		if j, ok := m.Interface().(*pg.JoinExpr); ok {
+			if rv := j.Larg.GetRangeVar(); rv != nil && isFilterJoin(j) {
+				filtered[rv] = true
+			}
+		}
+		return !isLeaf(m)
+	})
+	var leak string
+	forEachRangeVar(tree.Stmts[0].Stmt, func(rv *pg.RangeVar) {
+		if r, ok := tables[rv.Relname]; ok && leak == "" && !filtered[rv] {
+			leak = r
+		}
+	})
+	return leak, leak != ""
+}
+
+// isFilterJoin reports the proxy's filter join: an inner JOIN of an empty
+// SELECT aliased _ttl_N.
+func isFilterJoin(j *pg.JoinExpr) bool {
+	sub := j.Rarg.GetRangeSubselect()
+	if j.Jointype != pg.JoinType_JOIN_INNER || sub == nil || sub.Alias == nil || !filterAlias.MatchString(sub.Alias.Aliasname) {
+		return false
+	}
+	sel := sub.Subquery.GetSelectStmt()
+	return sel != nil && len(sel.TargetList) == 0 && len(sel.FromClause) == 0
+}
+
+// mentionsCatalogName reports that sql may name a child of a TTL table, a
+// leaky view or a function that reads a TTL table known to the session's
+// catalog.
+func (rw *Rewriter) mentionsCatalogName(sql string, s *Session) bool {
+	cat := s.Catalog
+	if cat == nil {
+		return false
+	}
+	return (len(cat.childKeys) > 0 && cat.children.find(sql) >= 0) ||
+		((len(cat.leaky) > 0 || len(cat.d.Functions) > 0) && cat.leakyNames.find(sql) >= 0)
+}
+
+// leakyView fails the walk when rv (a reference outside the CTEs of sc)
+// names a view that may return expired rows, and reports that it did.
+func (w *walker) leakyView(rv *pg.RangeVar, sc *scope) bool {
+	cat := w.s.Catalog
+	if cat == nil || len(cat.leaky) == 0 {
+		return false
+	}
+	key := ""
+	if rv.Schemaname != "" {
+		key = rv.Schemaname + "." + rv.Relname
+	} else if !sc.has(rv.Relname) {
+		key = w.resolveIn(rv.Relname, cat.leaky)
+	}
+	reads, ok := cat.leaky[key]
+	if !ok {
+		return false
+	}
+	w.fail(errLeakyView(key, reads, cat.d.Views[key].Materialized))
+	return true
+}
+
+// resolveIn returns the "schema.name" an unqualified relation or function
+// name refers to among the keys of known, or "": the catalog's schemas
+// holding the name decide when it knows them (a relation of that name
+// earlier on the path hides the view), otherwise the first path schema with
+// such a key does, which errs toward rejecting.
+func (w *walker) resolveIn(name string, known map[string]string) string {
+	path := w.s.SearchPath
+	if path == nil {
+		path = publicPath
+	}
+	if holders, ok := w.s.Catalog.d.Schemas[name]; ok {
+		for _, sch := range path {
+			for _, h := range holders {
+				if h == sch {
+					return sch + "." + name
+				}
+			}
+		}
+	}
+	for _, sch := range path {
+		if _, ok := known[sch+"."+name]; ok {
+			return sch + "." + name
+		}
+	}
+	return ""
+}
+
+// leakyFunctions fails the walk when n calls a function known to read a TTL
+// table inside the server that the operator has not trusted. A call of an
+// unqualified name is taken to reach any such function of that name on the
+// search path.
+func (w *walker) leakyFunctions(n *pg.Node) {
+	cat := w.s.Catalog
+	if cat == nil || len(cat.d.Functions) == 0 || n == nil || n.Node == nil {
+		return
+	}
+	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
+		if w.err != nil || isLeaf(m) {
+			return false
+		}
+		if f, ok := m.Interface().(*pg.FuncCall); ok {
+			w.leakyFunction(f.Funcname)
+		}
+		return true
+	})
+}
+
+func (w *walker) leakyFunction(names []*pg.Node) {
+	if len(names) == 0 {
+		return
+	}
+	name := names[len(names)-1].GetString_().GetSval()
+	schema := ""
+	if len(names) >= 2 {
+		schema = names[len(names)-2].GetString_().GetSval()
+	}
+	fns := w.s.Catalog.d.Functions
+	key := schema + "." + name
+	if schema == "" {
+		key = ""
+		path := w.s.SearchPath
+		if path == nil {
+			path = publicPath
+		}
+		for _, sch := range path {
+			if _, ok := fns[sch+"."+name]; ok {
+				key = sch + "." + name
+				break
+			}
+		}
+	}
+	reads, ok := fns[key]
+	if !ok || w.rw.trusted[key] || w.rw.trusted[name] {
+		return
+	}
+	w.fail(errLeakyFunction(key, reads))
+}
+
+// trustedSet indexes Options.TrustedFunctions: "schema.name" trusts one
+// function, a bare name every function so named.
+func trustedSet(names []string) map[string]bool {
+	if len(names) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[strings.TrimSpace(n)] = true
+	}
+	return m
+}

@@ -1,0 +1,114 @@
+package rewrite
+
+import (
+	"testing"
+)
+
+// leakyCatalogData adds to sessionsCatalogData the in-database paths of
+// the leak test schema: a plain view of sessions, a view of that view, a
+// materialized view, a view created through the proxy (filtered) and a view
+// of it, and functions that read sessions.
+func leakyCatalogData() CatalogData {
+	d := sessionsCatalogData()
+	d.Views = map[string]View{
+		"public.v_sess":  {Reads: []string{"public.sessions"}, Definition: ` SELECT sessions.id, sessions.note FROM sessions;`},
+		"public.v_sess2": {Reads: []string{"public.v_sess"}, Definition: ` SELECT v_sess.id FROM v_sess WHERE (v_sess.id > 3);`},
+		"public.m_sess":  {Materialized: true, Reads: []string{"public.sessions"}},
+		"public.v_filtered": {Reads: []string{"public.sessions"}, Definition: ` SELECT s.id
+   FROM (sessions s
+     JOIN ( SELECT) _ttl_0 ON (((s.expires_at IS NULL) OR (s.expires_at >= now()))));`},
+		"public.v_on_filtered": {Reads: []string{"public.v_filtered"}, Definition: ` SELECT v_filtered.id FROM v_filtered;`},
+		// Filtered once, read a second time without the filter.
+		"public.v_half": {Reads: []string{"public.sessions"}, Definition: ` SELECT s.id
+   FROM (sessions s JOIN ( SELECT) _ttl_0 ON (s.expires_at >= now())), sessions t;`},
+		// The filter's shape, but an outer join keeps every row.
+		"public.v_fake": {Reads: []string{"public.sessions"}, Definition: ` SELECT s.id
+   FROM (sessions s LEFT JOIN ( SELECT) _ttl_0 ON (s.expires_at >= now()));`},
+	}
+	d.Functions = map[string]string{
+		"public.f_sess":    "sessions",
+		"public.f_calls":   "f_sess",
+		"tools.f_sess_cnt": "sessions",
+	}
+	return d
+}
+
+func TestLeakyViews(t *testing.T) {
+	got := leakyViews(leakyCatalogData().Views)
+	want := map[string]string{
+		"public.v_sess":  "public.sessions",
+		"public.v_sess2": "public.v_sess",
+		"public.m_sess":  "public.sessions",
+		"public.v_half":  "public.sessions",
+		"public.v_fake":  "public.sessions",
+	}
+	if len(got) != len(want) {
+		t.Errorf("leaky views %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("leaky[%s] = %q, want %q", k, got[k], v)
+		}
+	}
+}
+
+func TestRewriteLeakPaths(t *testing.T) {
+	rw := newTestRewriter(t)
+	s := NewState(Session{Catalog: NewCatalog(leakyCatalogData())})
+	for _, c := range []rejCase{
+		{"view", `SELECT count(*) FROM v_sess`, "0A000", []string{"view public.v_sess", "public.sessions"}},
+		{"qualified view", `SELECT * FROM public.v_sess WHERE id = 1`, "0A000", []string{"public.v_sess"}},
+		{"view of a view", `SELECT * FROM v_sess2`, "0A000", []string{"public.v_sess2", "public.v_sess"}},
+		{"materialized view", `SELECT * FROM m_sess`, "0A000", []string{"public.m_sess", "last refresh"}},
+		{"half filtered", `SELECT * FROM v_half`, "0A000", []string{"public.v_half"}},
+		{"fake filter", `SELECT * FROM v_fake`, "0A000", []string{"public.v_fake"}},
+		{"view in a subquery", `SELECT 1 WHERE EXISTS (SELECT FROM v_sess)`, "0A000", []string{"public.v_sess"}},
+		{"view in a join", `SELECT * FROM users u JOIN v_sess v ON v.id = u.id`, "0A000", []string{"public.v_sess"}},
+		{"view through a new view", `CREATE VIEW v3 AS SELECT * FROM v_sess`, "0A000", []string{"public.v_sess"}},
+		{"copy from a view", `COPY (SELECT * FROM v_sess) TO STDOUT`, "0A000", []string{"public.v_sess"}},
+		{"function", `SELECT f_sess()`, "0A000", []string{"function public.f_sess", "sessions"}},
+		{"qualified function", `SELECT public.f_sess()`, "0A000", []string{"public.f_sess"}},
+		{"function in FROM", `SELECT * FROM f_sess()`, "0A000", []string{"public.f_sess"}},
+		{"function calling one", `SELECT 1 + f_calls()`, "0A000", []string{"public.f_calls", "f_sess"}},
+		{"function in WHERE", `SELECT * FROM users WHERE id < f_sess()`, "0A000", []string{"public.f_sess"}},
+		{"procedure", `CALL f_sess()`, "0A000", []string{"public.f_sess"}},
+		{"other schema qualified", `SELECT tools.f_sess_cnt()`, "0A000", []string{"tools.f_sess_cnt"}},
+	} {
+		checkReject(t, rw, s, c)
+	}
+	for _, c := range []rwCase{
+		{"view created through the proxy", `SELECT * FROM v_filtered`, ""},
+		{"view of a filtered view", `SELECT * FROM v_on_filtered`, ""},
+		{"CTE named like the view", `WITH v_sess AS (SELECT 1 AS id) SELECT * FROM v_sess`, ""},
+		{"view of another schema", `SELECT * FROM other.v_sess`, ""},
+		{"function of another schema", `SELECT other.f_sess()`, ""},
+		{"function not on the path", `SELECT f_sess_cnt()`, ""},
+		{"alter view", `ALTER VIEW v_sess RENAME TO v_old`, ""},
+		{"drop view and function", `DROP VIEW v_sess; DROP FUNCTION f_sess()`, ""},
+		{"refresh", `COMMENT ON MATERIALIZED VIEW m_sess IS 'x'`, ""},
+	} {
+		checkRewrite(t, rw, s, c)
+	}
+
+	// Elsewhere on the path, the unqualified names mean something else.
+	other := NewState(Session{Catalog: NewCatalog(leakyCatalogData()), SearchPath: []string{"tools"}})
+	checkRewrite(t, rw, other, rwCase{"view not on the path", `SELECT * FROM v_sess`, ""})
+	checkReject(t, rw, other, rejCase{"function on the path", `SELECT f_sess_cnt()`, "0A000", []string{"tools.f_sess_cnt"}})
+
+	// Trusted functions are called as written; the others still fail.
+	trusting, err := New(testRules, Options{TrustedFunctions: []string{"public.f_sess", "f_sess_cnt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRewrite(t, trusting, s, rwCase{"trusted function", `SELECT f_sess()`, ""})
+	checkRewrite(t, trusting, s, rwCase{"trusted by bare name", `SELECT tools.f_sess_cnt()`, ""})
+	checkReject(t, trusting, s, rejCase{"untrusted function", `SELECT f_calls()`, "0A000", []string{"public.f_calls"}})
+
+	// Without the catalog's paths, the same texts pass: the cache keys on them.
+	plain := NewState(Session{Catalog: sessionsCatalog()})
+	checkRewrite(t, rw, plain, rwCase{"no known view", `SELECT count(*) FROM v_sess`, ""})
+	checkRewrite(t, rw, plain, rwCase{"no known function", `SELECT f_sess()`, ""})
+	if plain.Fingerprint() == s.Fingerprint() {
+		t.Error("a catalog with leak paths shares the fingerprint of one without")
+	}
+}
