@@ -54,10 +54,11 @@ type catalogQueries struct {
 	state []byte
 	// refresh: the same in the extended protocol (encodeRefresh).
 	refresh []byte
-	// full: state, then catalogSQL: columns and unique keys of the TTL
-	// tables and their children, the schemas holding relations so named,
-	// and the children.
+	// full: state, then catalogSQL, as a simple Query (at startup).
 	full []byte
+	// reload: full in the extended protocol, in a transaction block
+	// (reloadResults result sets; after DDL, outside a transaction block).
+	reload []byte
 	// names are the distinct TTL table names, in the order the state query
 	// numbers them.
 	names []string
@@ -82,20 +83,26 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 		}
 	}
 	stateQuery := buildStateQuery(plain)
-	q := catalogQueries{state: appendQuery(nil, stateQuery), refresh: encodeRefresh(stateQuery), names: plain}
+	q := catalogQueries{state: appendQuery(nil, stateQuery), refresh: encodeStatements(stateQuery), names: plain}
 	if len(pairs) == 0 {
-		q.full = q.state
+		q.full, q.reload = q.state, q.refresh
 		return q
 	}
 	// JIT compiling the recursive catalog statements would cost more than
 	// running them (hundreds of milliseconds against about ten): off for
-	// this Query's implicit transaction only.
-	q.full = appendQuery(nil, "SET LOCAL jit = off;\n"+stateQuery+";\n"+catalogSQL(strings.Join(pairs, ", ")))
+	// this transaction only.
+	stmts := append([]string{"SET LOCAL jit = off", stateQuery}, catalogSQL(strings.Join(pairs, ", "))...)
+	q.full = appendQuery(nil, strings.Join(stmts, ";\n"))
+	q.reload = encodeStatements(append(append([]string{"BEGIN"}, stmts...), "COMMIT")...)
 	return q
 }
 
 // catalogStatements is the number of statements catalogSQL returns.
 const catalogStatements = 6
+
+// reloadResults is the number of result sets of reload: BEGIN, SET, the
+// state, the catalog statements and COMMIT.
+const reloadResults = 3 + catalogStatements + 1
 
 // catalogSQL returns the catalog statements for the TTL tables given as
 // (schema, table) literal pairs: the columns, then the unique keys of the
@@ -111,7 +118,7 @@ const catalogStatements = 6
 // name in prosrc, which errs toward listing) or call such a function, with
 // the tables whose triggers run them. Each statement repeats the relations
 // CTE: the statements of one Query do not share it.
-func catalogSQL(tables string) string {
+func catalogSQL(tables string) []string {
 	rels := `WITH RECURSIVE ttl AS (
   SELECT c.oid, n.nspname::pg_catalog.text || '.' || c.relname::pg_catalog.text AS rule
     FROM pg_catalog.pg_class c
@@ -141,14 +148,15 @@ func catalogSQL(tables string) string {
      AND r.ev_class <> d.refobjid
 )
 `
-	return rels + `SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
+	return []string{
+		rels + `SELECT n.nspname, c.relname, a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod)
   FROM pg_catalog.pg_attribute a
   JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.oid IN (SELECT oid FROM rels)
    AND a.attnum > 0 AND NOT a.attisdropped
- ORDER BY n.nspname, c.relname, a.attnum;
-` + rels + `SELECT n.nspname, c.relname, i.indexrelid::pg_catalog.int8, a.attname
+ ORDER BY n.nspname, c.relname, a.attnum`,
+		rels + `SELECT n.nspname, c.relname, i.indexrelid::pg_catalog.int8, a.attname
   FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -157,29 +165,29 @@ func catalogSQL(tables string) string {
  WHERE c.oid IN (SELECT oid FROM rels)
    AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
    AND k.ord <= i.indnkeyatts
- ORDER BY 1, 2, 3, k.ord;
-` + rels + `SELECT c.relname, n.nspname
+ ORDER BY 1, 2, 3, k.ord`,
+		rels + `SELECT c.relname, n.nspname
   FROM pg_catalog.pg_class c
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relname IN (SELECT r.relname FROM pg_catalog.pg_class r WHERE r.oid IN (SELECT oid FROM rels) OR r.oid IN (SELECT oid FROM deps))
    AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
    AND n.nspname !~ '^pg_(toast_)?temp_'
- ORDER BY 1, 2;
-` + rels + `SELECT DISTINCT ON (n.nspname, c.relname) n.nspname, c.relname, tr.rule
+ ORDER BY 1, 2`,
+		rels + `SELECT DISTINCT ON (n.nspname, c.relname) n.nspname, c.relname, tr.rule
   FROM tree tr
   JOIN pg_catalog.pg_class c ON c.oid = tr.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
  WHERE tr.oid NOT IN (SELECT oid FROM ttl)
- ORDER BY n.nspname, c.relname, tr.rule;
-` + rels + `SELECT DISTINCT c.relkind, n.nspname, c.relname, rn.nspname, rc.relname,
+ ORDER BY n.nspname, c.relname, tr.rule`,
+		rels + `SELECT DISTINCT c.relkind, n.nspname, c.relname, rn.nspname, rc.relname,
        CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END
   FROM deps
   JOIN pg_catalog.pg_class c ON c.oid = deps.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
   JOIN pg_catalog.pg_class rc ON rc.oid = deps.reads
   JOIN pg_catalog.pg_namespace rn ON rn.oid = rc.relnamespace
- ORDER BY 2, 3, 4, 5;
-` + rels + `, names AS (
+ ORDER BY 2, 3, 4, 5`,
+		rels + `, names AS (
   SELECT pg_catalog.lower(c.relname::pg_catalog.text) AS name FROM pg_catalog.pg_class c
    WHERE c.oid IN (SELECT oid FROM rels)
       OR c.oid IN (SELECT d.oid FROM deps d JOIN pg_catalog.pg_class v ON v.oid = d.oid AND v.relkind IN ('v', 'm'))
@@ -212,7 +220,8 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
   FROM funcs
   JOIN pg_catalog.pg_proc p ON p.oid = funcs.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
- ORDER BY n.nspname, p.proname, funcs.reads`
+ ORDER BY n.nspname, p.proname, funcs.reads`,
+	}
 }
 
 // finishStartup runs after the server's first ReadyForQuery, before it is

@@ -79,6 +79,34 @@ func TestLeakPaths(t *testing.T) {
 			}
 		})
 	}
+	// DDL through the proxy makes the session read the catalog again: a
+	// materialized view it creates, and a view made directly meanwhile, are
+	// refused by the same session.
+	for _, m := range modes {
+		t.Run("after DDL/"+m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			suffix := strings.ReplaceAll(m.name, " ", "_")
+			mustExec(t, conn, "SELECT count(*) FROM items")
+			execDirect(t, db, "CREATE VIEW v_late_"+suffix+" AS SELECT * FROM items")
+			mustExec(t, conn, "CREATE MATERIALIZED VIEW m_new_"+suffix+" AS SELECT * FROM items")
+			for sql, name := range map[string]string{
+				"SELECT count(*) FROM m_new_" + suffix:  "view public.m_new_" + suffix,
+				"SELECT count(*) FROM v_late_" + suffix: "view public.v_late_" + suffix,
+			} {
+				var n int64
+				err := conn.QueryRow(testContext(t), sql).Scan(&n)
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || pe.Code != "0A000" || !strings.Contains(pe.Message, name) {
+					t.Errorf("%s: n=%d err=%v; want 0A000 naming %s", sql, n, err, name)
+				}
+			}
+			// The session still works, and its unnamed statement survived.
+			if got := queryString(t, conn, "SELECT count(*)::text FROM items"); got != "2" {
+				t.Errorf("count after the reload %s, want 2", got)
+			}
+		})
+	}
+
 	direct := connectDirect(t, db, modes[0].mode)
 	if got := queryString(t, direct, "SELECT count(*)::text FROM v_items"); got != "3" {
 		t.Fatalf("direct count through the view %s, want 3", got)

@@ -20,22 +20,29 @@ const (
 	refreshPortal    = "ttlproxy_state"
 )
 
-// encodeRefresh encodes the state query in the extended protocol, answered by
-// CloseComplete, ParseComplete, BindComplete, DataRow, CommandComplete,
-// CloseComplete twice and ReadyForQuery. The first Close clears a statement
-// left by a refresh that failed halfway.
-func encodeRefresh(query string) []byte {
+// encodeStatements encodes queries in the extended protocol, each through
+// the proxy's own named statement and portal, up to one Sync: the server
+// answers each with CloseComplete, ParseComplete, BindComplete, its
+// DataRows, CommandComplete and CloseComplete twice, and the whole with one
+// ReadyForQuery (readResults counts one result set per BindComplete). The
+// first Close clears a statement left by an exchange that failed halfway.
+func encodeStatements(queries ...string) []byte {
 	var b []byte
 	var err error
-	for _, m := range []pgproto3.FrontendMessage{
-		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
-		&pgproto3.Parse{Name: refreshStatement, Query: query},
-		&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement},
-		&pgproto3.Execute{Portal: refreshPortal},
-		&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
-		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
-		&pgproto3.Sync{},
-	} {
+	for _, q := range queries {
+		for _, m := range []pgproto3.FrontendMessage{
+			&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
+			&pgproto3.Parse{Name: refreshStatement, Query: q},
+			&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement},
+			&pgproto3.Execute{Portal: refreshPortal},
+			&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
+		} {
+			if b, err = m.Encode(b); err != nil {
+				panic(err)
+			}
+		}
+	}
+	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: refreshStatement}, &pgproto3.Sync{}} {
 		if b, err = m.Encode(b); err != nil {
 			panic(err)
 		}
@@ -77,6 +84,9 @@ func (s *session) syncState() error {
 	if status == 'E' {
 		return nil
 	}
+	if s.st.catalogStale && status == 'I' {
+		return s.reloadCatalog()
+	}
 	res, err := s.ask(s.srv.queries.refresh, 1)
 	if err != nil {
 		return err
@@ -91,14 +101,48 @@ func (s *session) syncState() error {
 		s.log.Warn("reading session state failed; will retry before the next statement", "err", msg)
 		return nil
 	}
+	return s.applyRefresh(row, res.status)
+}
+
+// reloadCatalog reads the state and the database's catalog again (after
+// DDL through this session), outside a transaction block, and shares the
+// new catalog with the sessions that start later.
+func (s *session) reloadCatalog() error {
+	res, err := s.ask(s.srv.queries.reload, 1)
+	if err != nil {
+		return err
+	}
+	s.srv.metrics.sessionRefreshes.Inc()
+	if res.qerr != nil || len(res.results) != reloadResults {
+		msg := "unexpected result"
+		if res.qerr != nil {
+			msg = res.qerr.Code + ": " + res.qerr.Message
+		}
+		s.log.Warn("reading the catalog after DDL failed; will retry before the next statement", "err", msg)
+		return nil
+	}
+	r := res.results[3:]
+	cat := buildCatalog(s.log, r[0], r[1], r[2], r[3], r[4], r[5])
+	s.srv.catalogs.put(s.database, cat)
+	s.st.setCatalog(cat)
+	row, ok := stateResult(res.results[2:], s.srv.queries.names)
+	if !ok {
+		s.log.Warn("reading session state failed; will retry before the next statement", "err", "unexpected result")
+		return nil
+	}
+	return s.applyRefresh(row, res.status)
+}
+
+// applyRefresh applies a state row read at transaction status status.
+func (s *session) applyRefresh(row stateRow, status byte) error {
 	s.st.apply(&row)
-	s.st.refreshed(res.status)
+	s.st.refreshed(status)
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
 		cur := s.st.cur.Session()
 		s.log.Debug("session state", "search_path", cur.SearchPath, "bypass", cur.Bypass,
-			"ttl_override", cur.TTL != nil, "temp_shadows", s.st.tempShadows, "tx_status", string(res.status))
+			"ttl_override", cur.TTL != nil, "temp_shadows", s.st.tempShadows, "tx_status", string(status))
 	}
-	if res.status == 'I' {
+	if status == 'I' {
 		return s.reprepare()
 	}
 	return nil

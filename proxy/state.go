@@ -142,8 +142,9 @@ type sessionState struct {
 	tempShadows []string
 	// dirty: the state may differ from cur, read it before the next
 	// statement. unseen: a statement that may change the state was
-	// forwarded since the state was last read.
-	dirty, unseen bool
+	// forwarded since the state was last read. catalogStale: DDL went
+	// through this session, read the catalog again too.
+	dirty, unseen, catalogStale bool
 	// stateStmts are the prepared statements that may change the state.
 	stateStmts map[string]struct{}
 	// prepared holds the extended-protocol statements whose rewrite
@@ -164,7 +165,7 @@ func (st *sessionState) markDirty() { st.dirty, st.unseen = true, true }
 
 // setCatalog sets the database's catalog (nil: unknown).
 func (st *sessionState) setCatalog(cat *rewrite.Catalog) {
-	st.base, st.shadows, st.shadowed = cat, nil, nil
+	st.base, st.shadows, st.shadowed, st.catalogStale = cat, nil, nil, false
 	st.apply(nil)
 }
 
@@ -227,7 +228,7 @@ func withTempRelations(cat *rewrite.Catalog, names []string) *rewrite.Catalog {
 // refreshed records a state read at transaction status status: outside a
 // transaction block nothing can revert it, so the session is clean.
 func (st *sessionState) refreshed(status byte) {
-	if status == 'I' {
+	if status == 'I' && !st.catalogStale {
 		st.dirty = false
 	}
 }
@@ -267,6 +268,11 @@ func (st *sessionState) onParse(name []byte, sql string, oids []byte, res rewrit
 	} else if len(st.stateStmts) > 0 {
 		delete(st.stateStmts, string(name))
 	}
+	if st.base != nil && mayChangeCatalog(sql) {
+		// Read before the next statement; the statements pipelined behind
+		// this one are rewritten under the old catalog.
+		st.catalogStale, st.dirty = true, true
+	}
 	keep := err == nil && st.sensitive(res)
 	if keep && st.unseen {
 		err, keep = errStalePipeline, false
@@ -283,11 +289,22 @@ func (st *sessionState) onStatement(sql string) {
 	if len(st.tempShadows) > 0 || rewrite.SessionStateMayChange(sql) {
 		st.markDirty()
 	}
+	if st.base != nil && mayChangeCatalog(sql) {
+		// Read before the next statement; the statements pipelined behind
+		// this one are rewritten under the old catalog.
+		st.catalogStale, st.dirty = true, true
+	}
 	if len(st.prepared) > 0 && mayDeallocate(sql) {
 		for _, p := range st.prepared {
 			p.doubtful = true
 		}
 	}
+}
+
+// mayChangeCatalog reports whether sql may be DDL that changes what the
+// catalog snapshot holds: a view, function, child or column of a TTL table.
+func mayChangeCatalog(sql string) bool {
+	return containsFold(sql, "create") || containsFold(sql, "alter") || containsFold(sql, "drop")
 }
 
 // onFunctionCall is the hook for a FunctionCall, which may be set_config()
