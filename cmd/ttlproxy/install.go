@@ -4,21 +4,25 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ttlproxy/ttlproxy/config"
 	"github.com/ttlproxy/ttlproxy/install"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // runInstall adds (or removes) the helper triggers of package install on the
-// configured TTL tables, in one transaction, and prints what it ran.
+// configured TTL tables, or with --row-security the row-level security
+// policies, in one transaction, and prints what it ran.
 func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("install", "--config FILE --dsn URL [--uninstall] [--dry-run]", stderr)
+	fs := newFlagSet("install", "--config FILE --dsn URL [--row-security] [--uninstall] [--dry-run]", stderr)
 	configPath := fs.String("config", "", "configuration `file` (required)")
 	dsn := fs.String("dsn", "", "connection `string` of a role that owns the TTL tables (required; the password may come from PGPASSWORD or ~/.pgpass)")
-	uninstall := fs.Bool("uninstall", false, "remove the triggers and functions instead")
+	rowSecurity := fs.Bool("row-security", false, "install row-level security policies that hide expired rows inside the database instead of the collision triggers (the sweeper's login, bypass_roles and the --dsn login see every row)")
+	uninstall := fs.Bool("uninstall", false, "remove what the command installs instead")
 	dryRun := fs.Bool("dry-run", false, "print the statements without running them")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -52,6 +56,23 @@ func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	apply := install.Apply
 	if *dryRun {
 		apply = install.Preview
+	}
+	if *rowSecurity {
+		exempt := slices.Clone(cfg.BypassRoles)
+		if cfg.Sweeper != nil {
+			sc, err := pgx.ParseConfig(cfg.Sweeper.DSN)
+			if err != nil {
+				fmt.Fprintf(stderr, "ttlproxy install: sweeper.dsn: %v\n", err)
+				return exitFailure
+			}
+			exempt = append(exempt, sc.User)
+		}
+		apply = func(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, uninstall bool) ([]string, error) {
+			if *dryRun {
+				return install.PreviewRowSecurity(ctx, conn, rules, exempt, uninstall)
+			}
+			return install.ApplyRowSecurity(ctx, conn, rules, exempt, uninstall)
+		}
 	}
 	done, err := apply(ctx, conn, cfg.Tables, *uninstall)
 	if err != nil {

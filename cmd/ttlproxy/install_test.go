@@ -69,6 +69,26 @@ func TestInstallCommand(t *testing.T) {
 		t.Fatalf("--uninstall left %d triggers", n)
 	}
 
+	// --row-security: the sweeper's login and bypass_roles are exempt.
+	rls := writeFile(t, "rls.yaml", "upstream: "+cluster.Addr()+"\nbypass_roles: [migrator]\n"+
+		"sweeper: {dsn: 'postgres://ttl_sweeper@"+cluster.Addr()+"/postgres'}\ntables:\n  - table: sessions\n")
+	code, out, errOut = runCmd(t, ctx, "install", "--config", rls, "--dsn", dsn, "--row-security")
+	if code != 0 || !strings.Contains(out, "CREATE POLICY ttlproxy_live") || !strings.Contains(out, "E'migrator'") ||
+		!strings.Contains(out, "E'ttl_sweeper'") || !strings.Contains(out, "FORCE ROW LEVEL SECURITY") {
+		t.Fatalf("--row-security: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	var policies int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_policy WHERE polrelid = 'sessions'::regclass`).Scan(&policies); err != nil || policies != 2 {
+		t.Fatalf("policies after --row-security: %d, %v", policies, err)
+	}
+	code, out, errOut = runCmd(t, ctx, "install", "--config", rls, "--dsn", dsn, "--row-security", "--uninstall")
+	if code != 0 || !strings.Contains(out, "DROP POLICY ttlproxy_live") {
+		t.Fatalf("--row-security --uninstall: code %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_policy WHERE polrelid = 'sessions'::regclass`).Scan(&policies); err != nil || policies != 0 {
+		t.Fatalf("policies after --uninstall: %d, %v", policies, err)
+	}
+
 	badDSN := strings.Replace(dsn, ":postgres@", ":wrong-secret@", 1)
 	code, _, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", badDSN)
 	if code != 1 || !strings.Contains(errOut, "connecting") || strings.Contains(errOut, "wrong-secret") {
