@@ -116,7 +116,8 @@ const reloadResults = 3 + catalogStatements + 1
 // definition; and the functions and procedures whose bodies read one of
 // those relations or views (pg_depend for SQL-standard bodies; otherwise the
 // name in prosrc, which errs toward listing) or call such a function, with
-// the tables whose triggers run them. Each statement repeats the relations
+// the tables whose triggers run them (the functions of package install,
+// schema ttlproxy, are its own). Each statement repeats the relations
 // CTE: the statements of one Query do not share it.
 func catalogSQL(tables string) []string {
 	rels := `WITH RECURSIVE ttl AS (
@@ -212,7 +213,7 @@ func catalogSQL(tables string) []string {
     JOIN src s ON s.oid <> f.oid AND pg_catalog.strpos(s.body, f.name) > 0
 )
 SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
-       (SELECT pg_catalog.string_agg(tn.nspname::pg_catalog.text || '.' || tc.relname::pg_catalog.text, ',')
+       (SELECT pg_catalog.string_agg(DISTINCT tn.nspname::pg_catalog.text || '.' || tc.relname::pg_catalog.text, ',')
           FROM pg_catalog.pg_trigger t
           JOIN pg_catalog.pg_class tc ON tc.oid = t.tgrelid
           JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace
@@ -220,6 +221,7 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
   FROM funcs
   JOIN pg_catalog.pg_proc p ON p.oid = funcs.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname <> 'ttlproxy'
  ORDER BY n.nspname, p.proname, funcs.reads`,
 	}
 }
@@ -449,60 +451,4 @@ func buildCatalog(log *slog.Logger, columns, keys, schemas, children, views, fun
 		}
 	}
 	return rewrite.NewCatalog(cat)
-}
-
-// parseSearchPath resolves a search_path setting into schema names as
-// PostgreSQL does (SplitIdentifierString, then "$user"): entries split on
-// commas outside double quotes, unquoted ones trimmed and folded to lower
-// case, quoted ones unquoted ("" is a quote), "$user" replaced by
-// currentUser, duplicates and empty names dropped. Schemas that do not
-// exist are kept: the catalog says where TTL tables live.
-func parseSearchPath(setting, currentUser string) []string {
-	var out []string
-	add := func(name string) {
-		if name == "$user" {
-			name = currentUser
-		}
-		if name != "" && !slices.Contains(out, name) {
-			out = append(out, name)
-		}
-	}
-	s := setting
-	for {
-		s = strings.TrimLeft(s, " \t\n\r\f\v")
-		if s == "" {
-			break
-		}
-		var name strings.Builder
-		if s[0] == '"' {
-			i := 1
-			for i < len(s) {
-				if s[i] == '"' {
-					if i+1 < len(s) && s[i+1] == '"' {
-						name.WriteByte('"')
-						i += 2
-						continue
-					}
-					break
-				}
-				name.WriteByte(s[i])
-				i++
-			}
-			s = s[min(i+1, len(s)):]
-			add(name.String())
-		} else {
-			end := strings.IndexByte(s, ',')
-			if end < 0 {
-				end = len(s)
-			}
-			add(ttl.FoldIdent(strings.TrimRight(s[:end], " \t\n\r\f\v")))
-			s = s[end:]
-		}
-		s = strings.TrimLeft(s, " \t\n\r\f\v")
-		if s == "" || s[0] != ',' {
-			break
-		}
-		s = s[1:]
-	}
-	return out
 }

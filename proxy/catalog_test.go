@@ -14,26 +14,6 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-func TestParseSearchPath(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want []string
-	}{
-		{`"$user", public`, []string{"alice", "public"}},
-		{`$user,public`, []string{"alice", "public"}},
-		{`  Foo ,  BAR  `, []string{"foo", "bar"}},
-		{`"My Schema", "a""b", "x,y"`, []string{"My Schema", `a"b`, "x,y"}},
-		{`public, public, "public"`, []string{"public"}},
-		{``, nil},
-		{`""`, nil},
-		{`pg_catalog, "$user"`, []string{"pg_catalog", "alice"}},
-	} {
-		if got := parseSearchPath(c.in, "alice"); !slices.Equal(got, c.want) {
-			t.Errorf("parseSearchPath(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 const catalogSchema = `
 CREATE TABLE items (id int PRIMARY KEY, note text, dropped int, expires_at timestamptz, n numeric(10,2), UNIQUE (note, id));
 ALTER TABLE items DROP COLUMN dropped;

@@ -177,7 +177,7 @@ func (st *sessionState) apply(row *stateRow) bool {
 	ns := st.cur.Session()
 	ns.Catalog = st.base
 	if row != nil {
-		ns.SearchPath = parseSearchPath(row.SearchPath, row.CurrentUser)
+		ns.SearchPath = ttl.ParseSearchPath(row.SearchPath, row.CurrentUser)
 		lifetime, err := ttl.ParseTTLSetting(row.TTL)
 		ns.TTL, ns.TTLInvalid = lifetime, ""
 		if err != nil {

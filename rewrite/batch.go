@@ -6,34 +6,14 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// A simple Query may hold several statements, and the whole text is rewritten
-// under the session state from before it: a statement that changes
-// search_path, the role, ttlproxy.ttl or the temporary relations takes effect
-// for the statements after it in the server, not in the rewrite. Following
-// the change exactly would need the server's answer between statements, so
-// such a text is rejected when a statement after the change may name a TTL
-// table.
-
-// stateChangeThenTTL rejects a text in which a statement that may change the
-// session state (SessionStateMayChange) comes before one that the cheap
-// identifier check does not clear; nil otherwise.
-func (rw *Rewriter) stateChangeThenTTL(sql string, stmts []*pg.RawStmt, s *Session) *Error {
-	if len(stmts) < 2 {
-		return nil
-	}
-	changed := false
-	for _, raw := range stmts {
-		text := stmtText(sql, raw)
-		if changed {
-			if what, ok := rw.namesTTL(text, s); ok {
-				return errStateChangeInString(what)
-			}
-			continue
-		}
-		changed = stmtMayChangeState(text, raw.Stmt)
-	}
-	return nil
-}
+// A simple Query may hold several statements. The server runs each under the
+// session state the ones before it leave, so the text is rewritten
+// statement by statement under that state (follow.go). A change whose
+// effect the text does not determine (RESET, SET ROLE, DISCARD, a
+// set_config that is not a plain literal call, a temporary table, a
+// ROLLBACK to a state from before the text) cannot be followed: a text in
+// which such a change comes before a statement that may name a TTL table is
+// rejected.
 
 // stmtText returns the text of one parsed statement.
 func stmtText(sql string, raw *pg.RawStmt) string {

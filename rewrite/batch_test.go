@@ -5,31 +5,63 @@ import "testing"
 func TestRewriteStateChangeThenTTLTable(t *testing.T) {
 	rw := newTestRewriter(t)
 	sep := []string{"public.sessions", "same query string", "separate queries"}
+	// Changes whose effect the text does not determine.
 	for _, c := range []rejCase{
-		{"SET search_path", `SET search_path = vault, public; SELECT * FROM sessions`, "0A000", sep},
-		{"SET LOCAL in a transaction", `BEGIN; SET LOCAL search_path = app; SELECT * FROM sessions; COMMIT`, "0A000", sep},
-		{"set_config", `SELECT set_config('search_path', 'app', false); SELECT * FROM sessions`, "0A000", sep},
-		{"SET ttlproxy.ttl then INSERT", `SET ttlproxy.ttl = '1h'; INSERT INTO sessions (id) VALUES (1)`, "0A000", sep},
 		{"SET ROLE", `SET ROLE alice; SELECT * FROM sessions`, "0A000", sep},
 		{"SET SESSION AUTHORIZATION", `SET SESSION AUTHORIZATION bob; DELETE FROM sessions`, "0A000", sep},
-		{"SET SCHEMA", `SET SCHEMA 'app'; UPDATE sessions SET note = 'x'`, "0A000", sep},
 		{"RESET", `RESET search_path; SELECT * FROM sessions`, "0A000", sep},
+		{"SET TO DEFAULT", `SET search_path TO DEFAULT; SELECT * FROM sessions`, "0A000", sep},
+		{"RESET ttlproxy.ttl", `RESET ttlproxy.ttl; INSERT INTO sessions (id) VALUES (1)`, "0A000", sep},
 		{"RESET ROLE", `RESET ROLE; SELECT * FROM sessions`, "0A000", sep},
 		{"DISCARD", `DISCARD ALL; SELECT * FROM sessions`, "0A000", sep},
-		{"ROLLBACK undoing a SET", `ROLLBACK; SELECT * FROM sessions`, "0A000", sep},
+		{"ROLLBACK of a transaction begun before", `ROLLBACK; SELECT * FROM sessions`, "0A000", sep},
+		{"ROLLBACK TO SAVEPOINT", `BEGIN; SAVEPOINT a; SET search_path = app; ROLLBACK TO a; SELECT * FROM sessions`, "0A000", sep},
+		{"$user", `SET search_path = "$user", public; SELECT * FROM sessions`, "0A000", sep},
+		{"set_config with an expression", `SELECT set_config('search_path', current_user, false); SELECT * FROM sessions`, "0A000", sep},
+		{"set_config inside a query", `SELECT set_config('search_path', 'app', false) FROM users; SELECT * FROM sessions`, "0A000", sep},
 		{"CREATE TEMP TABLE", `CREATE TEMP TABLE sessions (id int); SELECT * FROM sessions`, "0A000", sep},
 		{"CREATE TEMPORARY VIEW", `CREATE OR REPLACE TEMPORARY VIEW v AS SELECT 1; SELECT * FROM sessions`, "0A000", sep},
 		{"INTO TEMP", `SELECT 1 AS id INTO TEMP t; SELECT * FROM sessions`, "0A000", sep},
 		{"pg_temp", `CREATE TABLE pg_temp.sessions (id int); SELECT * FROM sessions`, "0A000", sep},
-		{"later statement", `SELECT 1; SET search_path = app; SELECT 2; SELECT * FROM sessions`, "0A000", sep},
-		{"other rule", `SET search_path = app; SELECT * FROM tokens`, "0A000", []string{"app.tokens"}},
-		{"sidecar registry", `SET search_path = app; SELECT * FROM docs_ttl`, "0A000", []string{"registry of TTL table public.docs"}},
-		{"Unicode escapes", `SET search_path = app; SELECT * FROM U&"\0073essions"`, "0A000", []string{`U&"`}},
-		{"name only in a string", `SET search_path = app; SELECT 'sessions'`, "0A000", sep},
+		{"later statement", `SELECT 1; RESET search_path; SELECT 2; SELECT * FROM sessions`, "0A000", sep},
+		{"sidecar registry", `RESET search_path; SELECT * FROM docs_ttl`, "0A000", []string{"registry of TTL table public.docs"}},
+		{"Unicode escapes", `RESET search_path; SELECT * FROM U&"\0073essions"`, "0A000", []string{`U&"`}},
+		{"name only in a string", `RESET search_path; SELECT 'sessions'`, "0A000", sep},
 	} {
 		checkReject(t, rw, nil, c)
 	}
 	S := `"sessions"`
+	// Changes the text determines are followed: each statement is rewritten
+	// under the state the server gives it.
+	// sessions' default_ttl is 1 hour: the session's 2 hours must win.
+	stamp2h := `(now() + interval '7200 seconds')`
+	for _, c := range []rwCase{
+		{"SET search_path keeping public", `SET search_path = vault, public; SELECT * FROM sessions`,
+			`SET search_path = vault, public; SELECT * FROM ` + join("sessions", S, 0)},
+		{"SET search_path away from public", `SET search_path = app; SELECT * FROM sessions`, ""},
+		{"SET search_path as one literal", `SET search_path = 'app, public'; SELECT * FROM sessions`,
+			`SET search_path = 'app, public'; SELECT * FROM ` + join("sessions", S, 0)},
+		{"SET SCHEMA", `SET SCHEMA 'app'; UPDATE sessions SET note = 'x'`, ""},
+		{"another rule's schema", `SET search_path = app; SELECT * FROM tokens`,
+			`SET search_path = app; SELECT * FROM (tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" >= (now() AT TIME ZONE 'UTC')))`},
+		{"SET LOCAL until COMMIT", `BEGIN; SET LOCAL search_path = app; SELECT * FROM sessions; COMMIT; SELECT * FROM sessions`,
+			`BEGIN; SET LOCAL search_path = app; SELECT * FROM sessions; COMMIT; SELECT * FROM ` + join("sessions", S, 0)},
+		{"SET LOCAL in the implicit transaction", `SET LOCAL search_path = app; SELECT * FROM sessions`, ""},
+		{"ROLLBACK undoes a SET", `BEGIN; SET search_path = app; ROLLBACK; SELECT * FROM sessions`,
+			`BEGIN; SET search_path = app; ROLLBACK; SELECT * FROM ` + join("sessions", S, 0)},
+		{"COMMIT keeps a SET", `BEGIN; SET search_path = app; COMMIT; SELECT * FROM sessions`, ""},
+		{"set_config", `SELECT set_config('search_path', 'app', false); SELECT * FROM sessions`, ""},
+		{"set_config local", `SELECT pg_catalog.set_config('search_path', 'app', true); SELECT * FROM sessions`, ""},
+		{"later statement", `SELECT 1; SET search_path = app; SELECT 2; SELECT * FROM sessions`, ""},
+		{"SET ttlproxy.ttl then INSERT", `SET ttlproxy.ttl = '2h'; INSERT INTO sessions (id) VALUES (1)`,
+			`SET ttlproxy.ttl = '2h'; INSERT INTO sessions (id, "expires_at") VALUES (1, ` + stamp2h + `)`},
+		{"set_config of ttlproxy.ttl", `SELECT set_config('ttlproxy.ttl', '2 hours', false); INSERT INTO sessions (id) VALUES (1)`,
+			`SELECT set_config('ttlproxy.ttl', '2 hours', false); INSERT INTO sessions (id, "expires_at") VALUES (1, ` + stamp2h + `)`},
+		{"SET ttlproxy.ttl LOCAL until COMMIT", `BEGIN; SET LOCAL ttlproxy.ttl = '2h'; COMMIT; INSERT INTO sessions (id) VALUES (1)`,
+			`BEGIN; SET LOCAL ttlproxy.ttl = '2h'; COMMIT; INSERT INTO sessions (id, "expires_at") VALUES (1, ` + stamp + `)`},
+	} {
+		checkRewrite(t, rw, nil, c)
+	}
 	for _, c := range []rwCase{
 		{"change after the read", `SELECT * FROM sessions; SET search_path = app`,
 			`SELECT * FROM ` + join("sessions", S, 0) + `; SET search_path = app`},
@@ -65,6 +97,9 @@ func TestRewriteStateChangeThenTTLTable(t *testing.T) {
 func TestRewriteStateChangeThenChild(t *testing.T) {
 	rw := newTestRewriter(t)
 	s := NewState(Session{Catalog: childCatalog()})
-	checkReject(t, rw, s, rejCase{"partition", `SET search_path = part, public; SELECT * FROM sessions_p1`, "0A000",
+	checkReject(t, rw, s, rejCase{"partition", `RESET search_path; SELECT * FROM sessions_p1`, "0A000",
 		[]string{"TTL table part.sessions_p1", "separate queries"}})
+	checkRewrite(t, rw, s, rwCase{"partition on the new path", `SET search_path = part, public; SELECT * FROM sessions_p1`,
+		`SET search_path = part, public; SELECT * FROM (sessions_p1 JOIN (SELECT) AS _ttl_0 ON ("sessions_p1"."expires_at" IS NULL OR "sessions_p1"."expires_at" >= now()))`})
+	checkRewrite(t, rw, s, rwCase{"partition off the new path", `SET search_path = public; SELECT * FROM sessions_p1`, ""})
 }

@@ -238,12 +238,14 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session, lits []literal, lexed 
 			}
 		}
 	}
-	if e := rw.stateChangeThenTTL(sql, tree.Stmts, s); e != nil {
+	states, e := rw.followStates(sql, tree.Stmts, s)
+	if e != nil {
 		p.err = e
 		return p
 	}
 	w := newWalker(rw, sql, s, lits)
-	for _, raw := range tree.Stmts {
+	for i, raw := range tree.Stmts {
+		w.s = states[i]
 		w.rawStmt(raw)
 		if w.err != nil {
 			p.err = w.err
@@ -288,7 +290,7 @@ func splice(sql string, edits []edit, n int) (string, *Error) {
 // a literal in them: a single SELECT, INSERT, UPDATE, DELETE or MERGE, whose
 // walk reads names, structure and locations only. A text of several
 // statements is not: whether one of them may change the session state is
-// judged from its words, literals included (stateChangeThenTTL).
+// judged from its words, literals included (followStates).
 func literalBlind(stmts []*pg.RawStmt) bool {
 	if len(stmts) != 1 {
 		return false

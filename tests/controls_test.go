@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -109,7 +110,8 @@ func TestBypassRoles(t *testing.T) {
 
 // TestSearchPathTracking checks that the proxy follows search_path: a
 // same-named plain table in another schema is not filtered, the TTL table is,
-// a SET and a TTL read in one query string are refused, and a prepared
+// a SET and a TTL read in one query string are followed (a RESET refused),
+// and a prepared
 // statement keeps reading the table it was prepared for.
 func TestSearchPathTracking(t *testing.T) {
 	s := newStack(t, stackOptions{
@@ -139,11 +141,38 @@ func TestSearchPathTracking(t *testing.T) {
 	if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "2" {
 		t.Errorf("public.sessions after SET search_path = public: %s rows, want the 2 live ones", got)
 	}
-	_, err := conn.Exec(ctx, `SET search_path = archive, public; SELECT count(*) FROM sessions`)
-	if sqlstate(err) != "0A000" {
-		t.Errorf("SET and a TTL read in one query string: %v, want 0A000", err)
+	// In one query string, each statement is rewritten under the
+	// search_path the statements before it leave.
+	for _, c := range []struct{ sql, want, path string }{
+		// archive.sessions is no TTL table: both its (expired) rows.
+		{`SET search_path = archive, public; SELECT id FROM sessions ORDER BY id`, "1,2", "archive, public"},
+		// Back to public.sessions: the live rows only.
+		{`SET search_path = public; SELECT id FROM sessions ORDER BY id`, "1,3", "public"},
+		// SET LOCAL ends with the transaction; ROLLBACK undoes a SET.
+		{`BEGIN; SET LOCAL search_path = archive; SELECT id FROM sessions ORDER BY id; COMMIT`, "1,2", "public"},
+		{`BEGIN; SET search_path = archive; ROLLBACK; SELECT id FROM sessions ORDER BY id`, "1,3", "public"},
+	} {
+		results, err := conn.PgConn().Exec(ctx, c.sql).ReadAll()
+		if err != nil {
+			t.Errorf("%s: %v", c.sql, err)
+			continue
+		}
+		var got []string
+		for _, r := range results {
+			for _, row := range r.Rows {
+				got = append(got, string(row[0]))
+			}
+		}
+		if strings.Join(got, ",") != c.want {
+			t.Errorf("%s: ids %v, want %s", c.sql, got, c.want)
+		}
+		if path := ids(t, conn, `SHOW search_path`); path != c.path {
+			t.Errorf("%s: search_path %q after it, want %q", c.sql, path, c.path)
+		}
 	}
-	if got := ids(t, conn, `SHOW search_path`); got != "public" {
-		t.Errorf("the refused query string changed search_path to %q", got)
+	// A change the text does not determine is still refused before a TTL read.
+	_, err := conn.Exec(ctx, `RESET search_path; SELECT count(*) FROM sessions`)
+	if sqlstate(err) != "0A000" {
+		t.Errorf("RESET and a TTL read in one query string: %v, want 0A000", err)
 	}
 }

@@ -1,0 +1,226 @@
+package rewrite
+
+import (
+	"slices"
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// followStates returns the session each statement of a text runs under:
+// s for the first, then s changed by the statements before it, as the
+// server applies them (PostgreSQL's guc.c: a SET lasts for the session
+// unless its transaction rolls back, a SET LOCAL until its transaction
+// ends; a text without BEGIN runs as one implicit transaction). After a
+// change it cannot follow, a statement that may name a TTL table makes the
+// whole text rejected (errStateChangeInString). Statements after an error
+// do not run in a simple Query, so only the path without errors matters.
+func (rw *Rewriter) followStates(sql string, stmts []*pg.RawStmt, s *Session) ([]*Session, *Error) {
+	out := make([]*Session, len(stmts))
+	if len(stmts) < 2 {
+		for i := range out {
+			out[i] = s
+		}
+		return out, nil
+	}
+	f := follower{sql: sql, sess: *s, eff: *s}
+	lost := false
+	for i, raw := range stmts {
+		text := stmtText(sql, raw)
+		if lost {
+			if what, ok := rw.namesTTL(text, s); ok {
+				return nil, errStateChangeInString(what)
+			}
+			out[i] = s
+			continue
+		}
+		eff := f.eff
+		out[i] = &eff
+		if ts := raw.Stmt.GetTransactionStmt(); ts != nil {
+			lost = !f.transaction(ts)
+		} else if stmtMayChangeState(text, raw.Stmt) {
+			lost = !f.change(raw.Stmt)
+		}
+	}
+	return out, nil
+}
+
+// follower tracks the session values through one text.
+type follower struct {
+	sql string
+	// sess holds the values a commit keeps; eff adds the SET LOCALs.
+	sess, eff Session
+	// begin is sess at the BEGIN of a transaction block opened in the text;
+	// nil outside one.
+	begin *Session
+	// changed: a value was changed in the text.
+	changed bool
+}
+
+// transaction follows a transaction control statement; false when the
+// values after it are not known.
+func (f *follower) transaction(ts *pg.TransactionStmt) bool {
+	switch ts.Kind {
+	case pg.TransactionStmtKind_TRANS_STMT_BEGIN, pg.TransactionStmtKind_TRANS_STMT_START:
+		if f.begin == nil {
+			b := f.sess
+			f.begin = &b
+		}
+		return true
+	case pg.TransactionStmtKind_TRANS_STMT_COMMIT:
+		f.eff = f.sess
+		f.begin = nil
+		if ts.Chain {
+			b := f.sess
+			f.begin = &b
+		}
+		return true
+	case pg.TransactionStmtKind_TRANS_STMT_ROLLBACK:
+		if f.begin == nil {
+			// The transaction began before the text (or is the implicit
+			// one): what it reverts is not known here.
+			return false
+		}
+		f.sess, f.eff = *f.begin, *f.begin
+		f.begin = nil
+		if ts.Chain {
+			b := f.sess
+			f.begin = &b
+		}
+		return true
+	case pg.TransactionStmtKind_TRANS_STMT_SAVEPOINT, pg.TransactionStmtKind_TRANS_STMT_RELEASE:
+		return true
+	}
+	// ROLLBACK TO SAVEPOINT, PREPARE TRANSACTION, COMMIT/ROLLBACK PREPARED.
+	return false
+}
+
+// change follows a statement that may change the state; false when its
+// effect is not known from the text.
+func (f *follower) change(n *pg.Node) bool {
+	if v := n.GetVariableSetStmt(); v != nil {
+		if v.Kind != pg.VariableSetKind_VAR_SET_VALUE {
+			return false // RESET, SET … TO DEFAULT, FROM CURRENT: the reset value is not known
+		}
+		return f.set(v.Name, v.Args, v.IsLocal)
+	}
+	if sel := n.GetSelectStmt(); sel != nil && len(sel.TargetList) == 1 && len(sel.FromClause) == 0 &&
+		sel.WhereClause == nil && sel.IntoClause == nil && sel.WithClause == nil && len(sel.ValuesLists) == 0 &&
+		sel.Op == pg.SetOperation_SETOP_NONE {
+		if rt := sel.TargetList[0].GetResTarget(); rt != nil {
+			if fc := rt.Val.GetFuncCall(); fc != nil && isSetConfigName(fc) && len(fc.Args) == 3 && fc.AggFilter == nil && fc.Over == nil {
+				name, ok1 := stringConst(fc.Args[0])
+				value, ok2 := stringConst(fc.Args[1])
+				local, ok3 := boolConst(fc.Args[2])
+				if ok1 && ok2 && ok3 {
+					return f.setText(strings.ToLower(name), value, local)
+				}
+			}
+		}
+	}
+	return false
+}
+
+// set follows SET [LOCAL] name = args.
+func (f *follower) set(name string, args []*pg.Node, local bool) bool {
+	switch strings.ToLower(name) {
+	case "search_path":
+		// The server stores an identifier quoted and a string literal as
+		// written, joined with ", " (flatten_set_variable_args).
+		parts := make([]string, len(args))
+		for i, a := range args {
+			c := a.GetAConst()
+			sv, ok := c.GetVal().(*pg.A_Const_Sval)
+			if c == nil || !ok {
+				return false
+			}
+			v := sv.Sval.GetSval()
+			if loc := int(c.Location); loc >= 0 && loc < len(f.sql) && (f.sql[loc] == '\'' || f.sql[loc] == 'E' || f.sql[loc] == 'e' || f.sql[loc] == '$') {
+				parts[i] = v
+			} else {
+				parts[i] = `"` + strings.ReplaceAll(v, `"`, `""`) + `"`
+			}
+		}
+		return f.setText("search_path", strings.Join(parts, ", "), local)
+	case ttlSettingName:
+		if len(args) != 1 {
+			return false
+		}
+		v, ok := constText(args[0])
+		if !ok {
+			return false
+		}
+		return f.setText(ttlSettingName, v, local)
+	}
+	return false
+}
+
+// userMark stands for "$user" while parsing a search path: the current
+// user is not part of the session facts.
+const userMark = "\x00$user"
+
+// setText applies the text value of a setting.
+func (f *follower) setText(name, value string, local bool) bool {
+	apply := func(s *Session) bool {
+		switch name {
+		case "search_path":
+			// With a temporary relation shadowing a TTL table the proxy
+			// puts pg_temp first; whether the old path held it only for
+			// that is not known here.
+			if slices.Contains(s.SearchPath, "pg_temp") {
+				return false
+			}
+			path := ttl.ParseSearchPath(value, userMark)
+			if slices.Contains(path, userMark) || slices.Contains(path, "pg_temp") {
+				return false
+			}
+			if path == nil {
+				path = []string{}
+			}
+			s.SearchPath = path
+		case ttlSettingName:
+			d, err := ttl.ParseTTLSetting(value)
+			if err != nil {
+				return false // rejected by checkSettings before
+			}
+			s.TTL, s.TTLInvalid = d, ""
+		default:
+			return false
+		}
+		return true
+	}
+	f.changed = true
+	if !apply(&f.eff) {
+		return false
+	}
+	if !local {
+		return apply(&f.sess)
+	}
+	return true
+}
+
+// boolConst returns the value of a boolean literal, or of 'true'/'false'
+// text; ok is false for anything else.
+func boolConst(n *pg.Node) (bool, bool) {
+	if tc := n.GetTypeCast(); tc != nil {
+		n = tc.Arg
+	}
+	c := n.GetAConst()
+	if c == nil || c.Isnull {
+		return false, false
+	}
+	switch v := c.Val.(type) {
+	case *pg.A_Const_Boolval:
+		return v.Boolval.GetBoolval(), true
+	case *pg.A_Const_Sval:
+		switch strings.ToLower(v.Sval.GetSval()) {
+		case "true", "t", "on", "yes", "1":
+			return true, true
+		case "false", "f", "off", "no", "0":
+			return false, true
+		}
+	}
+	return false, false
+}
