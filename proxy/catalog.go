@@ -91,7 +91,12 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 	// JIT compiling the recursive catalog statements would cost more than
 	// running them (hundreds of milliseconds against about ten): off for
 	// this transaction only.
-	stmts := append([]string{"SET LOCAL jit = off", stateQuery}, catalogSQL(strings.Join(pairs, ", "))...)
+	// The view definitions are printed with every name qualified (a
+	// search_path of pg_catalog alone), so that they mean the same in any
+	// session's statement.
+	cat := catalogSQL(strings.Join(pairs, ", "))
+	stmts := append([]string{"SET LOCAL jit = off", stateQuery}, cat[:viewsStatement]...)
+	stmts = append(append(stmts, "SET LOCAL search_path = pg_catalog"), cat[viewsStatement:]...)
 	q.full = appendQuery(nil, strings.Join(stmts, ";\n"))
 	q.reload = encodeStatements(append(append([]string{"BEGIN"}, stmts...), "COMMIT")...)
 	return q
@@ -100,9 +105,28 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 // catalogStatements is the number of statements catalogSQL returns.
 const catalogStatements = 6
 
-// reloadResults is the number of result sets of reload: BEGIN, SET, the
-// state, the catalog statements and COMMIT.
-const reloadResults = 3 + catalogStatements + 1
+// viewsStatement is the index of the views statement in catalogSQL.
+const viewsStatement = 4
+
+// catalogResults returns the result sets of the catalog statements from the
+// answer to full (simple Query: a result set per statement that returns
+// rows) or to reload (extended protocol: one per statement, SET, BEGIN and
+// COMMIT included); ok is false for an answer of another shape.
+func catalogResults(results [][][]string, extended bool) (state [][][]string, cat [][][]string, ok bool) {
+	if !extended {
+		if len(results) != 1+catalogStatements {
+			return nil, nil, false
+		}
+		return results[:1], results[1:], true
+	}
+	// BEGIN, SET jit, state, the statements before the views, SET
+	// search_path, the rest, COMMIT.
+	if len(results) != 3+catalogStatements+2 {
+		return nil, nil, false
+	}
+	cat = append(append(cat, results[3:3+viewsStatement]...), results[4+viewsStatement:len(results)-1]...)
+	return results[2:3], cat, true
+}
 
 // catalogSQL returns the catalog statements for the TTL tables given as
 // (schema, table) literal pairs: the columns, then the unique keys of the
@@ -181,7 +205,10 @@ func catalogSQL(tables string) []string {
  WHERE tr.oid NOT IN (SELECT oid FROM ttl)
  ORDER BY n.nspname, c.relname, tr.rule`,
 		rels + `SELECT DISTINCT c.relkind, n.nspname, c.relname, rn.nspname, rc.relname,
-       CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END
+       CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) END,
+       (SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' ORDER BY a.attnum)
+          FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+       COALESCE(pg_catalog.array_to_string(c.reloptions, ','), ''), rc.relrowsecurity
   FROM deps
   JOIN pg_catalog.pg_class c ON c.oid = deps.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -268,8 +295,8 @@ func (s *session) loadCatalog() error {
 			"sqlstate", qerr.Code, "err", qerr.Message)
 	}
 	s.txStatus.Store(uint32(status))
-	if cat == nil && qerr == nil && len(results) == 1+catalogStatements {
-		cat = buildCatalog(s.log, results[1], results[2], results[3], results[4], results[5], results[6])
+	if _, r, ok := catalogResults(results, false); cat == nil && qerr == nil && ok {
+		cat = buildCatalog(s.log, r)
 		srv.catalogs.put(s.database, cat)
 	}
 	s.st.setCatalog(cat)
@@ -368,7 +395,8 @@ func decodeDataRow(b []byte) ([]string, error) {
 // Rules on other tables and triggers whose functions read a TTL table are
 // logged: the proxy cannot filter what they read (ttlproxy install
 // --row-security can).
-func buildCatalog(log *slog.Logger, columns, keys, schemas, children, views, functions [][]string) *rewrite.Catalog {
+func buildCatalog(log *slog.Logger, results [][][]string) *rewrite.Catalog {
+	columns, keys, schemas, children, views, functions := results[0], results[1], results[2], results[3], results[4], results[5]
 	cat := rewrite.CatalogData{
 		Tables:  map[string]*rewrite.TableInfo{},
 		Schemas: map[string][]string{},
@@ -418,7 +446,7 @@ func buildCatalog(log *slog.Logger, columns, keys, schemas, children, views, fun
 		cat.Children[row[0]+"."+row[1]] = row[2]
 	}
 	for _, row := range views {
-		if len(row) != 6 {
+		if len(row) != 9 {
 			continue
 		}
 		name, reads := row[1]+"."+row[2], row[3]+"."+row[4]
@@ -430,7 +458,21 @@ func buildCatalog(log *slog.Logger, columns, keys, schemas, children, views, fun
 			v := cat.Views[name]
 			v.Materialized = row[0] == "m"
 			v.Definition = row[5]
+			v.Columns = ttl.SplitIdentifiers(row[6])
+			for _, o := range strings.Split(row[7], ",") {
+				k, val, _ := strings.Cut(o, "=")
+				on := val == "true" || val == "on" || val == "1" || val == "yes"
+				switch k {
+				case "security_barrier":
+					v.SecurityBarrier = on
+				case "security_invoker":
+					v.SecurityInvoker = on
+				}
+			}
 			v.Reads = append(v.Reads, reads)
+			if row[8] == "t" {
+				v.ReadsRowSecurity = true
+			}
 			cat.Views[name] = v
 		default:
 			log.Warn("a rule on this table reads a TTL table inside the server, where the proxy cannot hide expired rows",

@@ -113,7 +113,8 @@ func (s *session) reloadCatalog() error {
 		return err
 	}
 	s.srv.metrics.sessionRefreshes.Inc()
-	if res.qerr != nil || len(res.results) != reloadResults {
+	state, r, ok := catalogResults(res.results, true)
+	if res.qerr != nil || !ok {
 		msg := "unexpected result"
 		if res.qerr != nil {
 			msg = res.qerr.Code + ": " + res.qerr.Message
@@ -121,11 +122,10 @@ func (s *session) reloadCatalog() error {
 		s.log.Warn("reading the catalog after DDL failed; will retry before the next statement", "err", msg)
 		return nil
 	}
-	r := res.results[3:]
-	cat := buildCatalog(s.log, r[0], r[1], r[2], r[3], r[4], r[5])
+	cat := buildCatalog(s.log, r)
 	s.srv.catalogs.put(s.database, cat)
 	s.st.setCatalog(cat)
-	row, ok := stateResult(res.results[2:], s.srv.queries.names)
+	row, ok := stateResult(state, s.srv.queries.names)
 	if !ok {
 		s.log.Warn("reading session state failed; will retry before the next statement", "err", "unexpected result")
 		return nil

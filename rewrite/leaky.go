@@ -2,9 +2,11 @@ package rewrite
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"github.com/ttlproxy/ttlproxy/ttl"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
@@ -126,25 +128,131 @@ func (rw *Rewriter) mentionsCatalogName(sql string, s *Session) bool {
 		((len(cat.leaky) > 0 || len(cat.d.Functions) > 0) && cat.leakyNames.find(sql) >= 0)
 }
 
-// leakyView fails the walk when rv (a reference outside the CTEs of sc)
-// names a view that may return expired rows, and reports that it did.
-func (w *walker) leakyView(rv *pg.RangeVar, sc *scope) bool {
+// leakyKey returns the "schema.name" of the view that may return expired
+// rows rv (a reference outside the CTEs of sc) names, and what it reads.
+func (w *walker) leakyKey(rv *pg.RangeVar, sc *scope) (key, reads string, ok bool) {
 	cat := w.s.Catalog
 	if cat == nil || len(cat.leaky) == 0 {
-		return false
+		return "", "", false
 	}
-	key := ""
 	if rv.Schemaname != "" {
 		key = rv.Schemaname + "." + rv.Relname
 	} else if !sc.has(rv.Relname) {
 		key = w.resolveIn(rv.Relname, cat.leaky)
 	}
-	reads, ok := cat.leaky[key]
+	reads, ok = cat.leaky[key]
+	return key, reads, ok
+}
+
+// leakyView fails the walk when rv names a view that may return expired
+// rows in a position where it is not expanded (a write, COPY, an unknown
+// position), and reports that it did.
+func (w *walker) leakyView(rv *pg.RangeVar, sc *scope) bool {
+	if w.expanded[rv] {
+		return false
+	}
+	key, reads, ok := w.leakyKey(rv, sc)
 	if !ok {
 		return false
 	}
-	w.fail(errLeakyView(key, reads, cat.d.Views[key].Materialized))
+	w.fail(errLeakyView(key, reads, w.s.Catalog.d.Views[key].Materialized))
 	return true
+}
+
+// maxViewDepth bounds the expansion of views of views.
+const maxViewDepth = 32
+
+// expandView handles a read of a view that may return expired rows in a
+// FROM item: the item `v [AS] a [(cols)]` becomes `(<definition>) AS
+// a(cols)`, the definition rewritten like any statement (its TTL tables
+// filtered, its views expanded), the columns named as the view names them.
+// A security_barrier view's definition is wrapped in `SELECT * FROM (…)
+// OFFSET 0`, which the planner neither flattens nor pushes conditions into,
+// so the view's own conditions still run first. The definition runs with
+// the reader's privileges instead of the view owner's: a reader without
+// privileges on the tables gets their error, never more rows. What cannot be
+// expanded exactly is rejected: a materialized view, and a view reading a
+// table with row security (its policies would apply to the reader instead
+// of the owner) unless the view is security_invoker. It reports whether rv
+// is such a view.
+func (w *walker) expandView(rv *pg.RangeVar, sc *scope, tableForm bool) bool {
+	key, reads, ok := w.leakyKey(rv, sc)
+	if !ok {
+		return false
+	}
+	v := w.s.Catalog.d.Views[key]
+	if v.Materialized || v.Definition == "" || len(v.Columns) == 0 ||
+		(v.ReadsRowSecurity && !v.SecurityInvoker) || w.viewDepth >= maxViewDepth {
+		w.fail(errLeakyView(key, reads, v.Materialized))
+		return true
+	}
+	inner, e := w.rw.rewriteView(v.Definition, w.s, w.viewDepth+1)
+	if e != nil {
+		w.fail(e)
+		return true
+	}
+	ts := w.tokens()
+	if w.err != nil {
+		return true
+	}
+	first, after, ok := w.itemSpan(rv)
+	if !ok {
+		return true
+	}
+	name, cols := rv.Relname, slices.Clone(v.Columns)
+	if rv.Alias != nil {
+		name = rv.Alias.Aliasname
+		for i, c := range rv.Alias.Colnames {
+			if i < len(cols) {
+				cols[i] = c.GetString_().GetSval()
+			} else {
+				cols = append(cols, c.GetString_().GetSval())
+			}
+		}
+	}
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = ttl.QuoteIdent(c)
+	}
+	if v.SecurityBarrier {
+		inner = "SELECT * FROM (" + inner + ") AS _ttl_view OFFSET 0"
+	}
+	text := "(" + inner + ") AS " + ttl.QuoteIdent(name) + "(" + strings.Join(quoted, ", ") + ")"
+	from, to := ts[first].start, ts[after-1].end
+	if tableForm {
+		if ts.kind(first-1) != pg.Token_TABLE {
+			w.fail(internalError("cannot locate TABLE"))
+			return true
+		}
+		from = ts[first-1].start
+		text = "SELECT * FROM " + text
+	}
+	w.replace(from, to, text)
+	if w.expanded == nil {
+		w.expanded = map[*pg.RangeVar]bool{}
+	}
+	w.expanded[rv] = true
+	return true
+}
+
+// rewriteView rewrites a view's definition (one SELECT, every name
+// qualified) for expansion at depth.
+func (rw *Rewriter) rewriteView(def string, s *Session, depth int) (string, *Error) {
+	def = strings.TrimRight(strings.TrimSpace(def), "; \t\n")
+	tree, err := pg.Parse(def)
+	if err != nil || len(tree.Stmts) != 1 || tree.Stmts[0].Stmt.GetSelectStmt() == nil {
+		return "", internalError("cannot parse a view definition")
+	}
+	w := newWalker(rw, def, s, nil)
+	w.viewDepth = depth
+	w.rawStmt(tree.Stmts[0])
+	if w.err != nil {
+		return "", w.err
+	}
+	if len(w.edits) == 0 {
+		return def, nil
+	}
+	return splice(def, w.edits, 1)
 }
 
 // resolveIn returns the "schema.name" an unqualified relation or function

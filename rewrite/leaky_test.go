@@ -52,6 +52,54 @@ func TestLeakyViews(t *testing.T) {
 	}
 }
 
+// TestExpandViews: a read of a view that leaks becomes its definition,
+// rewritten, under the view's (or the alias's) name and column names; a
+// security_barrier view is fenced with OFFSET 0; what cannot be expanded
+// exactly is refused.
+func TestExpandViews(t *testing.T) {
+	rw := newTestRewriter(t)
+	d := leakyCatalogData()
+	set := func(name string, f func(v *View)) {
+		v := d.Views[name]
+		f(&v)
+		d.Views[name] = v
+	}
+	set("public.v_sess", func(v *View) {
+		v.Columns = []string{"id", "note"}
+		v.Definition = " SELECT sessions.id,\n    sessions.note\n   FROM public.sessions;"
+	})
+	set("public.v_sess2", func(v *View) {
+		v.Columns = []string{"id"}
+		v.Definition = " SELECT v_sess.id\n   FROM public.v_sess\n  WHERE (v_sess.id > 3);"
+		v.SecurityBarrier = true
+	})
+	set("public.v_half", func(v *View) {
+		v.Columns = []string{"id"}
+		v.ReadsRowSecurity = true
+	})
+	s := NewState(Session{Catalog: NewCatalog(d)})
+	inner := "(SELECT sessions.id,\n    sessions.note\n   FROM " + join("public.sessions", `"sessions"`, 0) + `)`
+	for _, c := range []rwCase{
+		{"view", `SELECT count(*) FROM v_sess`, `SELECT count(*) FROM ` + inner + ` AS "v_sess"("id", "note")`},
+		{"alias with a column", `SELECT * FROM public.v_sess AS x(a) WHERE a = 1`, `SELECT * FROM ` + inner + ` AS "x"("a", "note") WHERE a = 1`},
+		{"TABLE", `TABLE v_sess`, `SELECT * FROM ` + inner + ` AS "v_sess"("id", "note")`},
+		{"barrier view of a view", `SELECT * FROM v_sess2 JOIN users u ON true`,
+			"SELECT * FROM (SELECT * FROM (SELECT v_sess.id\n   FROM " + inner + ` AS "v_sess"("id", "note")` +
+				"\n  WHERE (v_sess.id > 3)) AS _ttl_view OFFSET 0) AS \"v_sess2\"(\"id\") JOIN users u ON true"},
+		{"subquery", `SELECT 1 WHERE EXISTS (SELECT FROM v_sess)`, `SELECT 1 WHERE EXISTS (SELECT FROM ` + inner + ` AS "v_sess"("id", "note"))`},
+	} {
+		checkRewrite(t, rw, s, c)
+	}
+	for _, c := range []rejCase{
+		{"row security", `SELECT * FROM v_half`, "0A000", []string{"public.v_half"}},
+		{"materialized", `SELECT * FROM m_sess`, "0A000", []string{"public.m_sess", "last refresh"}},
+		{"write through the view", `UPDATE v_sess SET note = 'x'`, "0A000", []string{"public.v_sess"}},
+		{"copy", `COPY v_sess TO STDOUT`, "0A000", []string{"public.v_sess"}},
+	} {
+		checkReject(t, rw, s, c)
+	}
+}
+
 func TestRewriteLeakPaths(t *testing.T) {
 	rw := newTestRewriter(t)
 	s := NewState(Session{Catalog: NewCatalog(leakyCatalogData())})

@@ -214,6 +214,9 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, tableForm bool) {
 // USING columns and outer-join semantics.
 func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 	w.mark(rv)
+	if w.expandView(rv, sc, tableForm) {
+		return
+	}
 	rule := w.ruleFor(rv, sc)
 	if rule == nil {
 		return

@@ -173,9 +173,16 @@ type View struct {
 	// Reads lists what it reads directly, "schema.name": TTL tables, their
 	// children and other Views.
 	Reads []string
-	// Definition is pg_get_viewdef's text of a view; "" for a materialized
-	// view.
+	// Definition is pg_get_viewdef's text of a view, every name qualified;
+	// "" for a materialized view.
 	Definition string
+	// Columns are the view's column names in order.
+	Columns []string
+	// SecurityBarrier and SecurityInvoker are the view's options.
+	SecurityBarrier, SecurityInvoker bool
+	// ReadsRowSecurity: a table it reads directly has row security
+	// enabled, whose policies apply to the view's owner, not the reader.
+	ReadsRowSecurity bool
 }
 
 // TableInfo describes one table.
@@ -249,7 +256,7 @@ func (d CatalogData) clone() CatalogData {
 	if d.Views != nil {
 		out.Views = make(map[string]View, len(d.Views))
 		for k, v := range d.Views {
-			v.Reads = slices.Clone(v.Reads)
+			v.Reads, v.Columns = slices.Clone(v.Reads), slices.Clone(v.Columns)
 			out.Views[k] = v
 		}
 	}
@@ -311,10 +318,24 @@ func (c *Catalog) appendFacts(b []byte) []byte {
 	for _, k := range c.childKeys {
 		b = appendString(appendString(b, k), c.d.Children[k])
 	}
-	// What the rewrite depends on of Views is which of them leak.
+	// What the rewrite depends on of Views is which of them leak, and how
+	// those expand.
 	b = append(b, 0xff)
 	for _, k := range slices.Sorted(maps.Keys(c.leaky)) {
 		b = appendString(appendString(b, k), c.leaky[k])
+		v := c.d.Views[k]
+		b = appendString(b, v.Definition)
+		b = binary.AppendUvarint(b, uint64(len(v.Columns)))
+		for _, col := range v.Columns {
+			b = appendString(b, col)
+		}
+		flags := byte(0)
+		for i, f := range []bool{v.Materialized, v.SecurityBarrier, v.SecurityInvoker, v.ReadsRowSecurity} {
+			if f {
+				flags |= 1 << i
+			}
+		}
+		b = append(b, flags)
 	}
 	b = append(b, 0xff)
 	for _, k := range slices.Sorted(maps.Keys(c.d.Functions)) {

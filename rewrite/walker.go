@@ -41,6 +41,10 @@ type walker struct {
 	// schema qualifications it needs, by the offset of the name.
 	pinning bool
 	pins    map[int]*pinEdit
+	// viewDepth counts the view definitions this walk is inside
+	// (expandView); expanded marks the references it expanded.
+	viewDepth int
+	expanded  map[*pg.RangeVar]bool
 }
 
 // newWalker returns a walker for sql; lits, when known, are its literals.

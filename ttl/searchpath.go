@@ -6,14 +6,13 @@ import (
 )
 
 // ParseSearchPath resolves a search_path setting into schema names as
-// PostgreSQL does (SplitIdentifierString, then "$user"): entries split on
-// commas outside double quotes, unquoted ones trimmed and folded to lower
-// case, quoted ones unquoted ("" is a quote), "$user" replaced by
-// currentUser, duplicates and empty names dropped. Schemas that do not
-// exist are kept: the catalog says where TTL tables live.
+// PostgreSQL does (SplitIdentifierString, then "$user"): the names of
+// SplitIdentifiers, "$user" replaced by currentUser, duplicates and empty
+// names dropped. Schemas that do not exist are kept: the catalog says where
+// TTL tables live.
 func ParseSearchPath(setting, currentUser string) []string {
 	var out []string
-	add := func(name string) {
+	for _, name := range SplitIdentifiers(setting) {
 		if name == "$user" {
 			name = currentUser
 		}
@@ -21,7 +20,16 @@ func ParseSearchPath(setting, currentUser string) []string {
 			out = append(out, name)
 		}
 	}
-	s := setting
+	return out
+}
+
+// SplitIdentifiers splits a comma-separated list of identifiers as
+// PostgreSQL's SplitIdentifierString does: entries split on commas outside
+// double quotes, unquoted ones trimmed and folded to lower case (FoldIdent),
+// quoted ones unquoted ("" is a quote). It reads quote_ident's output back.
+func SplitIdentifiers(list string) []string {
+	var out []string
+	s := list
 	for {
 		s = strings.TrimLeft(s, " \t\n\r\f\v")
 		if s == "" {
@@ -43,13 +51,13 @@ func ParseSearchPath(setting, currentUser string) []string {
 				i++
 			}
 			s = s[min(i+1, len(s)):]
-			add(name.String())
+			out = append(out, name.String())
 		} else {
 			end := strings.IndexByte(s, ',')
 			if end < 0 {
 				end = len(s)
 			}
-			add(FoldIdent(strings.TrimRight(s[:end], " \t\n\r\f\v")))
+			out = append(out, FoldIdent(strings.TrimRight(s[:end], " \t\n\r\f\v")))
 			s = s[end:]
 		}
 		s = strings.TrimLeft(s, " \t\n\r\f\v")
