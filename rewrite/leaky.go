@@ -232,7 +232,38 @@ func (w *walker) expandView(rv *pg.RangeVar, sc *scope, tableForm bool) bool {
 		w.expanded = map[*pg.RangeVar]bool{}
 	}
 	w.expanded[rv] = true
+	if rv.Alias == nil {
+		// schema.view.column references now name the subquery, which has no
+		// schema: unqualify drops it.
+		sch, _, _ := strings.Cut(key, ".")
+		w.unqualified = append(w.unqualified, [2]string{sch, rv.Relname})
+	}
 	return true
+}
+
+// unqualify drops the schema (and catalog) from a column reference
+// schema.view.column or schema.view.* to a view expanded without an alias.
+func (w *walker) unqualify(cr *pg.ColumnRef) {
+	n := len(cr.Fields)
+	if n < 3 {
+		return
+	}
+	rel, sch := cr.Fields[n-2].GetString_().GetSval(), cr.Fields[n-3].GetString_().GetSval()
+	if !slices.Contains(w.unqualified, [2]string{sch, rel}) {
+		return
+	}
+	ts := w.tokens()
+	if w.err != nil {
+		return
+	}
+	i := ts.at(int(cr.Location))
+	// schema . view . column, with a catalog . in front for four fields.
+	drop := 2 * (n - 2)
+	if i < 0 || i+drop >= len(ts) {
+		w.fail(internalError("cannot locate a column reference"))
+		return
+	}
+	w.replace(ts[i].start, ts[i+drop].start, "")
 }
 
 // rewriteView rewrites a view's definition (one SELECT, every name

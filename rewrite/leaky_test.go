@@ -87,6 +87,8 @@ func TestExpandViews(t *testing.T) {
 			"SELECT * FROM (SELECT * FROM (SELECT v_sess.id\n   FROM " + inner + ` AS "v_sess"("id", "note")` +
 				"\n  WHERE (v_sess.id > 3)) AS _ttl_view OFFSET 0) AS \"v_sess2\"(\"id\") JOIN users u ON true"},
 		{"subquery", `SELECT 1 WHERE EXISTS (SELECT FROM v_sess)`, `SELECT 1 WHERE EXISTS (SELECT FROM ` + inner + ` AS "v_sess"("id", "note"))`},
+		{"schema.view.column", `SELECT public.v_sess.id, public.v_sess.* FROM public.v_sess WHERE public.v_sess.note = 'x'`,
+			`SELECT v_sess.id, v_sess.* FROM ` + inner + ` AS "v_sess"("id", "note") WHERE v_sess.note = 'x'`},
 	} {
 		checkRewrite(t, rw, s, c)
 	}

@@ -29,6 +29,13 @@ func (w *walker) generic(n *pg.Node, sc *scope) {
 // DDL names (allowed) instead of unknown positions.
 func (w *walker) genericMsg(m protoreflect.Message, sc *scope, names bool) {
 	walkMessages(m, func(m protoreflect.Message) bool {
+		if len(w.unqualified) > 0 {
+			if n, ok := m.Interface().(*pg.Node); ok {
+				if cr := n.GetColumnRef(); cr != nil {
+					w.unqualify(cr)
+				}
+			}
+		}
 		if w.err != nil || isLeaf(m) {
 			return false
 		}

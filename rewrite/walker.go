@@ -45,6 +45,9 @@ type walker struct {
 	// (expandView); expanded marks the references it expanded.
 	viewDepth int
 	expanded  map[*pg.RangeVar]bool
+	// unqualified lists the (schema, view) of views expanded without an
+	// alias, whose schema-qualified column references unqualify edits.
+	unqualified [][2]string
 }
 
 // newWalker returns a walker for sql; lits, when known, are its literals.

@@ -258,6 +258,7 @@ func (o *oracle) generated(t *testing.T, tables []*oTable) {
 	}
 	var slowest []timed
 	ran := 0
+	views := map[verdict]int{} // statements reading a view the proxy expands, by verdict
 	for i := range n {
 		if *oracleCase >= 0 && i != *oracleCase {
 			continue
@@ -280,6 +281,9 @@ func (o *oracle) generated(t *testing.T, tables []*oTable) {
 				name = fmt.Sprintf("case %d variant %d", i, variant)
 			}
 			rep, v := o.check(name, c, mode)
+			if slices.Contains(c.feats, "view") {
+				views[v]++
+			}
 			slowest = append(slowest, timed{time.Since(t0), i})
 			slices.SortFunc(slowest, func(a, b timed) int { return int(b.d - a.d) })
 			slowest = slowest[:min(len(slowest), 3)]
@@ -298,6 +302,12 @@ func (o *oracle) generated(t *testing.T, tables []*oTable) {
 	elapsed := time.Since(start)
 	t.Logf("oracle: seed %d, %d statements: %d equal (%d with rows, %d failing alike on both sides), %d rejected, %d failed, in %v",
 		o.seed, ran, equal+len(bothFailed), equal, len(bothFailed), len(rejected), len(failed), elapsed.Round(time.Millisecond))
+	t.Logf("oracle: %d statements read a view over TTL tables: %d equal, %d failing alike, %d rejected",
+		views[verdictEqual]+views[verdictBothFailed]+views[verdictRejected]+views[verdictFailed],
+		views[verdictEqual], views[verdictBothFailed], views[verdictRejected])
+	if ran >= 300 && views[verdictEqual] == 0 {
+		t.Errorf("no statement read a view with rows equal to the reference: the oracle does not exercise view expansion")
+	}
 	shapeHits := o.s.metric("ttlproxy_proxy_rewrite_shape_hits_total", nil)
 	t.Logf("oracle: %v statements were rewritten from a shape template, %v shape mismatches",
 		shapeHits, o.s.metric("ttlproxy_proxy_rewrite_shape_mismatches_total", nil))

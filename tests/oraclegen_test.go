@@ -39,6 +39,9 @@ type oTable struct {
 	cols   []oColumn // columns generated expressions may use
 	all    []string  // every column, in order
 	rule   *ttl.Rule
+	// view: a view created directly that reads TTL tables; the proxy
+	// expands it. It is read, never written.
+	view bool
 }
 
 func (t *oTable) ttl() bool { return t.rule != nil }
@@ -185,8 +188,19 @@ func oracleSchema() (setup []string, rules []ttl.Rule, tables []*oTable) {
 		`CREATE TABLE sink (a int, b text)`,
 		`CREATE TABLE notes (id int PRIMARY KEY, k int, v text, expires_at timestamptz)`,
 		`INSERT INTO notes SELECT id, k, v, `+oracleTZ+` FROM `+oracleRows(4, 20),
+		// Views created directly over TTL tables, which the proxy expands.
+		// security_invoker: the reference role's policies apply through them.
+		`CREATE VIEW v_sessions WITH (security_invoker) AS SELECT id, k, v FROM sessions`,
+		`CREATE VIEW v_nested WITH (security_invoker) AS SELECT id, k, v FROM v_sessions WHERE id > 2`,
+		`CREATE VIEW v_barrier WITH (security_invoker, security_barrier) AS SELECT id, k, v FROM events WHERE k IS DISTINCT FROM 3`,
+		`CREATE VIEW v_renamed (id, k, v) WITH (security_invoker) AS
+			SELECT t.id, t.k, u.v FROM tokens t LEFT JOIN uploads u ON u.id = t.id`,
 	)
 	tables = append(tables,
+		&oTable{name: "v_sessions", cols: ikv, all: []string{"id", "k", "v"}, view: true},
+		&oTable{name: "v_nested", cols: ikv, all: []string{"id", "k", "v"}, view: true},
+		&oTable{name: "v_barrier", cols: ikv, all: []string{"id", "k", "v"}, view: true},
+		&oTable{name: "v_renamed", cols: ikv, all: []string{"id", "k", "v"}, view: true},
 		&oTable{name: "accounts", cols: ikv, all: []string{"id", "k", "v", "name"}},
 		&oTable{name: "tags", cols: ikv, all: []string{"id", "k", "v", "label"}},
 		&oTable{schema: "archive", name: "sessions", cols: ikv, all: []string{"id", "k", "v", "expires_at"}},
@@ -416,9 +430,14 @@ func (g *gen) wrapped() genCase {
 	}
 }
 
+// ttlTable picks a TTL table, or one time in five a view over TTL tables.
 func (g *gen) ttlTable() *oTable {
+	view := g.chance(0.2)
 	for {
-		if t := g.tables[g.intn(len(g.tables))]; t.ttl() {
+		if t := g.tables[g.intn(len(g.tables))]; (view && t.view) || (!view && t.ttl()) {
+			if t.view {
+				g.feat("view")
+			}
 			return t
 		}
 	}
@@ -430,7 +449,7 @@ func (g *gen) table() *oTable {
 		return g.ttlTable()
 	}
 	for {
-		if t := g.tables[g.intn(len(g.tables))]; !t.ttl() {
+		if t := g.tables[g.intn(len(g.tables))]; !t.ttl() && !t.view {
 			return t
 		}
 	}
@@ -1436,6 +1455,9 @@ func (g *gen) insertSelect() string {
 // target is the table an UPDATE or DELETE changes, and its scope.
 func (g *gen) target() (string, *scope) {
 	t := g.table()
+	for t.view {
+		t = g.table()
+	}
 	if t.ttl() {
 		g.feat("TTL target")
 	}
