@@ -145,8 +145,13 @@ type sessionState struct {
 	// forwarded since the state was last read. catalogStale: DDL went
 	// through this session, read the catalog again too.
 	dirty, unseen, catalogStale bool
-	// stateStmts are the prepared statements that may change the state.
-	stateStmts map[string]struct{}
+	// stateStmts are the prepared statements that may change the state,
+	// and txStmts those that may end a transaction, with their texts.
+	stateStmts, txStmts map[string]string
+	// follower follows, until the state is read again, the changes the
+	// statements forwarded since determine (rewrite.Follower): a pipeline
+	// that sets search_path and then reads is rewritten under the new path.
+	follower *rewrite.Follower
 	// prepared holds the extended-protocol statements whose rewrite
 	// depends on the state, by name (prepared.go).
 	prepared map[string]*preparedStmt
@@ -189,7 +194,7 @@ func (st *sessionState) apply(row *stateRow) bool {
 		}
 		ns.Bypass = st.bypass[row.CurrentUser] || st.bypass[row.SessionUser]
 		st.tempShadows = row.TempShadows
-		st.unseen = false
+		st.unseen, st.follower = false, nil
 	}
 	if len(st.tempShadows) > 0 {
 		// pg_temp is searched first for relations unless the path names it.
@@ -260,14 +265,8 @@ func (st *sessionState) onParse(name []byte, sql string, oids []byte, res rewrit
 	if !st.track {
 		return err
 	}
-	if rewrite.SessionStateMayChange(sql) {
-		if st.stateStmts == nil {
-			st.stateStmts = make(map[string]struct{})
-		}
-		st.stateStmts[string(name)] = struct{}{}
-	} else if len(st.stateStmts) > 0 {
-		delete(st.stateStmts, string(name))
-	}
+	st.stateStmts = remember(st.stateStmts, name, sql, rewrite.SessionStateMayChange(sql))
+	st.txStmts = remember(st.txStmts, name, sql, mayEndTransaction(sql))
 	if st.base != nil && mayChangeCatalog(sql) {
 		// Read before the next statement; the statements pipelined behind
 		// this one are rewritten under the old catalog.
@@ -286,8 +285,16 @@ func (st *sessionState) onParse(name []byte, sql string, oids []byte, res rewrit
 // statement may drop or rename it (DROP, ALTER, ON COMMIT DROP at COMMIT),
 // so every statement counts.
 func (st *sessionState) onStatement(sql string) {
-	if len(st.tempShadows) > 0 || rewrite.SessionStateMayChange(sql) {
+	if len(st.tempShadows) > 0 {
 		st.markDirty()
+	}
+	switch {
+	case rewrite.SessionStateMayChange(sql):
+		st.dirty = true
+		st.follow(sql)
+	case st.following():
+		// A COMMIT or ROLLBACK may undo a followed change.
+		st.follow(sql)
 	}
 	if st.base != nil && mayChangeCatalog(sql) {
 		// Read before the next statement; the statements pipelined behind
@@ -299,6 +306,53 @@ func (st *sessionState) onStatement(sql string) {
 			p.doubtful = true
 		}
 	}
+}
+
+// follow records that sql is about to run while the state is followed: a
+// change the text determines moves the rewriter's input (and the
+// generation) on; any other makes the statements pipelined behind it
+// rejected (unseen) until the state is read again.
+func (st *sessionState) follow(sql string) {
+	if st.unseen {
+		return
+	}
+	if st.follower == nil {
+		st.follower = rewrite.NewFollower(st.cur)
+	}
+	next := st.follower.Statement(sql)
+	if next == nil {
+		st.unseen = true
+		return
+	}
+	if next.Fingerprint() != st.cur.Fingerprint() {
+		st.cur = next
+		st.gen++
+	}
+}
+
+// following reports that forwarded statements are being followed.
+func (st *sessionState) following() bool { return st.follower != nil && !st.unseen }
+
+// remember sets or clears name's text in m by keep, allocating m when
+// needed.
+func remember(m map[string]string, name []byte, sql string, keep bool) map[string]string {
+	if keep {
+		if m == nil {
+			m = make(map[string]string)
+		}
+		m[string(name)] = sql
+	} else if len(m) > 0 {
+		delete(m, string(name))
+	}
+	return m
+}
+
+// mayEndTransaction reports whether sql may end a transaction block, which
+// undoes SET LOCAL (and, rolled back, SET): COMMIT, END, ABORT, ROLLBACK,
+// PREPARE TRANSACTION. A cheap word check that errs toward yes.
+func mayEndTransaction(sql string) bool {
+	return containsFold(sql, "commit") || containsFold(sql, "end") || containsFold(sql, "abort") ||
+		containsFold(sql, "rollback") || containsFold(sql, "prepare")
 }
 
 // mayChangeCatalog reports whether sql may be DDL that changes what the
@@ -318,7 +372,7 @@ func (st *sessionState) onFunctionCall() {
 // watchesBindClose reports whether Bind and Close messages must be shown
 // to onBind and onClose.
 func (st *sessionState) watchesBindClose() bool {
-	return st.track && (len(st.prepared) > 0 || len(st.stateStmts) > 0 || len(st.tempShadows) > 0)
+	return st.track && (len(st.prepared) > 0 || len(st.stateStmts) > 0 || len(st.tempShadows) > 0 || st.following())
 }
 
 // onBind is the hook for a Bind (body possibly truncated to what is
@@ -335,7 +389,7 @@ func (st *sessionState) onBind(body []byte) error {
 		st.markDirty()
 		return nil
 	}
-	if len(st.stateStmts) == 0 {
+	if len(st.stateStmts) == 0 && !st.following() {
 		return nil
 	}
 	name, ok := bindStatement(body)
@@ -344,8 +398,11 @@ func (st *sessionState) onBind(body []byte) error {
 		st.markDirty()
 		return nil
 	}
-	if _, hit := st.stateStmts[string(name)]; hit {
-		st.markDirty()
+	if sql, hit := st.stateStmts[string(name)]; hit {
+		st.dirty = true
+		st.follow(sql)
+	} else if sql, hit := st.txStmts[string(name)]; hit && st.following() {
+		st.follow(sql)
 	}
 	return nil
 }

@@ -400,11 +400,12 @@ func TestPipelineSyncGroups(t *testing.T) {
 }
 
 // TestBatchAfterStateChange: a pgx.Batch (one Sync for all statements) that
-// changes search_path and then reads never runs the read rewritten for the
-// old path: from the non-TTL other.items to the TTL public.items, an
-// unfiltered read would show expired rows. In the extended protocol the proxy
-// rejects the read (it cannot learn the new path before the batch ends),
-// which rolls the batch back.
+// changes search_path and then reads has the read rewritten for the new
+// path, in every protocol: the proxy follows a change the text determines
+// through the pipeline (from the non-TTL other.items to the TTL
+// public.items, a read rewritten for the old path would show expired rows).
+// A SET LOCAL ends with its transaction block; a change the text does not
+// determine makes the read rejected, which rolls the batch back.
 func TestBatchAfterStateChange(t *testing.T) {
 	p, db := startStateProxy(t, Config{})
 	for _, m := range append(modes[:len(modes):len(modes)], struct {
@@ -413,35 +414,67 @@ func TestBatchAfterStateChange(t *testing.T) {
 	}{"exec", pgx.QueryExecModeExec}) {
 		t.Run(m.name, func(t *testing.T) {
 			conn := p.connect(t, db, m.mode)
-			mustExec(t, conn, "SET search_path = other")
-			requireCount(t, conn, countOther, "path other")
-			b := &pgx.Batch{}
-			b.Queue("SET search_path = public")
-			b.Queue("SELECT count(*) FROM items WHERE id > $1", 0)
-			br := conn.SendBatch(testContext(t), b)
-			_, setErr := br.Exec()
-			var n int
-			readErr := br.QueryRow().Scan(&n)
-			_ = br.Close()
-			switch {
-			case setErr != nil && m.mode == pgx.QueryExecModeSimpleProtocol:
-				// The simple protocol sends the batch as one Query text: the
-				// rewriter rejects it whole, and nothing of it runs.
-				requireCode(t, setErr, "0A000")
-				requireCount(t, conn, countOther, "after the rejected query string")
-				return
-			case setErr != nil:
-				t.Fatalf("SET: %v", setErr)
-			case readErr == nil && n != countPublic:
-				t.Fatalf("read in the batch counted %d rows, want %d (new path) or a rejection", n, countPublic)
-			case readErr != nil:
-				requireCode(t, readErr, "0A000")
-				// The error ended the batch's implicit transaction: the
-				// SET is rolled back.
-				requireCount(t, conn, countOther, "after the rejected batch")
-				return
+			for _, c := range []struct {
+				name    string
+				stmts   []string
+				reads   []int // expected counts of the reads, in order
+				reject  bool  // the first read is rejected instead
+				pathOut int   // the count read after the batch
+			}{
+				{"SET then read", []string{"SET search_path = public", "READ"}, []int{countPublic}, false, countPublic},
+				{"set_config then read", []string{"SELECT pg_catalog.set_config('search_path', 'other', false)", "READ"}, []int{countOther}, false, countOther},
+				{"SET LOCAL until COMMIT", []string{"BEGIN", "SET LOCAL search_path = public", "READ", "COMMIT", "READ"},
+					[]int{countPublic, countOther}, false, countOther},
+				{"RESET then read", []string{"RESET search_path", "READ"}, nil, true, countOther},
+			} {
+				mustExec(t, conn, "SET search_path = other")
+				requireCount(t, conn, countOther, c.name+": before")
+				b := &pgx.Batch{}
+				for _, sql := range c.stmts {
+					if sql == "READ" {
+						b.Queue("SELECT count(*) FROM items WHERE id > $1", 0)
+					} else {
+						b.Queue(sql)
+					}
+				}
+				br := conn.SendBatch(testContext(t), b)
+				var got []int
+				var readErr error
+				for _, sql := range c.stmts {
+					if sql != "READ" {
+						if _, err := br.Exec(); err != nil {
+							readErr = err
+							break
+						}
+						continue
+					}
+					var n int
+					if err := br.QueryRow().Scan(&n); err != nil {
+						readErr = err
+						break
+					}
+					got = append(got, n)
+				}
+				_ = br.Close()
+				if readErr != nil && c.stmts[0] == "BEGIN" {
+					// The error left the explicit transaction block aborted.
+					mustExec(t, conn, "ROLLBACK")
+				}
+				// pgx's statement cache prepares the batch's statements in a
+				// round trip of their own, before the change runs: a read
+				// prepared for another path is rejected as stale rather than
+				// run for it, and the rejection rolls the batch back.
+				stale := m.mode == pgx.QueryExecModeCacheStatement && readErr != nil && !c.reject
+				switch {
+				case c.reject || stale:
+					requireCode(t, readErr, "0A000")
+					requireCount(t, conn, countOther, c.name+": after the rejected batch")
+				case readErr != nil || !slices.Equal(got, c.reads):
+					t.Errorf("%s: reads %v, %v; want %v", c.name, got, readErr, c.reads)
+				default:
+					requireCount(t, conn, c.pathOut, c.name+": after the batch")
+				}
 			}
-			requireCount(t, conn, countPublic, "after the batch")
 		})
 	}
 }

@@ -38,13 +38,73 @@ func (rw *Rewriter) followStates(sql string, stmts []*pg.RawStmt, s *Session) ([
 		}
 		eff := f.eff
 		out[i] = &eff
-		if ts := raw.Stmt.GetTransactionStmt(); ts != nil {
-			lost = !f.transaction(ts)
-		} else if stmtMayChangeState(text, raw.Stmt) {
-			lost = !f.change(raw.Stmt)
-		}
+		lost = !f.statement(text, raw.Stmt)
 	}
 	return out, nil
+}
+
+// statement follows one parsed statement of text; false when the values
+// after it are not known.
+func (f *follower) statement(text string, n *pg.Node) bool {
+	if ts := n.GetTransactionStmt(); ts != nil {
+		return f.transaction(ts)
+	}
+	if stmtMayChangeState(text, n) {
+		return f.change(n)
+	}
+	return true
+}
+
+// Follower follows the changes of search_path and ttlproxy.ttl through the
+// statements of a pipeline (the messages up to one Sync, a pgx batch) as
+// the server applies them, as Rewrite does through the statements of one
+// text: the proxy rewrites each later statement under the state the ones
+// before it leave, without asking the server between them. The changes it
+// follows are those Rewrite follows (search_path and ttlproxy.ttl set to
+// literals, through transaction blocks opened after the first change).
+type Follower struct {
+	f    follower
+	cur  *State
+	lost bool
+}
+
+// NewFollower starts following from st (nil: the default session).
+func NewFollower(st *State) *Follower {
+	if st == nil {
+		st = defaultState
+	}
+	return &Follower{f: follower{sess: st.s, eff: st.s}, cur: st}
+}
+
+// Statement follows sql, the text of one statement the server is about to
+// run (a Query's, or the one a Bind runs), and returns the State the
+// statements after it run under; nil from the first change it cannot
+// follow on. Texts are parsed only once a change may be involved.
+func (fl *Follower) Statement(sql string) *State {
+	if fl.lost {
+		return nil
+	}
+	if !fl.f.changed && !SessionStateMayChange(sql) {
+		return fl.cur
+	}
+	tree, err := pg.Parse(sql)
+	if err != nil {
+		fl.lost = true
+		return nil
+	}
+	fl.f.sql = sql
+	for _, raw := range tree.Stmts {
+		if !fl.f.statement(stmtText(sql, raw), raw.Stmt) {
+			fl.lost = true
+			return nil
+		}
+	}
+	if fl.f.changed {
+		if next := NewState(fl.f.eff); next.Fingerprint() != fl.cur.Fingerprint() {
+			fl.cur = next
+		}
+	}
+	return fl.cur
 }
 
 // follower tracks the session values through one text.
