@@ -195,6 +195,10 @@ func oracleSchema() (setup []string, rules []ttl.Rule, tables []*oTable) {
 		`CREATE VIEW v_barrier WITH (security_invoker, security_barrier) AS SELECT id, k, v FROM events WHERE k IS DISTINCT FROM 3`,
 		`CREATE VIEW v_renamed (id, k, v) WITH (security_invoker) AS
 			SELECT t.id, t.k, u.v FROM tokens t LEFT JOIN uploads u ON u.id = t.id`,
+		// Paths the proxy refuses: functions and a materialized view.
+		`CREATE FUNCTION oracle_count() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM sessions'`,
+		`CREATE FUNCTION oracle_count_pl() RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN (SELECT count(*) FROM tokens); END $$`,
+		`CREATE MATERIALIZED VIEW oracle_m AS SELECT id, k FROM sessions`,
 	)
 	tables = append(tables,
 		&oTable{name: "v_sessions", cols: ikv, all: []string{"id", "k", "v"}, view: true},
