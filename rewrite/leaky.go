@@ -144,19 +144,89 @@ func (w *walker) leakyKey(rv *pg.RangeVar, sc *scope) (key, reads string, ok boo
 	return key, reads, ok
 }
 
-// leakyView fails the walk when rv names a view that may return expired
-// rows in a position where it is not expanded (a write, COPY, an unknown
-// position), and reports that it did.
-func (w *walker) leakyView(rv *pg.RangeVar, sc *scope) bool {
+// leakyView resolves rv, a view that may return expired rows in a position
+// where it is not expanded (a write target, COPY, an unknown position): a
+// simple view over one TTL table is written through like the table, under
+// the rule viewRule returns; any other fails the walk. ok reports that rv
+// is such a view.
+func (w *walker) leakyView(rv *pg.RangeVar, sc *scope) (rule *ttl.Rule, ok bool) {
 	if w.expanded[rv] {
-		return false
+		return nil, false
 	}
 	key, reads, ok := w.leakyKey(rv, sc)
 	if !ok {
-		return false
+		return nil, false
+	}
+	if r := w.viewRule(key); r != nil {
+		return r, true
 	}
 	w.fail(errLeakyView(key, reads, w.s.Catalog.d.Views[key].Materialized))
-	return true
+	return nil, true
+}
+
+// viewRule returns the rule a write through the view key follows: the rule
+// of the one TTL table (or child) a simple view reads (one table in FROM,
+// plain columns in its target list, no DISTINCT, grouping, LIMIT, set
+// operation or WITH: what PostgreSQL can update through), with the view's
+// name and the view's names for the columns the rule reads, so that the
+// filter and the stamp are written on the view and reach the table through
+// it. nil for any other view, one that hides a column the rule needs, and a
+// sidecar rule (the registry is keyed by the table's columns).
+func (w *walker) viewRule(key string) *ttl.Rule {
+	v := w.s.Catalog.d.Views[key]
+	if v.Materialized || len(v.Reads) != 1 || v.Definition == "" {
+		return nil
+	}
+	names := childNames(v.Reads[0])
+	sch := v.Reads[0][:len(v.Reads[0])-len(names[1])-1]
+	r := w.ruleAt(sch, names[1])
+	if r == nil || r.RuleKind() == ttl.KindSidecar {
+		return nil
+	}
+	tree, err := pg.Parse(strings.TrimRight(strings.TrimSpace(v.Definition), "; \t\n"))
+	if err != nil || len(tree.Stmts) != 1 {
+		return nil
+	}
+	sel := tree.Stmts[0].Stmt.GetSelectStmt()
+	if sel == nil || sel.Op != pg.SetOperation_SETOP_NONE || len(sel.FromClause) != 1 || sel.FromClause[0].GetRangeVar() == nil ||
+		len(sel.DistinctClause) > 0 || len(sel.GroupClause) > 0 || sel.HavingClause != nil || sel.LimitCount != nil ||
+		sel.LimitOffset != nil || sel.WithClause != nil || len(sel.WindowClause) > 0 || len(sel.TargetList) != len(v.Columns) {
+		return nil
+	}
+	rename := map[string]string{} // the table's column → the view's
+	for i, t := range sel.TargetList {
+		cr := t.GetResTarget().GetVal().GetColumnRef()
+		if cr == nil || len(cr.Fields) == 0 {
+			continue
+		}
+		col := cr.Fields[len(cr.Fields)-1].GetString_().GetSval()
+		if _, seen := rename[col]; col != "" && !seen {
+			rename[col] = v.Columns[i]
+		}
+	}
+	need := []string{r.ExpiryColumn()}
+	if r.RuleKind() == ttl.KindDerived {
+		need = []string{r.BaseColumn}
+		if r.IntervalColumn != "" {
+			need = append(need, r.IntervalColumn)
+		}
+	}
+	for _, c := range need {
+		if _, ok := rename[c]; !ok {
+			return nil
+		}
+	}
+	c := *r
+	c.Schema, c.Table = key[:len(key)-len(childNames(key)[1])-1], childNames(key)[1]
+	if c.RuleKind() == ttl.KindColumn {
+		c.Column = rename[r.ExpiryColumn()]
+	} else {
+		c.BaseColumn = rename[r.BaseColumn]
+		if r.IntervalColumn != "" {
+			c.IntervalColumn = rename[r.IntervalColumn]
+		}
+	}
+	return &c
 }
 
 // maxViewDepth bounds the expansion of views of views.

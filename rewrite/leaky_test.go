@@ -92,10 +92,26 @@ func TestExpandViews(t *testing.T) {
 	} {
 		checkRewrite(t, rw, s, c)
 	}
+	// Writes through a simple view that shows the expiry column follow the
+	// table's rule under the view's column names.
+	d.Views["public.v_all"] = View{Reads: []string{"public.sessions"}, Columns: []string{"id", "note", "exp"},
+		Definition: " SELECT sessions.id,\n    sessions.note,\n    sessions.expires_at AS exp\n   FROM public.sessions;"}
+	s = NewState(Session{Catalog: NewCatalog(d)})
+	liveV := func(q string) string { return `(` + q + `."exp" IS NULL OR ` + q + `."exp" >= now())` }
+	for _, c := range []rwCase{
+		{"update through a view", `UPDATE v_all SET note = 'x' WHERE id = 1`,
+			`UPDATE v_all SET note = 'x', "exp" = ` + stamp + ` WHERE (id = 1) AND ` + liveV(`"v_all"`)},
+		{"delete through a view", `DELETE FROM v_all AS a WHERE a.id = 2`, `DELETE FROM v_all AS a WHERE (a.id = 2) AND ` + liveV(`"a"`)},
+		{"insert through a view", `INSERT INTO v_all (id, note) VALUES (1, 'a')`, `INSERT INTO v_all (id, note, "exp") VALUES (1, 'a', ` + stamp + `)`},
+		{"copy from a view", `COPY v_all TO STDOUT`, `COPY (SELECT * FROM v_all WHERE ` + liveV(`"v_all"`) + `) TO STDOUT`},
+	} {
+		checkRewrite(t, rw, s, c)
+	}
 	for _, c := range []rejCase{
 		{"row security", `SELECT * FROM v_half`, "0A000", []string{"public.v_half"}},
 		{"materialized", `SELECT * FROM m_sess`, "0A000", []string{"public.m_sess", "last refresh"}},
-		{"write through the view", `UPDATE v_sess SET note = 'x'`, "0A000", []string{"public.v_sess"}},
+		{"write through a view hiding the expiry", `UPDATE v_sess SET note = 'x'`, "0A000", []string{"public.v_sess"}},
+		{"write through a view of a view", `DELETE FROM v_sess2`, "0A000", []string{"public.v_sess2"}},
 		{"copy", `COPY v_sess TO STDOUT`, "0A000", []string{"public.v_sess"}},
 	} {
 		checkReject(t, rw, s, c)

@@ -19,8 +19,11 @@ import (
 // errs toward filtering (a wrong filter fails loudly, a missing one leaks).
 // pg_catalog and pg_temp never hold TTL tables.
 func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
-	if rv == nil || w.leakyView(rv, sc) {
+	if rv == nil {
 		return nil
+	}
+	if r, ok := w.leakyView(rv, sc); ok {
+		return r
 	}
 	if rv.Schemaname != "" {
 		return w.ruleAt(rv.Schemaname, rv.Relname)
