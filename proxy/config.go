@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,8 +39,9 @@ type Config struct {
 	// Rewriter rewrites Query and Parse texts; required.
 	Rewriter *rewrite.Rewriter
 	// BypassRoles lists roles whose sessions are not filtered or stamped:
-	// session_user or current_user at connection time in this list sets
-	// rewrite.Session.Bypass (re-checked whenever the role may have changed).
+	// session_user or current_user in this list sets rewrite.Session.Bypass
+	// (re-checked whenever the role may have changed). The Rewriter must
+	// have the same list (rewrite.Options.BypassRoles).
 	BypassRoles []string
 	// Logger receives the proxy's logs; nil discards them.
 	Logger *slog.Logger
@@ -93,6 +95,10 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CatalogTTL <= 0 {
 		c.CatalogTTL = DefaultCatalogTTL
+	}
+	// The rewriter follows SET ROLE in a text with the same roles.
+	if a, b := slices.Sorted(slices.Values(c.BypassRoles)), slices.Sorted(slices.Values(c.Rewriter.Options().BypassRoles)); !slices.Equal(slices.Compact(a), slices.Compact(b)) {
+		return fmt.Errorf("proxy: BypassRoles %v differ from the rewriter's %v", c.BypassRoles, c.Rewriter.Options().BypassRoles)
 	}
 	// A statement the rewriter accepts must fit in one message.
 	if stmt := c.Rewriter.Options().MaxStatementBytes; c.MaxMessageBytes < stmt {

@@ -105,7 +105,7 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 		cfg.Upstream = pgtest.Server(t).Addr()
 	}
 	if cfg.Rewriter == nil {
-		rw, err := rewrite.New(testRules, rewrite.Options{})
+		rw, err := rewrite.New(testRules, rewrite.Options{BypassRoles: cfg.BypassRoles})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -104,7 +104,7 @@ func newSession(srv *Server, conn net.Conn) *session {
 		srv:     srv,
 		id:      id,
 		log:     log,
-		st:      newSessionState(log, srv.bypass),
+		st:      newSessionState(log, srv.cfg.Rewriter, srv.bypass),
 		client:  conn,
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),

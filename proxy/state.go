@@ -53,19 +53,24 @@ type stateRow struct {
 	TTL string
 	// CurrentUser and SessionUser are the roles in force.
 	CurrentUser, SessionUser string
+	// ResetSearchPath and ResetTTL are what RESET restores
+	// (pg_settings.reset_val; "" for an unset ttlproxy.ttl).
+	ResetSearchPath, ResetTTL string
 	// TempShadows are the TTL table names the session's temporary schema
 	// holds a relation of.
 	TempShadows []string
 }
 
-// stateColumns are the state query's columns in order; the last is the
-// 1-based positions, in the TTL table name list, of the names held by the
+// stateColumns are the state query's columns in order (stateRow); the last
+// is the 1-based positions, in the TTL table name list, of the names held by the
 // session's temporary schema, comma-separated.
 var stateColumns = [...]string{
 	`pg_catalog.current_setting('search_path')`,
 	`pg_catalog.current_setting('ttlproxy.ttl', true)`,
 	`current_user`,
 	`session_user`,
+	`(SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'search_path')`,
+	`COALESCE((SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'ttlproxy.ttl'), '')`,
 	`TEMP_SHADOWS`,
 }
 
@@ -98,8 +103,9 @@ func decodeStateRow(row []string, names []string) (stateRow, bool) {
 	if len(row) != len(stateColumns) {
 		return stateRow{}, false
 	}
-	r := stateRow{SearchPath: row[0], TTL: row[1], CurrentUser: row[2], SessionUser: row[3]}
-	for _, f := range strings.Split(row[4], ",") {
+	r := stateRow{SearchPath: row[0], TTL: row[1], CurrentUser: row[2], SessionUser: row[3],
+		ResetSearchPath: row[4], ResetTTL: row[5]}
+	for _, f := range strings.Split(row[6], ",") {
 		if i, err := strconv.Atoi(f); err == nil && i >= 1 && i <= len(names) {
 			r.TempShadows = append(r.TempShadows, names[i-1])
 		}
@@ -126,6 +132,7 @@ const tempSchema = "pg_temp"
 // serverToClient during startup).
 type sessionState struct {
 	log    *slog.Logger
+	rw     *rewrite.Rewriter
 	bypass map[string]bool
 	// track is set at startup when statements are rewritten at all.
 	track bool
@@ -157,8 +164,8 @@ type sessionState struct {
 	prepared map[string]*preparedStmt
 }
 
-func newSessionState(log *slog.Logger, bypass map[string]bool) sessionState {
-	return sessionState{log: log, bypass: bypass, cur: rewrite.NewState(rewrite.Session{})}
+func newSessionState(log *slog.Logger, rw *rewrite.Rewriter, bypass map[string]bool) sessionState {
+	return sessionState{log: log, rw: rw, bypass: bypass, cur: rewrite.NewState(rewrite.Session{})}
 }
 
 // needsRefresh reports that the state must be read before the next
@@ -193,6 +200,8 @@ func (st *sessionState) apply(row *stateRow) bool {
 			ns.TTLInvalid = row.TTL
 		}
 		ns.Bypass = st.bypass[row.CurrentUser] || st.bypass[row.SessionUser]
+		ns.SearchPathSetting, ns.CurrentUser, ns.SessionUser = row.SearchPath, row.CurrentUser, row.SessionUser
+		ns.ResetSearchPath, ns.ResetTTL, ns.ResetKnown = row.ResetSearchPath, row.ResetTTL, true
 		st.tempShadows = row.TempShadows
 		st.unseen, st.follower = false, nil
 	}
@@ -317,7 +326,7 @@ func (st *sessionState) follow(sql string) {
 		return
 	}
 	if st.follower == nil {
-		st.follower = rewrite.NewFollower(st.cur)
+		st.follower = st.rw.NewFollower(st.cur)
 	}
 	next := st.follower.Statement(sql)
 	if next == nil {

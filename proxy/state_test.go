@@ -88,7 +88,7 @@ const (
 // database holding stateSchema.
 func startStateProxy(t *testing.T, cfg Config) (*testProxy, string) {
 	t.Helper()
-	rw, err := rewrite.New(stateRules, rewrite.Options{})
+	rw, err := rewrite.New(stateRules, rewrite.Options{BypassRoles: cfg.BypassRoles})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,6 +267,26 @@ END $$`)
 			requireCount(t, conn, countPublic, "after RESET ROLE")
 		})
 	}
+	// In one Query string, a role change is followed statement by
+	// statement, in and out of the bypass.
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	for _, c := range []struct {
+		sql  string
+		want string
+	}{
+		{"SET ROLE ttl_bypass_role; SELECT count(*) FROM items", "2"},
+		{"RESET ROLE; SELECT count(*) FROM items", itoa(countPublic)},
+		{"SET ROLE ttl_bypass_role; RESET ROLE; SELECT count(*) FROM items", itoa(countPublic)},
+	} {
+		results, err := conn.PgConn().Exec(testContext(t), c.sql).ReadAll()
+		if err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		last := results[len(results)-1]
+		if len(last.Rows) != 1 || string(last.Rows[0][0]) != c.want {
+			t.Errorf("%s: %v, want %s", c.sql, last.Rows, c.want)
+		}
+	}
 }
 
 func TestTempTableShadowsTTLTable(t *testing.T) {
@@ -425,7 +445,9 @@ func TestBatchAfterStateChange(t *testing.T) {
 				{"set_config then read", []string{"SELECT pg_catalog.set_config('search_path', 'other', false)", "READ"}, []int{countOther}, false, countOther},
 				{"SET LOCAL until COMMIT", []string{"BEGIN", "SET LOCAL search_path = public", "READ", "COMMIT", "READ"},
 					[]int{countPublic, countOther}, false, countOther},
-				{"RESET then read", []string{"RESET search_path", "READ"}, nil, true, countOther},
+				// RESET restores the reset value the proxy read: "$user", public.
+				{"RESET then read", []string{"RESET search_path", "READ"}, []int{countPublic}, false, countPublic},
+				{"RESET ALL then read", []string{"RESET ALL", "READ"}, nil, true, countOther},
 			} {
 				mustExec(t, conn, "SET search_path = other")
 				requireCount(t, conn, countOther, c.name+": before")

@@ -103,3 +103,53 @@ func TestRewriteStateChangeThenChild(t *testing.T) {
 		`SET search_path = part, public; SELECT * FROM (sessions_p1 JOIN (SELECT) AS _ttl_0 ON ("sessions_p1"."expires_at" IS NULL OR "sessions_p1"."expires_at" >= now()))`})
 	checkRewrite(t, rw, s, rwCase{"partition off the new path", `SET search_path = public; SELECT * FROM sessions_p1`, ""})
 }
+
+// TestRewriteFollowsRole: with the session's roles and reset values known,
+// SET ROLE, RESET ROLE and RESET in a text are followed: "$user" in the
+// path follows the role, and so does the bypass.
+func TestRewriteFollowsRole(t *testing.T) {
+	rw, err := New(testRules, Options{BypassRoles: []string{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(current, session string, bypass bool) *State {
+		return NewState(Session{
+			SearchPath: []string{current, "public"}, SearchPathSetting: `"$user", public`,
+			CurrentUser: current, SessionUser: session, Bypass: bypass,
+			ResetSearchPath: `"$user", public`, ResetKnown: true,
+		})
+	}
+	tokens := `(tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" >= (now() AT TIME ZONE 'UTC')))`
+	S := `"sessions"`
+	for _, c := range []struct {
+		name string
+		st   *State
+		c    rwCase
+	}{
+		{"$user is the login", as("app", "app", false), rwCase{"read", `SELECT * FROM tokens`, `SELECT * FROM ` + tokens}},
+		{"SET ROLE moves $user", as("app", "app", false), rwCase{"set role", `SET ROLE bob; SELECT * FROM tokens`, ""}},
+		{"RESET ROLE moves it back", as("bob", "app", false),
+			rwCase{"reset role", `RESET ROLE; SELECT * FROM tokens`, `RESET ROLE; SELECT * FROM ` + tokens}},
+		{"SET ROLE NONE", as("bob", "app", false),
+			rwCase{"set role none", `SET ROLE NONE; SELECT * FROM tokens`, `SET ROLE NONE; SELECT * FROM ` + tokens}},
+		{"SET ROLE to a bypass role", as("app", "app", false), rwCase{"bypass", `SET ROLE admin; SELECT * FROM sessions`, ""}},
+		{"RESET ROLE leaves a bypass", as("admin", "app", true),
+			rwCase{"leave", `RESET ROLE; SELECT * FROM sessions`, `RESET ROLE; SELECT * FROM ` + join("sessions", S, 0)}},
+		{"bypassed through the role, no change", as("admin", "app", true), rwCase{"still", `SELECT * FROM sessions`, ""}},
+		{"a bypass login stays bypassed", as("bob", "admin", true), rwCase{"login", `SET ROLE bob; SELECT * FROM sessions`, ""}},
+		{"SET LOCAL ROLE until COMMIT", as("app", "app", false),
+			rwCase{"local role", `BEGIN; SET LOCAL ROLE bob; SELECT * FROM tokens; COMMIT; SELECT * FROM tokens`,
+				`BEGIN; SET LOCAL ROLE bob; SELECT * FROM tokens; COMMIT; SELECT * FROM ` + tokens}},
+		{"$user in a SET", as("app", "app", false),
+			rwCase{"$user", `SET search_path = "$user"; SELECT * FROM tokens`, `SET search_path = "$user"; SELECT * FROM ` + tokens}},
+		{"RESET search_path", NewState(Session{SearchPath: []string{"archive"}, SearchPathSetting: "archive",
+			CurrentUser: "app", SessionUser: "app", ResetSearchPath: `"$user", public`, ResetKnown: true}),
+			rwCase{"reset", `RESET search_path; SELECT * FROM sessions`, `RESET search_path; SELECT * FROM ` + join("sessions", S, 0)}},
+	} {
+		t.Run(c.name, func(t *testing.T) { checkRewrite(t, rw, c.st, c.c) })
+	}
+	// What the text does not determine is still refused.
+	checkReject(t, rw, as("app", "app", false), rejCase{"SET SESSION AUTHORIZATION",
+		`SET SESSION AUTHORIZATION bob; SELECT * FROM sessions`, "0A000", []string{"public.sessions"}})
+	checkReject(t, rw, as("app", "app", false), rejCase{"RESET ALL", `RESET ALL; SELECT * FROM sessions`, "0A000", []string{"public.sessions"}})
+}

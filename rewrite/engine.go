@@ -22,6 +22,10 @@ type Options struct {
 	// parsing; 0 means DefaultMaxNestingDepth. Left-deep operator chains are bounded at four
 	// times this. Raising it far risks a crash inside the C parser.
 	MaxNestingDepth int
+	// BypassRoles are the roles whose sessions are neither filtered nor
+	// stamped (the proxy's bypass_roles): a SET ROLE in a text is followed
+	// with them.
+	BypassRoles []string
 	// TrustedFunctions lists the functions that may be called although
 	// their bodies read a TTL table inside the server (CatalogData.Functions),
 	// where they see expired rows: "schema.name", or a bare name for every
@@ -65,8 +69,8 @@ type Rewriter struct {
 	tables matcher
 
 	cache *cache
-	// trusted indexes Options.TrustedFunctions.
-	trusted map[string]bool
+	// trusted indexes Options.TrustedFunctions, bypass Options.BypassRoles.
+	trusted, bypass map[string]bool
 
 	stats struct {
 		shapeHits, shapeMismatches atomic.Uint64
@@ -109,6 +113,7 @@ func New(rules []ttl.Rule, opts Options) (*Rewriter, error) {
 	}
 	rw := &Rewriter{
 		trusted: trustedSet(opts.TrustedFunctions),
+		bypass:  trustedSet(opts.BypassRoles),
 		rules:   rules,
 		opts:    opts,
 		byKey:   make(map[relKey]*ttl.Rule, len(rules)),
@@ -167,7 +172,7 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 		st = defaultState
 	}
 	s := &st.s
-	if s.Bypass || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s)) {
+	if (s.Bypass && !rw.mayLeaveBypass(sql, s)) || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s)) {
 		if len(rw.rules) == 0 || !mentionsTTLSetting(sql) {
 			return Result{SQL: sql}, nil
 		}
@@ -185,6 +190,15 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 	lits, lexed := lexLiterals(sql)
 	p := rw.rewriteParsed(sql, s, lits, lexed)
 	return p.res, toError(p.err)
+}
+
+// mayLeaveBypass reports whether sql, in a session bypassed through its
+// current role only (a SET ROLE to a bypass role from a login that is not
+// one), may leave the bypass: such a text is rewritten statement by
+// statement (followStates). A login in BypassRoles stays bypassed whatever
+// role it takes.
+func (rw *Rewriter) mayLeaveBypass(sql string, s *Session) bool {
+	return s.SessionUser != "" && !rw.bypass[s.SessionUser] && SessionStateMayChange(sql)
 }
 
 // checkNesting rejects a text nested too deeply to parse safely. It runs
@@ -246,6 +260,9 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session, lits []literal, lexed 
 	w := newWalker(rw, sql, s, lits)
 	for i, raw := range tree.Stmts {
 		w.s = states[i]
+		if w.s.Bypass {
+			continue
+		}
 		w.rawStmt(raw)
 		if w.err != nil {
 			p.err = w.err

@@ -25,7 +25,7 @@ func (rw *Rewriter) followStates(sql string, stmts []*pg.RawStmt, s *Session) ([
 		}
 		return out, nil
 	}
-	f := follower{sql: sql, sess: *s, eff: *s}
+	f := follower{sql: sql, bypass: rw.bypass, sess: *s, eff: *s}
 	lost := false
 	for i, raw := range stmts {
 		text := stmtText(sql, raw)
@@ -69,11 +69,11 @@ type Follower struct {
 }
 
 // NewFollower starts following from st (nil: the default session).
-func NewFollower(st *State) *Follower {
+func (rw *Rewriter) NewFollower(st *State) *Follower {
 	if st == nil {
 		st = defaultState
 	}
-	return &Follower{f: follower{sess: st.s, eff: st.s}, cur: st}
+	return &Follower{f: follower{bypass: rw.bypass, sess: st.s, eff: st.s}, cur: st}
 }
 
 // Statement follows sql, the text of one statement the server is about to
@@ -110,6 +110,8 @@ func (fl *Follower) Statement(sql string) *State {
 // follower tracks the session values through one text.
 type follower struct {
 	sql string
+	// bypass is Options.BypassRoles, for SET ROLE.
+	bypass map[string]bool
 	// sess holds the values a commit keeps; eff adds the SET LOCALs.
 	sess, eff Session
 	// begin is sess at the BEGIN of a transaction block opened in the text;
@@ -161,10 +163,22 @@ func (f *follower) transaction(ts *pg.TransactionStmt) bool {
 // effect is not known from the text.
 func (f *follower) change(n *pg.Node) bool {
 	if v := n.GetVariableSetStmt(); v != nil {
-		if v.Kind != pg.VariableSetKind_VAR_SET_VALUE {
-			return false // RESET, SET … TO DEFAULT, FROM CURRENT: the reset value is not known
+		switch v.Kind {
+		case pg.VariableSetKind_VAR_SET_VALUE:
+			return f.set(v.Name, v.Args, v.IsLocal)
+		case pg.VariableSetKind_VAR_SET_DEFAULT, pg.VariableSetKind_VAR_RESET:
+			// RESET restores the reset value, which the proxy reads with
+			// the state; RESET ROLE (SET ROLE NONE) the login role.
+			switch strings.ToLower(v.Name) {
+			case "search_path":
+				return f.sessionKnows(f.eff.ResetKnown) && f.setText("search_path", f.eff.ResetSearchPath, v.IsLocal)
+			case ttlSettingName:
+				return f.sessionKnows(f.eff.ResetKnown) && f.setText(ttlSettingName, f.eff.ResetTTL, v.IsLocal)
+			case "role":
+				return f.setText("role", "none", v.IsLocal)
+			}
 		}
-		return f.set(v.Name, v.Args, v.IsLocal)
+		return false // FROM CURRENT, RESET ALL, other settings that may matter
 	}
 	if sel := n.GetSelectStmt(); sel != nil && len(sel.TargetList) == 1 && len(sel.FromClause) == 0 &&
 		sel.WhereClause == nil && sel.IntoClause == nil && sel.WithClause == nil && len(sel.ValuesLists) == 0 &&
@@ -204,7 +218,7 @@ func (f *follower) set(name string, args []*pg.Node, local bool) bool {
 			}
 		}
 		return f.setText("search_path", strings.Join(parts, ", "), local)
-	case ttlSettingName:
+	case ttlSettingName, "role":
 		if len(args) != 1 {
 			return false
 		}
@@ -212,9 +226,16 @@ func (f *follower) set(name string, args []*pg.Node, local bool) bool {
 		if !ok {
 			return false
 		}
-		return f.setText(ttlSettingName, v, local)
+		return f.setText(strings.ToLower(name), v, local)
 	}
 	return false
+}
+
+// sessionKnows returns known, marking the text changed: a change it
+// cannot follow still counts as one.
+func (f *follower) sessionKnows(known bool) bool {
+	f.changed = true
+	return known
 }
 
 // userMark stands for "$user" while parsing a search path: the current
@@ -226,20 +247,22 @@ func (f *follower) setText(name, value string, local bool) bool {
 	apply := func(s *Session) bool {
 		switch name {
 		case "search_path":
-			// With a temporary relation shadowing a TTL table the proxy
-			// puts pg_temp first; whether the old path held it only for
-			// that is not known here.
-			if slices.Contains(s.SearchPath, "pg_temp") {
+			return setPath(s, value, s.CurrentUser)
+		case "role":
+			// SET ROLE changes current_user, hence "$user" in the path and
+			// the bypass (bypass_roles holds current_user or session_user).
+			if s.SessionUser == "" || s.SearchPathSetting == "" {
 				return false
 			}
-			path := ttl.ParseSearchPath(value, userMark)
-			if slices.Contains(path, userMark) || slices.Contains(path, "pg_temp") {
+			role := value
+			if strings.EqualFold(role, "none") {
+				role = s.SessionUser
+			}
+			if !setPath(s, s.SearchPathSetting, role) {
 				return false
 			}
-			if path == nil {
-				path = []string{}
-			}
-			s.SearchPath = path
+			s.CurrentUser = role
+			s.Bypass = f.bypass[role] || f.bypass[s.SessionUser]
 		case ttlSettingName:
 			d, err := ttl.ParseTTLSetting(value)
 			if err != nil {
@@ -258,6 +281,29 @@ func (f *follower) setText(name, value string, local bool) bool {
 	if !local {
 		return apply(&f.sess)
 	}
+	return true
+}
+
+// setPath sets s's search path to the setting value as user sees it:
+// "$user" expanded to user. false when user is unknown for a "$user" in it,
+// or a temporary relation may shadow a TTL table (pg_temp first).
+func setPath(s *Session, value, user string) bool {
+	// With a temporary relation shadowing a TTL table the proxy puts pg_temp
+	// first; whether the old path held it only for that is not known here.
+	if slices.Contains(s.SearchPath, "pg_temp") {
+		return false
+	}
+	if user == "" {
+		user = userMark
+	}
+	path := ttl.ParseSearchPath(value, user)
+	if slices.Contains(path, userMark) || slices.Contains(path, "pg_temp") {
+		return false
+	}
+	if path == nil {
+		path = []string{}
+	}
+	s.SearchPath, s.SearchPathSetting = path, value
 	return true
 }
 

@@ -34,6 +34,15 @@ type Session struct {
 	TTLInvalid string
 	// Bypass disables filtering and stamping (a role in bypass_roles).
 	Bypass bool
+	// The facts that let a text's own changes of role and settings be
+	// followed (follow.go); "" when unknown, which leaves such changes
+	// unfollowed. SearchPathSetting is search_path as the server holds it
+	// ("$user" unexpanded); CurrentUser and SessionUser are current_user and
+	// session_user; ResetSearchPath and ResetTTL are what RESET restores
+	// (pg_settings.reset_val), valid when ResetKnown.
+	SearchPathSetting, CurrentUser, SessionUser string
+	ResetSearchPath, ResetTTL                   string
+	ResetKnown                                  bool
 	// Catalog describes the TTL tables in the session's database; nil when
 	// unknown.
 	Catalog *Catalog
@@ -52,12 +61,9 @@ type State struct {
 // changing s afterwards does not change the State, and computes the
 // fingerprint.
 func NewState(s Session) *State {
-	st := &State{s: Session{
-		SearchPath: slices.Clone(s.SearchPath),
-		TTLInvalid: s.TTLInvalid,
-		Bypass:     s.Bypass,
-		Catalog:    s.Catalog,
-	}}
+	st := &State{s: s}
+	st.s.SearchPath = slices.Clone(s.SearchPath)
+	st.s.TTL = nil
 	if s.TTL != nil {
 		d := *s.TTL
 		st.s.TTL = &d
@@ -121,6 +127,13 @@ func appendSessionFacts(b []byte, s *Session) []byte {
 	}
 	if s.Bypass {
 		b = append(b, 'B')
+	}
+	b = append(b, 'U')
+	for _, v := range []string{s.SearchPathSetting, s.CurrentUser, s.SessionUser, s.ResetSearchPath, s.ResetTTL} {
+		b = appendString(b, v)
+	}
+	if s.ResetKnown {
+		b = append(b, 'R')
 	}
 	if s.Catalog == nil {
 		b = append(b, 'N')

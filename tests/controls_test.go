@@ -110,7 +110,7 @@ func TestBypassRoles(t *testing.T) {
 
 // TestSearchPathTracking checks that the proxy follows search_path: a
 // same-named plain table in another schema is not filtered, the TTL table is,
-// a SET and a TTL read in one query string are followed (a RESET refused),
+// a SET and a TTL read in one query string are followed (a RESET ALL refused),
 // and a prepared
 // statement keeps reading the table it was prepared for.
 func TestSearchPathTracking(t *testing.T) {
@@ -171,8 +171,8 @@ func TestSearchPathTracking(t *testing.T) {
 		}
 	}
 	// A change the text does not determine is still refused before a TTL read.
-	_, err := conn.Exec(ctx, `RESET search_path; SELECT count(*) FROM sessions`)
+	_, err := conn.Exec(ctx, `RESET ALL; SELECT count(*) FROM sessions`)
 	if sqlstate(err) != "0A000" {
-		t.Errorf("RESET and a TTL read in one query string: %v, want 0A000", err)
+		t.Errorf("RESET ALL and a TTL read in one query string: %v, want 0A000", err)
 	}
 }

@@ -59,7 +59,7 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		conn.Close(ctx)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rw, err := rewrite.New(o.rules, rewrite.Options{})
+	rw, err := rewrite.New(o.rules, rewrite.Options{BypassRoles: o.bypassRoles})
 	if err != nil {
 		t.Fatal(err)
 	}

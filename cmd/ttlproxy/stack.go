@@ -46,6 +46,7 @@ func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
 		MaxStatementBytes: cfg.Limits.MaxStatementBytes,
 		MaxNestingDepth:   cfg.Limits.MaxNestingDepth,
 		TrustedFunctions:  cfg.TrustedFunctions,
+		BypassRoles:       cfg.BypassRoles,
 	})
 }
 
