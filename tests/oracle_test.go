@@ -844,6 +844,10 @@ func oracleHandwritten() []handCase {
 		{"MERGE from TTL table", inTx(`MERGE INTO accounts a USING tokens t ON t.id = a.id
 			WHEN MATCHED THEN UPDATE SET v = t.v WHEN NOT MATCHED THEN DO NOTHING`, `SELECT id, v FROM accounts`)},
 		{"temp view", inTx(`CREATE TEMP VIEW oracle_v AS SELECT id, k FROM sessions`, `SELECT * FROM oracle_v`)},
+		{"UPDATE through a view", inTx(`UPDATE v_sessions_all SET v = 'w' WHERE k < 3 RETURNING id, v`, `SELECT id, v FROM sessions`)},
+		{"DELETE through a view", inTx(`DELETE FROM v_sessions_all AS x WHERE x.k = 1 RETURNING id`, `SELECT id FROM sessions`)},
+		{"INSERT through a view", inTx(`INSERT INTO v_sessions_all (id, k, v) VALUES (1000, 1, 'new') RETURNING id, expires_at IS NULL`,
+			`SELECT id FROM v_sessions_all WHERE id >= 1000`)},
 		{"SET LOCAL search_path to another schema", genCase{sql: `SELECT * FROM sessions`, steps: []step{
 			{sql: "BEGIN"}, {sql: "SET LOCAL search_path = archive, public"},
 			{sql: `SELECT * FROM sessions`, compare: true},

@@ -195,6 +195,8 @@ func oracleSchema() (setup []string, rules []ttl.Rule, tables []*oTable) {
 		`CREATE VIEW v_barrier WITH (security_invoker, security_barrier) AS SELECT id, k, v FROM events WHERE k IS DISTINCT FROM 3`,
 		`CREATE VIEW v_renamed (id, k, v) WITH (security_invoker) AS
 			SELECT t.id, t.k, u.v FROM tokens t LEFT JOIN uploads u ON u.id = t.id`,
+		// A simple view writes go through (not among the generator's tables).
+		`CREATE VIEW v_sessions_all WITH (security_invoker) AS SELECT * FROM sessions`,
 		// Paths the proxy refuses: functions and a materialized view.
 		`CREATE FUNCTION oracle_count() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM sessions'`,
 		`CREATE FUNCTION oracle_count_pl() RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN (SELECT count(*) FROM tokens); END $$`,
