@@ -60,6 +60,12 @@ type Config struct {
 	// DialTimeout bounds connecting to the upstream server; 0:
 	// proxy.DefaultDialTimeout.
 	DialTimeout time.Duration
+	// ClientLoginTimeout bounds a client's startup and authentication; 0:
+	// proxy.DefaultClientLoginTimeout.
+	ClientLoginTimeout time.Duration
+	// IdleSessionTimeout closes clients idle outside a transaction block
+	// for longer (SQLSTATE 57P05); 0: never.
+	IdleSessionTimeout time.Duration
 	// ShutdownTimeout bounds how long in-flight statements may run after a
 	// shutdown signal before their connections are closed; 0:
 	// proxy.DefaultShutdownTimeout.
@@ -90,6 +96,9 @@ type Limits struct {
 	// client; 0: proxy.DefaultMaxMessageBytes. The proxy refuses to start
 	// when it is smaller than MaxStatementBytes.
 	MaxMessageBytes int
+	// MaxClientConnections caps the client connections open at once
+	// (SQLSTATE 53300 beyond); 0: no limit.
+	MaxClientConnections int
 }
 
 // Sweeper configures the sweeper.
@@ -155,7 +164,7 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "upstream", "admin_listen", "tls", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "tables", "sweeper")
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "tables", "sweeper")
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +216,16 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["shutdown_timeout"]; ok {
 		if cfg.ShutdownTimeout, err = v.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["client_login_timeout"]; ok {
+		if cfg.ClientLoginTimeout, err = v.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["idle_session_timeout"]; ok {
+		if cfg.IdleSessionTimeout, err = v.positiveDuration(); err != nil {
 			return nil, err
 		}
 	}
@@ -295,7 +314,7 @@ func parseTLS(v field) (*TLS, error) {
 }
 
 func parseLimits(v field, l *Limits) error {
-	f, err := mapping(v.val, v.path, "max_statement_bytes", "max_nesting_depth", "max_message_bytes")
+	f, err := mapping(v.val, v.path, "max_statement_bytes", "max_nesting_depth", "max_message_bytes", "max_client_connections")
 	if err != nil {
 		return err
 	}
@@ -306,6 +325,7 @@ func parseLimits(v field, l *Limits) error {
 		{"max_statement_bytes", &l.MaxStatementBytes},
 		{"max_nesting_depth", &l.MaxNestingDepth},
 		{"max_message_bytes", &l.MaxMessageBytes},
+		{"max_client_connections", &l.MaxClientConnections},
 	} {
 		if x, ok := f[k.key]; ok {
 			if *k.dst, err = x.positiveInt(); err != nil {

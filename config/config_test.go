@@ -20,7 +20,9 @@ admin_listen: :9999
 tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
 bypass_roles: [ttl_admin, Migrator]
 trusted_functions: [Report.Count_All, '"MixedCase"', audit_count]
-limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096}
+limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096, max_client_connections: 500}
+client_login_timeout: 15s
+idle_session_timeout: 10m
 dial_timeout: 3s
 shutdown_timeout: 20s
 tables:
@@ -60,15 +62,17 @@ sweeper:
 		t.Fatal(err)
 	}
 	want := &Config{
-		Listen:           "0.0.0.0:7432",
-		Upstream:         "db.internal:5433",
-		AdminListen:      ":9999",
-		TLS:              &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
-		BypassRoles:      []string{"ttl_admin", "Migrator"},
-		TrustedFunctions: []string{"report.count_all", "MixedCase", "audit_count"},
-		Limits:           Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096},
-		DialTimeout:      3 * time.Second,
-		ShutdownTimeout:  20 * time.Second,
+		Listen:             "0.0.0.0:7432",
+		Upstream:           "db.internal:5433",
+		AdminListen:        ":9999",
+		TLS:                &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
+		BypassRoles:        []string{"ttl_admin", "Migrator"},
+		TrustedFunctions:   []string{"report.count_all", "MixedCase", "audit_count"},
+		Limits:             Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096, MaxClientConnections: 500},
+		ClientLoginTimeout: 15 * time.Second,
+		IdleSessionTimeout: 10 * time.Minute,
+		DialTimeout:        3 * time.Second,
+		ShutdownTimeout:    20 * time.Second,
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},

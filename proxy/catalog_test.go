@@ -26,7 +26,7 @@ CREATE TABLE other.unrelated (id int);
 `
 
 func TestCatalogAtStartup(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	db := pgtest.NewDatabase(t)
 	execDirect(t, db, catalogSchema)
 	p := startProxy(t, Config{})
@@ -69,7 +69,7 @@ func TestCatalogAtStartup(t *testing.T) {
 }
 
 func TestCatalogRefreshAndSessionSettings(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	db := pgtest.NewDatabase(t)
 	execDirect(t, db, catalogSchema,
 		`ALTER DATABASE `+db+` SET search_path = other, "$user", public`)
@@ -170,7 +170,7 @@ func TestReplicationConnection(t *testing.T) {
 // at any depth, are in Catalog.Children with their columns and keys; a child
 // that is a TTL table itself keeps its own rule.
 func TestCatalogChildren(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	db := pgtest.NewDatabase(t)
 	execDirect(t, db, `
 CREATE TABLE items (id int, expires_at timestamptz, PRIMARY KEY (id, expires_at)) PARTITION BY RANGE (expires_at);

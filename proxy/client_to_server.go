@@ -23,9 +23,20 @@ func (s *session) clientToServer() error {
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
 	var buf []byte
+	idleTimeout := s.srv.cfg.IdleSessionTimeout
 	for {
+		// An idle session (nothing owed, outside a transaction block) waits
+		// for its client at most IdleSessionTimeout: serverToClient arms the
+		// read deadline with the ReadyForQuery that leaves it idle.
 		typ, length, err := peekHeader(r)
+		if idleTimeout > 0 {
+			_ = s.clientConn().SetReadDeadline(time.Time{})
+		}
 		if err != nil {
+			var ne net.Error
+			if idleTimeout > 0 && errors.As(err, &ne) && ne.Timeout() && s.pending.Load() == 0 {
+				return s.idleTimedOut()
+			}
 			return s.clientEnded(err, true)
 		}
 		if length < 4 {
@@ -195,6 +206,24 @@ func (s *session) upstreamWriteFailed(err error) error {
 	return fmt.Errorf("upstream: %w", err)
 }
 
+// idleTimedOut closes a client idle for longer than IdleSessionTimeout:
+// serverToClient sends the FATAL ErrorResponse once the upstream session has
+// ended.
+func (s *session) idleTimedOut() error {
+	s.srv.metrics.idleTimeouts.Inc()
+	s.log.Info("closing client: idle session timeout", "timeout", s.srv.cfg.IdleSessionTimeout)
+	b := errorResponse(nil, "FATAL", codeIdleSessionTimeout, "terminating connection due to idle-session timeout", "", "")
+	s.fatal.CompareAndSwap(nil, &b)
+	s.pending.Store(closedMark)
+	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	if _, err := s.uw.WriteString(terminateMsg); err == nil {
+		_ = s.uw.Flush()
+	}
+	s.closeUpstream()
+	return errIdleTimeout
+}
+
 // violation closes the client for a protocol error: serverToClient sends the
 // FATAL ErrorResponse after what it has already relayed, then closes.
 func (s *session) violation(code, msg string) error {
@@ -297,11 +326,21 @@ func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
 	if res.CacheHit {
 		m.rewriteCacheHits.Inc()
 	}
+	s.statements++
 	switch {
 	case err != nil:
 		m.rejected.Inc()
+		s.nrejected++
+		// The message names the table and the construct; the text may hold
+		// data, so it is logged at debug level only.
+		code := ""
+		var re *rewrite.Error
+		if errors.As(err, &re) {
+			code = re.Code
+		}
+		s.log.Info("statement rejected", "sqlstate", code, "err", err)
 		if s.log.Enabled(context.Background(), slog.LevelDebug) {
-			s.log.Debug("statement rejected", "query", sql, "err", err)
+			s.log.Debug("rejected statement", "query", sql)
 		}
 	case res.Rewritten:
 		m.rewritten.Inc()

@@ -24,6 +24,9 @@ const (
 	// messages the proxy holds whole) cannot make it buffer gigabytes.
 	// PostgreSQL's own limit is 1 GiB (PQ_LARGE_MESSAGE_LIMIT).
 	DefaultMaxMessageBytes = 64 << 20
+	// DefaultClientLoginTimeout is PgBouncer's client_login_timeout and
+	// PostgreSQL's authentication_timeout: 60 seconds.
+	DefaultClientLoginTimeout = 60 * time.Second
 	// DefaultCatalogTTL bounds how stale a new session's view of the TTL
 	// tables' columns can be after DDL made elsewhere.
 	DefaultCatalogTTL = 30 * time.Second
@@ -57,6 +60,20 @@ type Config struct {
 	// (SQLSTATE 54000). 0 means DefaultMaxMessageBytes; it must not be
 	// smaller than the Rewriter's MaxStatementBytes.
 	MaxMessageBytes int
+	// MaxClientConnections caps the client connections open at once; a
+	// client beyond it is refused at startup with SQLSTATE 53300. 0 means
+	// no limit.
+	MaxClientConnections int
+	// ClientLoginTimeout bounds a client's startup: from its connection
+	// to the end of authentication (TLS handshake and startup packets
+	// included); a client still logging in then is closed (SQLSTATE
+	// 57014, as the server's authentication_timeout). 0 means
+	// DefaultClientLoginTimeout.
+	ClientLoginTimeout time.Duration
+	// IdleSessionTimeout closes a client that sends nothing for this long
+	// while its session is idle outside a transaction block (SQLSTATE
+	// 57P05, as the server's idle_session_timeout). 0 means never.
+	IdleSessionTimeout time.Duration
 	// CatalogTTL is how long a database's catalog snapshot (columns and keys
 	// of the TTL tables) is reused by new sessions; 0 means
 	// DefaultCatalogTTL.
@@ -95,6 +112,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.CatalogTTL <= 0 {
 		c.CatalogTTL = DefaultCatalogTTL
+	}
+	if c.ClientLoginTimeout <= 0 {
+		c.ClientLoginTimeout = DefaultClientLoginTimeout
+	}
+	if c.MaxClientConnections < 0 || c.IdleSessionTimeout < 0 {
+		return errors.New("proxy: MaxClientConnections and IdleSessionTimeout must not be negative")
 	}
 	// The rewriter follows SET ROLE in a text with the same roles.
 	if a, b := slices.Sorted(slices.Values(c.BypassRoles)), slices.Sorted(slices.Values(c.Rewriter.Options().BypassRoles)); !slices.Equal(slices.Compact(a), slices.Compact(b)) {

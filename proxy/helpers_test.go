@@ -23,7 +23,31 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain checks, after every test, parallel ones included, that no proxy
+// goroutine outlived its test.
+func TestMain(m *testing.M) {
+	pgtest.Main(m, func() error {
+		if leaked := leakcheck.Wait(leakMarker); len(leaked) > 0 {
+			return fmt.Errorf("%d proxy goroutine(s) leaked:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+		}
+		return nil
+	})
+}
+
+// leakMarker names the proxy's goroutines for leakcheck.
+const leakMarker = "ttlproxy/proxy.(*"
+
+// parallelTests holds the names of the tests run in parallel (parallel):
+// their goroutines are checked once every test has ended (TestMain), since
+// the others' are still running at their end.
+var parallelTests sync.Map
+
+// parallel marks t as parallel, for a test that owns its database and
+// proxy.
+func parallel(t *testing.T) {
+	t.Parallel()
+	parallelTests.Store(t.Name(), true)
+}
 
 // standIn is a rewriter with fixed, recognisable behaviour, so the proxy can
 // be tested whatever state package rewrite is in: it rejects any statement
@@ -134,7 +158,9 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 		if err := p.stop(); err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-		checkNoLeaks(t)
+		if _, par := parallelTests.Load(t.Name()); !par {
+			checkNoLeaks(t)
+		}
 	})
 	return p
 }
@@ -238,7 +264,7 @@ func requireCode(t testing.TB, err error, code string) *pgconn.PgError {
 // running after the proxy was stopped.
 func checkNoLeaks(t testing.TB) {
 	t.Helper()
-	leakcheck.Check(t, "ttlproxy/proxy.(*")
+	leakcheck.Check(t, leakMarker)
 }
 
 // rawClient is a hand-driven frontend for what pgx will not send.

@@ -36,7 +36,7 @@ var leakSchema = []string{
 // and a view created through the proxy is filtered and stays readable in
 // later sessions.
 func TestLeakPaths(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	rw, err := rewrite.New(testRules, rewrite.Options{TrustedFunctions: []string{"public.f_trusted"}})
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestLeakPaths(t *testing.T) {
 // not expanded (the policies would apply to the reader, not the view's
 // owner) unless it is security_invoker.
 func TestLeakPathsRowSecurity(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	rw, err := rewrite.New(testRules, rewrite.Options{})
 	if err != nil {
 		t.Fatal(err)

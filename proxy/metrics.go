@@ -21,6 +21,9 @@ type metrics struct {
 	upstreamErrors         prometheus.Counter
 	cancelRequests         prometheus.Counter
 	sessionRefreshes       prometheus.Counter
+	refused                prometheus.Counter
+	loginTimeouts          prometheus.Counter
+	idleTimeouts           prometheus.Counter
 }
 
 const (
@@ -34,7 +37,19 @@ func newMetrics(reg prometheus.Registerer, rw *rewrite.Rewriter) (*metrics, erro
 		Name: "statements_total",
 		Help: "Query and Parse statements by outcome: passthrough (sent unchanged), rewritten, rejected.",
 	}, []string{"outcome"})
+	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name: "client_timeouts_total",
+		Help: "Clients closed by a timeout: login (client_login_timeout) or idle_session (idle_session_timeout).",
+	}, []string{"reason"})
 	m := &metrics{
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "client_connections_refused_total",
+			Help: "Clients refused at startup because max_client_connections were open (SQLSTATE 53300).",
+		}),
+		loginTimeouts: timeouts.WithLabelValues("login"),
+		idleTimeouts:  timeouts.WithLabelValues("idle_session"),
 		clientConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "client_connections",
@@ -82,7 +97,7 @@ func newMetrics(reg prometheus.Registerer, rw *rewrite.Rewriter) (*metrics, erro
 	}
 	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
-		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes,
+		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, timeouts,
 	}
 	if rw != nil {
 		collectors = append(collectors,

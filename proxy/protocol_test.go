@@ -78,7 +78,7 @@ func transcript(t *testing.T, connString string, msgs []pgproto3.FrontendMessage
 // message by message: same errors in the same places, same skipped
 // messages, same transaction status.
 func TestRejectionProtocolState(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	const bad = "{BAD}"

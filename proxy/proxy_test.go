@@ -13,7 +13,7 @@ import (
 )
 
 func TestRoundTrip(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	for _, m := range modes {
@@ -71,7 +71,7 @@ func TestParseKeepsNameAndParameterTypes(t *testing.T) {
 }
 
 func TestRejection(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	for _, m := range modes {
@@ -115,7 +115,7 @@ func TestRejection(t *testing.T) {
 // with the same batch sent straight to the server holding a statement the
 // server rejects at parse time: the outcomes must match query by query.
 func TestBatchRejection(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	for _, m := range modes {
@@ -176,7 +176,7 @@ func TestBatchRejection(t *testing.T) {
 }
 
 func TestPanicInRewriterClosesOnlyThatClient(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	other := p.connect(t, db, pgx.QueryExecModeCacheStatement)
@@ -191,7 +191,7 @@ func TestPanicInRewriterClosesOnlyThatClient(t *testing.T) {
 }
 
 func TestCopyRelay(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
@@ -226,7 +226,7 @@ func TestCopyRelay(t *testing.T) {
 }
 
 func TestNotifyRelay(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	p := startProxy(t, Config{})
 	db := pgtest.NewDatabase(t)
 	listener := p.connect(t, db, pgx.QueryExecModeCacheStatement)

@@ -13,7 +13,7 @@ import (
 // the TTL table are hidden in both protocols. It is skipped while package
 // rewrite does not filter yet.
 func TestRealRewriter(t *testing.T) {
-	t.Parallel() // owns its database and proxy
+	parallel(t) // owns its database and proxy
 	rw, err := rewrite.New(testRules, rewrite.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,8 @@ type Server struct {
 	queries   catalogQueries
 
 	nextID atomic.Uint64
+	// active counts the client connections open (MaxClientConnections).
+	active atomic.Int64
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -111,8 +113,10 @@ func (s *Server) startSession(conn net.Conn) {
 	if draining {
 		sess.beginShutdown()
 	}
+	s.active.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.active.Add(-1)
 		defer func() {
 			s.mu.Lock()
 			delete(s.sessions, sess)

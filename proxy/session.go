@@ -36,6 +36,8 @@ const terminateMsg = "X\x00\x00\x00\x04"
 var (
 	errShutdown = errors.New("proxy shutdown")
 	errQuit     = errors.New("session ended")
+	// errIdleTimeout ends a session closed by IdleSessionTimeout.
+	errIdleTimeout = errors.New("idle session timeout")
 )
 
 // session is one client connection and its upstream connection. After
@@ -86,6 +88,9 @@ type session struct {
 	// Owned by clientToServer.
 	expected uint64 // ReadyForQuery messages announced so far
 	out      []byte
+	// statements and nrejected count the Query and Parse texts forwarded
+	// and rejected, for the session's end log line.
+	statements, nrejected uint64
 
 	// rejects hands rejected statements to serverToClient (reject.go).
 	rejects rejections
@@ -126,6 +131,12 @@ func (s *session) run() {
 		}
 	}()
 
+	// Authentication happens after startup, relayed by the pumps: the
+	// login timeout covers it too.
+	login := time.AfterFunc(s.srv.cfg.ClientLoginTimeout, s.loginTimedOut)
+	defer login.Stop()
+	start := time.Now()
+
 	if err := s.startup(); err != nil {
 		var pe *protocolError
 		switch {
@@ -140,9 +151,26 @@ func (s *session) run() {
 		}
 		return
 	}
-	s.log.Debug("session started", "replication", s.replication)
+	s.log.Info("session started", "replication", s.replication)
 	err := s.forward()
-	s.log.Debug("session ended", "err", err)
+	s.log.Info("session ended", "duration", time.Since(start).Round(time.Millisecond),
+		"statements", s.statements, "rejected", s.nrejected, "err", err)
+}
+
+// loginTimedOut closes a client that has not finished logging in.
+func (s *session) loginTimedOut() {
+	select {
+	case <-s.ready:
+		return
+	default:
+	}
+	s.srv.metrics.loginTimeouts.Inc()
+	s.log.Info("closing client: login timeout", "timeout", s.srv.cfg.ClientLoginTimeout)
+	b := errorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
+	s.fatal.CompareAndSwap(nil, &b)
+	s.pending.Store(closedMark)
+	_ = s.clientConn().SetDeadline(time.Now())
+	s.closeUpstream()
 }
 
 // forward runs the two forwarding goroutines and returns the first error.

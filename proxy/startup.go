@@ -14,10 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// startupTimeout bounds reading the startup packets (and the TLS handshake)
-// from a client, as PostgreSQL's authentication_timeout (60s) does.
-const startupTimeout = 60 * time.Second
-
 // errStartupDone ends a connection that needs no relay (a CancelRequest, or
 // a client that gave up during startup).
 var errStartupDone = errors.New("startup finished without a session")
@@ -80,7 +76,7 @@ func (e *protocolError) Error() string { return e.msg }
 // StartupMessage that is forwarded to a newly dialled upstream connection.
 // On success s.upstream is set.
 func (s *session) startup() error {
-	_ = s.client.SetDeadline(time.Now().Add(startupTimeout))
+	_ = s.client.SetDeadline(time.Now().Add(s.srv.cfg.ClientLoginTimeout))
 	var first [1]byte
 	if _, err := io.ReadFull(s.client, first[:]); err != nil {
 		return fmt.Errorf("reading startup packet: %w", err)
@@ -187,6 +183,11 @@ func (s *session) startSession(pkt []byte) error {
 	}
 	s.replication = isReplication(msg.Parameters["replication"])
 	s.log = s.log.With("user", s.user, "database", s.database)
+	if max := s.srv.cfg.MaxClientConnections; max > 0 && s.srv.active.Load() > int64(max) {
+		s.srv.metrics.refused.Inc()
+		return &protocolError{code: codeTooManyConnections,
+			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", max)}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)
 	defer cancel()

@@ -33,6 +33,9 @@ const (
 	codeAdminShutdown       = sqlstate.AdminShutdown
 	codeFeatureNotSupported = sqlstate.FeatureNotSupported
 	codeInternalError       = sqlstate.InternalError
+	codeTooManyConnections  = sqlstate.TooManyConnections
+	codeQueryCanceled       = sqlstate.QueryCanceled
+	codeIdleSessionTimeout  = sqlstate.IdleSessionTimeout
 )
 
 // writeError marks an error from writing to the peer, as opposed to reading

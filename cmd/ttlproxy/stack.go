@@ -83,6 +83,10 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		DialTimeout:     cfg.DialTimeout,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		MaxMessageBytes: cfg.Limits.MaxMessageBytes,
+
+		MaxClientConnections: cfg.Limits.MaxClientConnections,
+		ClientLoginTimeout:   cfg.ClientLoginTimeout,
+		IdleSessionTimeout:   cfg.IdleSessionTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building proxy: %w", err)

@@ -17,16 +17,21 @@ import (
 // any of markers is still running.
 func Check(t testing.TB, markers ...string) {
 	t.Helper()
+	if leaked := Wait(markers...); len(leaked) > 0 {
+		t.Errorf("%d goroutine(s) leaked:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+	}
+}
+
+// Wait returns the stacks of the goroutines holding any of markers that
+// are still running after up to 5 seconds; nil when none is.
+func Wait(markers ...string) []string {
 	var leaked []string
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		leaked = Leaked(markers...)
 		if len(leaked) == 0 || time.Now().After(deadline) {
-			break
+			return leaked
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-	if len(leaked) > 0 {
-		t.Errorf("%d goroutine(s) leaked:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
 	}
 }
 

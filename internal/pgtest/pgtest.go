@@ -50,8 +50,10 @@ var (
 	testPrefix = fmt.Sprintf("t%d_", os.Getpid())
 )
 
-// Main starts the shared server, runs the tests and stops the server.
-func Main(m *testing.M) {
+// Main starts the shared server, runs the tests, runs each of after (an
+// error fails the run: checks that must wait for every test, parallel ones
+// included) and stops the server.
+func Main(m *testing.M, after ...func() error) {
 	var cluster *pgcluster.Cluster
 	if u := os.Getenv(EnvURL); u != "" {
 		server, startErr = fromURL(u)
@@ -66,6 +68,12 @@ func Main(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	for _, f := range after {
+		if err := f(); err != nil {
+			fmt.Fprintf(os.Stderr, "pgtest: after the tests: %v\n", err)
+			code = 1
+		}
+	}
 	if cluster != nil {
 		if err := cluster.Stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping cluster: %v\n", err)

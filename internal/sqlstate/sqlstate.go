@@ -21,12 +21,17 @@ const (
 	// Class 42: syntax error or access rule violation.
 	SyntaxError = "42601"
 
+	// Class 53: insufficient resources.
+	TooManyConnections = "53300"
+
 	// Class 54: program limit exceeded.
 	ProgramLimitExceeded = "54000"
 	StatementTooComplex  = "54001"
 
 	// Class 57: operator intervention.
-	AdminShutdown = "57P01"
+	QueryCanceled      = "57014"
+	AdminShutdown      = "57P01"
+	IdleSessionTimeout = "57P05"
 
 	// Class XX: internal error.
 	InternalError = "XX000"

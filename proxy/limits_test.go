@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+)
+
+// TestMaxClientConnections: a client beyond max_client_connections is
+// refused at startup with 53300, and a freed slot serves again.
+func TestMaxClientConnections(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	p := startProxy(t, Config{MaxClientConnections: 2})
+	c1 := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	cfg, err := pgx.ParseConfig(p.connString(t, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := pgx.ConnectConfig(testContext(t), cfg); err == nil || pgCode(err) != codeTooManyConnections {
+		if c != nil {
+			c.Close(testContext(t))
+		}
+		t.Fatalf("third client: %v, want SQLSTATE %s", err, codeTooManyConnections)
+	}
+	if got := testutil.ToFloat64(p.srv.metrics.refused); got != 1 {
+		t.Errorf("refused metric %v, want 1", got)
+	}
+	if err := c1.Close(testContext(t)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := pgx.ConnectConfig(testContext(t), cfg)
+		if err == nil {
+			c.Close(testContext(t))
+			break
+		}
+		if pgCode(err) != codeTooManyConnections || time.Now().After(deadline) {
+			t.Fatalf("after a client left: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestIdleSessionTimeout: a client idle outside a transaction block for
+// longer than IdleSessionTimeout is closed with 57P05; one idle inside a
+// transaction block is not.
+func TestIdleSessionTimeout(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	p := startProxy(t, Config{IdleSessionTimeout: 300 * time.Millisecond})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			inTx := p.connect(t, db, m.mode)
+			mustExec(t, inTx, "BEGIN")
+			idle := p.connect(t, db, m.mode)
+			mustExec(t, idle, "SELECT 1")
+			time.Sleep(700 * time.Millisecond)
+			if _, err := idle.Exec(testContext(t), "SELECT 1"); err == nil {
+				t.Fatal("an idle client was not closed")
+			} else if code := pgCode(err); code != "" && code != codeIdleSessionTimeout {
+				t.Fatalf("idle client: %v, want SQLSTATE %s or a closed connection", err, codeIdleSessionTimeout)
+			}
+			mustExec(t, inTx, "SELECT 1")
+			mustExec(t, inTx, "COMMIT")
+		})
+	}
+	if got := testutil.ToFloat64(p.srv.metrics.idleTimeouts); got != float64(len(modes)) {
+		t.Errorf("idle timeout metric %v, want %d", got, len(modes))
+	}
+}
+
+// TestClientLoginTimeout: a client that does not finish its startup within
+// ClientLoginTimeout is disconnected.
+func TestClientLoginTimeout(t *testing.T) {
+	parallel(t) // owns its proxy
+	p := startProxy(t, Config{ClientLoginTimeout: 300 * time.Millisecond})
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	start := time.Now()
+	var b [1]byte
+	if _, err := conn.Read(b[:]); err == nil {
+		t.Fatal("read a byte from a proxy that should have hung up")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("the proxy kept a client that never logged in")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("closed after %v", d)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(p.srv.metrics.loginTimeouts) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("login timeout metric %v, want 1", testutil.ToFloat64(p.srv.metrics.loginTimeouts))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
