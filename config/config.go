@@ -47,6 +47,9 @@ type Config struct {
 	// TLS enables client-facing TLS; nil means clients are told TLS is not
 	// available.
 	TLS *TLS
+	// UpstreamTLS configures TLS to the upstream server; nil means sslmode
+	// prefer.
+	UpstreamTLS *UpstreamTLS
 	// BypassRoles are login roles whose sessions are neither filtered nor
 	// stamped, compared exactly as the client sends the user name.
 	BypassRoles []string
@@ -75,6 +78,18 @@ type Config struct {
 	// Sweeper configures the background deletion of expired rows; nil means
 	// no sweeper runs.
 	Sweeper *Sweeper
+}
+
+// UpstreamTLS configures TLS to the upstream server with libpq's names.
+type UpstreamTLS struct {
+	// SSLMode is disable, prefer (the default), require, verify-ca or
+	// verify-full.
+	SSLMode string
+	// SSLRootCert is a PEM file of root certificates for verify-ca and
+	// verify-full; "" means the system's.
+	SSLRootCert string
+	// SSLCert and SSLKey are an optional client certificate and key (PEM).
+	SSLCert, SSLKey string
 }
 
 // TLS names the certificate and key files (PEM) presented to clients.
@@ -163,7 +178,7 @@ func Parse(data []byte) (*Config, error) {
 
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
-		"listen", "upstream", "admin_listen", "tls", "bypass_roles", "trusted_functions", "limits",
+		"listen", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
 		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "tables", "sweeper")
 	if err != nil {
 		return nil, err
@@ -191,6 +206,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["tls"]; ok {
 		if cfg.TLS, err = parseTLS(v); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["upstream_tls"]; ok {
+		if cfg.UpstreamTLS, err = parseUpstreamTLS(v); err != nil {
 			return nil, err
 		}
 	}
@@ -291,6 +311,33 @@ func parseFunctionNames(v field) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+func parseUpstreamTLS(v field) (*UpstreamTLS, error) {
+	f, err := mapping(v.val, v.path, "sslmode", "sslrootcert", "sslcert", "sslkey")
+	if err != nil {
+		return nil, err
+	}
+	u := &UpstreamTLS{SSLMode: "prefer"}
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"sslmode", &u.SSLMode}, {"sslrootcert", &u.SSLRootCert}, {"sslcert", &u.SSLCert}, {"sslkey", &u.SSLKey}} {
+		if x, ok := f[k.key]; ok {
+			if *k.dst, err = x.str(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	switch u.SSLMode {
+	case "disable", "prefer", "require", "verify-ca", "verify-full":
+	default:
+		return nil, fmt.Errorf("%s.sslmode: %q is not one of disable, prefer, require, verify-ca, verify-full", v.path, u.SSLMode)
+	}
+	if (u.SSLCert == "") != (u.SSLKey == "") {
+		return nil, fmt.Errorf("%s: sslcert and sslkey go together", v.path)
+	}
+	return u, nil
 }
 
 func parseTLS(v field) (*TLS, error) {

@@ -20,6 +20,7 @@ admin_listen: :9999
 tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
 bypass_roles: [ttl_admin, Migrator]
 trusted_functions: [Report.Count_All, '"MixedCase"', audit_count]
+upstream_tls: {sslmode: verify-full, sslrootcert: /etc/ttl/root.pem}
 limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096, max_client_connections: 500}
 client_login_timeout: 15s
 idle_session_timeout: 10m
@@ -68,6 +69,7 @@ sweeper:
 		TLS:                &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
 		BypassRoles:        []string{"ttl_admin", "Migrator"},
 		TrustedFunctions:   []string{"report.count_all", "MixedCase", "audit_count"},
+		UpstreamTLS:        &UpstreamTLS{SSLMode: "verify-full", SSLRootCert: "/etc/ttl/root.pem"},
 		Limits:             Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096, MaxClientConnections: 500},
 		ClientLoginTimeout: 15 * time.Second,
 		IdleSessionTimeout: 10 * time.Minute,
@@ -168,6 +170,8 @@ func TestParseErrors(t *testing.T) {
 		{"tls unknown", up + "tls: {cert_file: c, key_file: k, ca_file: x}\n", "tls.ca_file: unknown key (line 2)"},
 		{"bypass not list", up + "bypass_roles: admin\n", `bypass_roles: expected a list, got "admin"`},
 		{"bypass empty item", up + "bypass_roles: [a, '']\n", "bypass_roles[1]: must not be empty"},
+		{"upstream tls mode", up + "upstream_tls: {sslmode: allow}\n", `upstream_tls.sslmode: "allow" is not one of disable, prefer, require, verify-ca, verify-full`},
+		{"upstream tls cert without key", up + "upstream_tls: {sslcert: c.pem}\n", "upstream_tls: sslcert and sslkey go together"},
 		{"trusted function not list", up + "trusted_functions: f\n", `trusted_functions: expected a list, got "f"`},
 		{"trusted function bad name", up + "trusted_functions: [a.b.c]\n", "trusted_functions[0]: too many dotted parts: want schema.table"},
 		{"limits unknown", up + "limits: {max_rows: 1}\n", "limits.max_rows: unknown key (line 2)"},

@@ -37,8 +37,11 @@ type Config struct {
 	// Upstream is the host:port of the PostgreSQL server.
 	Upstream string
 	// TLSConfig is the client-facing TLS configuration; nil answers every
-	// SSLRequest with 'N'. The upstream connection is always plain TCP.
+	// SSLRequest with 'N'.
 	TLSConfig *tls.Config
+	// UpstreamTLS configures TLS to Upstream; nil means sslmode prefer
+	// without certificates.
+	UpstreamTLS *UpstreamTLS
 	// Rewriter rewrites Query and Parse texts; required.
 	Rewriter *rewrite.Rewriter
 	// BypassRoles lists roles whose sessions are not filtered or stamped:

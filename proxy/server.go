@@ -26,6 +26,11 @@ type Server struct {
 	catalogs  catalogCache
 	queries   catalogQueries
 
+	// sslMode and upstreamTLS are the upstream link's TLS (upstream.go);
+	// upstreamTLS is nil for sslmode disable.
+	sslMode     string
+	upstreamTLS *tls.Config
+
 	nextID atomic.Uint64
 	// active counts the client connections open (MaxClientConnections).
 	active atomic.Int64
@@ -61,6 +66,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	for _, r := range cfg.BypassRoles {
 		s.bypass[r] = true
+	}
+	if s.sslMode, s.upstreamTLS, err = upstreamTLS(cfg.UpstreamTLS, cfg.Upstream); err != nil {
+		return nil, err
 	}
 	s.catalogs.m = make(map[string]catalogEntry)
 	s.queries = buildCatalogQueries(s.rules)
@@ -168,21 +176,12 @@ func (s *Server) drain() {
 	<-done
 }
 
-// CheckUpstream dials the upstream server (TCP only) and closes the
-// connection: a readiness check.
+// CheckUpstream dials the upstream server (and negotiates TLS as
+// configured) and closes the connection: a readiness check.
 func (s *Server) CheckUpstream(ctx context.Context) error {
 	conn, err := s.dialUpstream(ctx)
 	if err != nil {
 		return err
 	}
 	return conn.Close()
-}
-
-func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: s.cfg.DialTimeout}
-	conn, err := d.DialContext(ctx, "tcp", s.cfg.Upstream)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: connecting to upstream %s: %w", s.cfg.Upstream, err)
-	}
-	return conn, nil
 }

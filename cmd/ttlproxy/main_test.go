@@ -131,13 +131,28 @@ func TestServeConfigError(t *testing.T) {
 }
 
 // TestServeStartsAndStops runs serve against a TCP listener standing in for
-// the database, checks the admin endpoints, then cancels as SIGTERM would.
+// the database (it refuses TLS), checks the admin endpoints, then cancels as SIGTERM would.
 func TestServeStartsAndStops(t *testing.T) {
 	upstream, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer upstream.Close()
+	go func() {
+		// Answer the SSLRequest (upstream_tls defaults to prefer) as a
+		// server without TLS does.
+		for {
+			c, err := upstream.Accept()
+			if err != nil {
+				return
+			}
+			var req [8]byte
+			if _, err := io.ReadFull(c, req[:]); err == nil {
+				_, _ = c.Write([]byte{'N'})
+			}
+			_ = c.Close()
+		}
+	}()
 	adminAddr := freeAddr(t)
 	p := writeFile(t, "ttlproxy.yaml", "upstream: "+upstream.Addr().String()+
 		"\nlisten: 127.0.0.1:0\ntables:\n  - table: sessions\n    default_ttl: 1h\n")

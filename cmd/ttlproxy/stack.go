@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,32 @@ type stack struct {
 	sweeper  *sweeper.Sweeper // nil without a sweeper section
 	admin    *http.Server
 	draining atomic.Bool
+}
+
+// buildUpstreamTLS loads the files of the upstream_tls section.
+func buildUpstreamTLS(u *config.UpstreamTLS) (*proxy.UpstreamTLS, error) {
+	if u == nil {
+		return nil, nil
+	}
+	c := &tls.Config{}
+	if u.SSLRootCert != "" {
+		pem, err := os.ReadFile(u.SSLRootCert)
+		if err != nil {
+			return nil, err
+		}
+		c.RootCAs = x509.NewCertPool()
+		if !c.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", u.SSLRootCert)
+		}
+	}
+	if u.SSLCert != "" {
+		cert, err := tls.LoadX509KeyPair(u.SSLCert, u.SSLKey)
+		if err != nil {
+			return nil, err
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return &proxy.UpstreamTLS{SSLMode: u.SSLMode, Config: c}, nil
 }
 
 // newRewriter builds the rewriter for cfg's tables and limits.
@@ -72,10 +100,15 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		buildInfoCollector(),
 	)
 
+	upstreamTLS, err := buildUpstreamTLS(cfg.UpstreamTLS)
+	if err != nil {
+		return nil, fmt.Errorf("upstream_tls: %w", err)
+	}
 	s := &stack{cfg: cfg, log: log, registry: reg}
 	s.proxy, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		TLSConfig:       tlsConfig,
+		UpstreamTLS:     upstreamTLS,
 		Rewriter:        rw,
 		BypassRoles:     cfg.BypassRoles,
 		Logger:          log.With("component", "proxy"),
