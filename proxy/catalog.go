@@ -258,7 +258,7 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
 // the rewrite session to clientToServer. An error means the upstream
 // connection failed; a failed query only leaves the catalog unknown.
 func (s *session) finishStartup() error {
-	if len(s.srv.rules) > 0 && !s.replication {
+	if len(s.rs.Load().rules) > 0 && !s.replication {
 		s.st.track = true
 		if err := s.loadCatalog(); err != nil {
 			return err
@@ -270,10 +270,11 @@ func (s *session) finishStartup() error {
 
 func (s *session) loadCatalog() error {
 	srv := s.srv
-	cat := srv.catalogs.get(s.database, srv.cfg.CatalogTTL)
-	query := srv.queries.state
+	rs := s.rs.Load()
+	cat := rs.catalogs.get(s.database, srv.cfg.CatalogTTL)
+	query := rs.queries.state
 	if cat == nil {
-		query = srv.queries.full
+		query = rs.queries.full
 	}
 	up := s.upstreamConn()
 	if up == nil {
@@ -297,10 +298,10 @@ func (s *session) loadCatalog() error {
 	s.txStatus.Store(uint32(status))
 	if _, r, ok := catalogResults(results, false); cat == nil && qerr == nil && ok {
 		cat = buildCatalog(s.log, r)
-		srv.catalogs.put(s.database, cat)
+		rs.catalogs.put(s.database, cat)
 	}
 	s.st.setCatalog(cat)
-	if row, ok := stateResult(results, srv.queries.names); ok {
+	if row, ok := stateResult(results, rs.queries.names); ok {
 		s.st.apply(&row)
 	} else {
 		// Without the state, refresh before the first statement.

@@ -19,12 +19,13 @@ import (
 // Parse texts. It decodes nothing else.
 func (s *session) clientToServer() error {
 	r, w := s.cr, s.uw
-	limit := int64(s.srv.cfg.MaxMessageBytes)
+
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
 	var buf []byte
-	idleTimeout := s.srv.cfg.IdleSessionTimeout
 	for {
+		rs := s.rs.Load()
+		limit, idleTimeout := int64(rs.maxMessageBytes), rs.idleSessionTimeout
 		// An idle session (nothing owed, outside a transaction block) waits
 		// for its client at most IdleSessionTimeout: serverToClient arms the
 		// read deadline with the ReadyForQuery that leaves it idle.
@@ -160,6 +161,9 @@ func (s *session) clientToServer() error {
 // the answers the client is owed and re-reads the state (state.go); then it
 // announces the ReadyForQuery the message will cost.
 func (s *session) announce(refresh bool) error {
+	if rs := s.srv.set.Load(); refresh && rs != s.rs.Load() {
+		s.adopt(rs)
+	}
 	refresh = refresh && s.st.needsRefresh()
 	if refresh {
 		if err := s.awaitIdle(); err != nil {
@@ -211,7 +215,7 @@ func (s *session) upstreamWriteFailed(err error) error {
 // ended.
 func (s *session) idleTimedOut() error {
 	s.srv.metrics.idleTimeouts.Inc()
-	s.log.Info("closing client: idle session timeout", "timeout", s.srv.cfg.IdleSessionTimeout)
+	s.log.Info("closing client: idle session timeout", "timeout", s.rs.Load().idleSessionTimeout)
 	b := errorResponse(nil, "FATAL", codeIdleSessionTimeout, "terminating connection due to idle-session timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.pending.Store(closedMark)
@@ -321,7 +325,7 @@ func (s *session) write(b []byte) error {
 func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
 	m := s.srv.metrics
 	start := time.Now()
-	res, err := s.srv.cfg.rewriter.Rewrite(sql, s.st.cur)
+	res, err := s.rs.Load().rewriter.Rewrite(sql, s.st.cur)
 	m.rewriteDuration.Observe(time.Since(start).Seconds())
 	if res.CacheHit {
 		m.rewriteCacheHits.Inc()

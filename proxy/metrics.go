@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,8 +23,11 @@ type metrics struct {
 	cancelRequests         prometheus.Counter
 	sessionRefreshes       prometheus.Counter
 	refused                prometheus.Counter
-	loginTimeouts          prometheus.Counter
-	idleTimeouts           prometheus.Counter
+	// retired sums the shape counters of the rewriters a reload replaced.
+	retiredMu     sync.Mutex
+	retired       rewrite.Stats
+	loginTimeouts prometheus.Counter
+	idleTimeouts  prometheus.Counter
 }
 
 const (
@@ -31,7 +35,10 @@ const (
 	subsystem = "proxy"
 )
 
-func newMetrics(reg prometheus.Registerer, rw *rewrite.Rewriter) (*metrics, error) {
+// newMetrics builds the metrics; rw returns the current rewriter, whose
+// shape-cache counters are exported (retire keeps them monotonic across a
+// reload).
+func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metrics, error) {
 	statements := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name: "statements_total",
@@ -100,17 +107,23 @@ func newMetrics(reg prometheus.Registerer, rw *rewrite.Rewriter) (*metrics, erro
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, timeouts,
 	}
 	if rw != nil {
+		stats := func() rewrite.Stats {
+			m.retiredMu.Lock()
+			defer m.retiredMu.Unlock()
+			cur := rw().Stats()
+			return rewrite.Stats{ShapeHits: m.retired.ShapeHits + cur.ShapeHits, ShapeMismatches: m.retired.ShapeMismatches + cur.ShapeMismatches}
+		}
 		collectors = append(collectors,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Namespace: namespace, Subsystem: subsystem,
 				Name: "rewrite_shape_hits_total",
 				Help: "Statements rewritten from the template of an earlier statement of the same shape (differing only in literals), without parsing.",
-			}, func() float64 { return float64(rw.Stats().ShapeHits) }),
+			}, func() float64 { return float64(stats().ShapeHits) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Namespace: namespace, Subsystem: subsystem,
 				Name: "rewrite_shape_mismatches_total",
 				Help: "Shape templates that a full rewrite of a later statement contradicted (each shape is then cached by exact text); anything but 0 is a bug to report.",
-			}, func() float64 { return float64(rw.Stats().ShapeMismatches) }),
+			}, func() float64 { return float64(stats().ShapeMismatches) }),
 		)
 	}
 	for _, c := range collectors {
@@ -119,4 +132,14 @@ func newMetrics(reg prometheus.Registerer, rw *rewrite.Rewriter) (*metrics, erro
 		}
 	}
 	return m, nil
+}
+
+// retire adds the shape counters of rw, replaced by a reload, to the
+// exported totals.
+func (m *metrics) retire(rw *rewrite.Rewriter) {
+	st := rw.Stats()
+	m.retiredMu.Lock()
+	m.retired.ShapeHits += st.ShapeHits
+	m.retired.ShapeMismatches += st.ShapeMismatches
+	m.retiredMu.Unlock()
 }

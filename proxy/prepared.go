@@ -127,7 +127,7 @@ func (s *session) reprepareOnly(only []byte) error {
 			continue
 		}
 		p.gen = s.st.gen
-		res, err := s.srv.cfg.rewriter.Rewrite(p.sql, s.st.cur)
+		res, err := s.rs.Load().rewriter.Rewrite(p.sql, s.st.cur)
 		msgs, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(msgs)
 		if err == nil {
 			q := &pgproto3.Parse{Name: name, Query: res.SQL, ParameterOIDs: p.oids}

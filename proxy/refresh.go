@@ -85,14 +85,17 @@ func (s *session) syncState() error {
 		return nil
 	}
 	if s.st.catalogStale && status == 'I' {
-		return s.reloadCatalog()
+		if len(s.rs.Load().rules) > 0 {
+			return s.reloadCatalog()
+		}
+		s.st.setCatalog(nil) // no TTL tables, no catalog
 	}
-	res, err := s.ask(s.srv.queries.refresh, 1)
+	res, err := s.ask(s.rs.Load().queries.refresh, 1)
 	if err != nil {
 		return err
 	}
 	s.srv.metrics.sessionRefreshes.Inc()
-	row, ok := stateResult(res.results, s.srv.queries.names)
+	row, ok := stateResult(res.results, s.rs.Load().queries.names)
 	if res.qerr != nil || len(res.results) != 1 || !ok {
 		msg := "unexpected result"
 		if res.qerr != nil {
@@ -108,7 +111,7 @@ func (s *session) syncState() error {
 // DDL through this session), outside a transaction block, and shares the
 // new catalog with the sessions that start later.
 func (s *session) reloadCatalog() error {
-	res, err := s.ask(s.srv.queries.reload, 1)
+	res, err := s.ask(s.rs.Load().queries.reload, 1)
 	if err != nil {
 		return err
 	}
@@ -123,9 +126,9 @@ func (s *session) reloadCatalog() error {
 		return nil
 	}
 	cat := buildCatalog(s.log, r)
-	s.srv.catalogs.put(s.database, cat)
+	s.rs.Load().catalogs.put(s.database, cat)
 	s.st.setCatalog(cat)
-	row, ok := stateResult(state, s.srv.queries.names)
+	row, ok := stateResult(state, s.rs.Load().queries.names)
 	if !ok {
 		s.log.Warn("reading session state failed; will retry before the next statement", "err", "unexpected result")
 		return nil

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ttlproxy/ttlproxy/ttl"
+	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
 // Server is a PostgreSQL proxy. Create it with New and run it with Serve.
@@ -21,10 +21,9 @@ type Server struct {
 	tlsConfig *tls.Config // cfg.TLSConfig offering ALPN "postgresql"
 	log       *slog.Logger
 	metrics   *metrics
-	rules     []ttl.Rule
-	bypass    map[string]bool
-	catalogs  catalogCache
-	queries   catalogQueries
+	// set is the newest rule set (reload.go); reloadMu orders reloads.
+	set      atomic.Pointer[ruleSet]
+	reloadMu sync.Mutex
 
 	// sslMode and upstreamTLS are the upstream link's TLS (upstream.go);
 	// upstreamTLS is nil for sslmode disable.
@@ -46,32 +45,26 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer, cfg.Rewriter)
-	if err != nil {
-		return nil, err
-	}
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		metrics:  m,
-		rules:    cfg.Rewriter.Rules(),
-		bypass:   make(map[string]bool, len(cfg.BypassRoles)),
 		sessions: make(map[*session]struct{}),
 	}
+	s.set.Store(newRuleSet(&cfg, 1))
+	m, err := newMetrics(cfg.Registerer, func() *rewrite.Rewriter { return s.set.Load().rw })
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
 	if cfg.TLSConfig != nil {
 		s.tlsConfig = cfg.TLSConfig.Clone()
 		if !slices.Contains(s.tlsConfig.NextProtos, alpnProtocol) {
 			s.tlsConfig.NextProtos = append(s.tlsConfig.NextProtos, alpnProtocol)
 		}
 	}
-	for _, r := range cfg.BypassRoles {
-		s.bypass[r] = true
-	}
 	if s.sslMode, s.upstreamTLS, err = upstreamTLS(cfg.UpstreamTLS, cfg.Upstream); err != nil {
 		return nil, err
 	}
-	s.catalogs.m = make(map[string]catalogEntry)
-	s.queries = buildCatalogQueries(s.rules)
 	return s, nil
 }
 

@@ -69,7 +69,7 @@ func (s *session) serverToClient() error {
 			}
 			if v <= 0 {
 				s.noteIdle()
-				if t := s.srv.cfg.IdleSessionTimeout; t > 0 && status == 'I' {
+				if t := s.rs.Load().idleSessionTimeout; t > 0 && status == 'I' {
 					// Armed before the client can answer the ReadyForQuery;
 					// clientToServer disarms it when a message arrives.
 					_ = s.clientConn().SetReadDeadline(time.Now().Add(t))

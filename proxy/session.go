@@ -73,6 +73,9 @@ type session struct {
 	// st is the session state and the rewriter's input (state.go); owned by
 	// clientToServer after ready, by serverToClient before.
 	st sessionState
+	// rs is the rule set the session works under (reload.go); replaced by
+	// clientToServer only.
+	rs atomic.Pointer[ruleSet]
 
 	// pending counts the ReadyForQuery messages the server still owes: one
 	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
@@ -105,16 +108,19 @@ type session struct {
 func newSession(srv *Server, conn net.Conn) *session {
 	id := srv.nextID.Add(1)
 	log := srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String())
-	return &session{
+	rs := srv.set.Load()
+	s := &session{
 		srv:     srv,
 		id:      id,
 		log:     log,
-		st:      newSessionState(log, srv.cfg.Rewriter, srv.bypass),
+		st:      newSessionState(log, rs.rw, rs.bypass),
 		client:  conn,
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
 		answers: newHandoff(),
 	}
+	s.rs.Store(rs)
+	return s
 }
 
 // run serves the connection until it ends. It never panics.
@@ -133,7 +139,7 @@ func (s *session) run() {
 
 	// Authentication happens after startup, relayed by the pumps: the
 	// login timeout covers it too.
-	login := time.AfterFunc(s.srv.cfg.ClientLoginTimeout, s.loginTimedOut)
+	login := time.AfterFunc(s.rs.Load().clientLoginTimeout, s.loginTimedOut)
 	defer login.Stop()
 	start := time.Now()
 
@@ -165,7 +171,7 @@ func (s *session) loginTimedOut() {
 	default:
 	}
 	s.srv.metrics.loginTimeouts.Inc()
-	s.log.Info("closing client: login timeout", "timeout", s.srv.cfg.ClientLoginTimeout)
+	s.log.Info("closing client: login timeout", "timeout", s.rs.Load().clientLoginTimeout)
 	b := errorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.pending.Store(closedMark)

@@ -76,7 +76,7 @@ func (e *protocolError) Error() string { return e.msg }
 // StartupMessage that is forwarded to a newly dialled upstream connection.
 // On success s.upstream is set.
 func (s *session) startup() error {
-	_ = s.client.SetDeadline(time.Now().Add(s.srv.cfg.ClientLoginTimeout))
+	_ = s.client.SetDeadline(time.Now().Add(s.rs.Load().clientLoginTimeout))
 	var first [1]byte
 	if _, err := io.ReadFull(s.client, first[:]); err != nil {
 		return fmt.Errorf("reading startup packet: %w", err)
@@ -183,7 +183,7 @@ func (s *session) startSession(pkt []byte) error {
 	}
 	s.replication = isReplication(msg.Parameters["replication"])
 	s.log = s.log.With("user", s.user, "database", s.database)
-	if max := s.srv.cfg.MaxClientConnections; max > 0 && s.srv.active.Load() > int64(max) {
+	if max := s.rs.Load().maxClientConnections; max > 0 && s.srv.active.Load() > int64(max) {
 		s.srv.metrics.refused.Inc()
 		return &protocolError{code: codeTooManyConnections,
 			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", max)}

@@ -90,6 +90,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "ttlproxy serve: %v\n", err)
 		return exitFailure
 	}
+	st.reloadFrom = func() (*config.Config, error) {
+		cfg, err := config.Load(o.configPath)
+		if err != nil {
+			return nil, err
+		}
+		o.applyOverrides(cfg)
+		return cfg, nil
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ttlproxy/ttlproxy/config"
 	"github.com/ttlproxy/ttlproxy/proxy"
@@ -37,9 +38,22 @@ type stack struct {
 	log      *slog.Logger
 	registry *prometheus.Registry
 	proxy    *proxy.Server
-	sweeper  *sweeper.Sweeper // nil without a sweeper section
 	admin    *http.Server
 	draining atomic.Bool
+
+	// reloadMu orders reloads (reload.go) and guards sweeper and cfg.
+	reloadMu sync.Mutex
+	// sweeper is nil without a sweeper section; it registers its metrics in
+	// sweeperReg, which a reload replaces with the sweeper.
+	sweeper    *sweeper.Sweeper
+	sweeperReg atomic.Pointer[prometheus.Registry]
+	// sweeperCtx is what a sweeper started by a reload runs under.
+	sweeperCtx context.Context
+	// reload rereads the configuration (nil: not reloadable); the gauges
+	// report the last attempt.
+	reloadFrom   func() (*config.Config, error)
+	reloadOK     prometheus.Gauge
+	reloadOKTime prometheus.Gauge
 }
 
 // buildUpstreamTLS loads the files of the upstream_tls section.
@@ -124,29 +138,20 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building proxy: %w", err)
 	}
-	if sc := cfg.Sweeper; sc != nil && len(cfg.Tables) > 0 {
-		swc := sweeper.DefaultConfig()
-		swc.DSN, swc.Rules = sc.DSN, cfg.Tables
-		swc.Logger, swc.Registerer = log.With("component", "sweeper"), reg
-		if sc.Interval > 0 {
-			swc.Interval = sc.Interval
-		}
-		if sc.BatchSize > 0 {
-			swc.BatchSize = sc.BatchSize
-		}
-		if sc.BatchPause != nil {
-			swc.BatchPause = *sc.BatchPause
-		}
-		if sc.BatchTimeout > 0 {
-			swc.BatchTimeout = sc.BatchTimeout
-		}
-		s.sweeper, err = sweeper.New(swc)
-		if err != nil {
-			return nil, fmt.Errorf("building sweeper: %w", err)
-		}
-	} else if sc != nil {
-		log.Warn("sweeper section present but no tables configured: not sweeping")
+	if s.sweeper, err = s.newSweeper(cfg); err != nil {
+		return nil, fmt.Errorf("building sweeper: %w", err)
 	}
+	s.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ttlproxy_config_last_reload_successful",
+		Help: "1 when the last configuration reload (SIGHUP or POST /-/reload) succeeded, 0 when it failed and the previous configuration stays in force.",
+	})
+	s.reloadOKTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ttlproxy_config_last_reload_success_timestamp_seconds",
+		Help: "Unix time of the last successful configuration reload (or of the start).",
+	})
+	s.reloadOK.Set(1)
+	s.reloadOKTime.SetToCurrentTime()
+	reg.MustRegister(s.reloadOK, s.reloadOKTime)
 	s.admin = &http.Server{
 		Handler:           s.adminHandler(),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -159,7 +164,21 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 // upstream server accepts TCP connections and no shutdown is under way).
 func (s *stack) adminHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{
+	// The sweeper's registry is replaced with the sweeper by a reload.
+	gatherers := prometheus.Gatherers{s.registry, prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		if r := s.sweeperReg.Load(); r != nil {
+			return r.Gather()
+		}
+		return nil, nil
+	})}
+	mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.reload(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintln(w, "reloaded")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		Registry: s.registry,
 	}))
@@ -193,6 +212,7 @@ func (s *stack) run(ctx context.Context, ln, adminLn net.Listener) error {
 
 	proxyDone := make(chan error, 1)
 	go func() { proxyDone <- s.proxy.Serve(ctx, ln) }()
+	s.watchSIGHUP(ctx.Done())
 	adminDone := make(chan error, 1)
 	go func() {
 		err := s.admin.Serve(adminLn)
@@ -202,10 +222,14 @@ func (s *stack) run(ctx context.Context, ln, adminLn net.Listener) error {
 		adminDone <- err
 	}()
 	s.log.Info("admin server listening", "admin_addr", adminLn.Addr().String())
-	if s.sweeper != nil {
-		// The sweeper's own context is not cancelled by the signal: Stop
-		// ends it after the batch in flight instead of aborting the batch.
-		if err := s.sweeper.Start(context.WithoutCancel(ctx)); err != nil {
+	// The sweeper's own context is not cancelled by the signal: Stop ends it
+	// after the batch in flight instead of aborting the batch.
+	s.reloadMu.Lock()
+	s.sweeperCtx = context.WithoutCancel(ctx)
+	sw := s.sweeper
+	s.reloadMu.Unlock()
+	if sw != nil {
+		if err := sw.Start(s.sweeperCtx); err != nil {
 			cancel()
 			<-proxyDone
 			s.closeAdmin()
@@ -232,8 +256,12 @@ func (s *stack) run(ctx context.Context, ln, adminLn net.Listener) error {
 	cancel()
 
 	var wg sync.WaitGroup
-	if s.sweeper != nil {
-		wg.Go(s.sweeper.Stop)
+	s.reloadMu.Lock()
+	sw = s.sweeper
+	s.sweeper = nil // a reload from now on starts none
+	s.reloadMu.Unlock()
+	if sw != nil {
+		wg.Go(sw.Stop)
 	}
 	if proxyDone != nil {
 		if err := <-proxyDone; err != nil && firstErr == nil {

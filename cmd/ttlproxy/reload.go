@@ -1,0 +1,176 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"reflect"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ttlproxy/ttlproxy/config"
+	"github.com/ttlproxy/ttlproxy/proxy"
+	"github.com/ttlproxy/ttlproxy/sweeper"
+)
+
+// Live reload: SIGHUP or POST /-/reload rereads the configuration file.
+// The tables and their rules, bypass_roles, trusted_functions, the
+// statement and client limits and the timeouts of clients change for every
+// session's next statement (proxy.Server.Reload); the sweeper is stopped
+// after its batch in flight and started again with the new tables and
+// settings. The other keys (listen, admin_listen, upstream, tls,
+// upstream_tls, dial_timeout, shutdown_timeout) need a restart: a reload
+// that changes them says so in the log and keeps them. A file that does not
+// load keeps the running configuration, logs the error (which names the
+// key) and sets ttlproxy_config_last_reload_successful to 0.
+
+// restartKeys returns the keys whose change a reload cannot apply.
+func restartKeys(old, cur *config.Config) []string {
+	var keys []string
+	for _, k := range []struct {
+		key      string
+		old, cur any
+	}{
+		{"listen", old.Listen, cur.Listen},
+		{"admin_listen", old.AdminListen, cur.AdminListen},
+		{"upstream", old.Upstream, cur.Upstream},
+		{"tls", old.TLS, cur.TLS},
+		{"upstream_tls", old.UpstreamTLS, cur.UpstreamTLS},
+		{"dial_timeout", old.DialTimeout, cur.DialTimeout},
+		{"shutdown_timeout", old.ShutdownTimeout, cur.ShutdownTimeout},
+	} {
+		if !reflect.DeepEqual(k.old, k.cur) {
+			keys = append(keys, k.key)
+		}
+	}
+	return keys
+}
+
+// reload rereads the configuration and applies what can change at runtime.
+func (s *stack) reload() (err error) {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	defer func() {
+		if err != nil {
+			s.reloadOK.Set(0)
+			s.log.Error("configuration reload failed; the running configuration stays", "err", err)
+			return
+		}
+		s.reloadOK.Set(1)
+		s.reloadOKTime.SetToCurrentTime()
+	}()
+	if s.reloadFrom == nil {
+		return errors.New("no configuration file to reload")
+	}
+	cfg, err := s.reloadFrom()
+	if err != nil {
+		return err
+	}
+	if keys := restartKeys(s.cfg, cfg); len(keys) > 0 {
+		s.log.Warn("configuration keys changed that take effect only after a restart", "keys", keys)
+		cfg.Listen, cfg.AdminListen, cfg.Upstream = s.cfg.Listen, s.cfg.AdminListen, s.cfg.Upstream
+		cfg.TLS, cfg.UpstreamTLS = s.cfg.TLS, s.cfg.UpstreamTLS
+		cfg.DialTimeout, cfg.ShutdownTimeout = s.cfg.DialTimeout, s.cfg.ShutdownTimeout
+	}
+	rw, err := newRewriter(cfg)
+	if err != nil {
+		return fmt.Errorf("building rewriter: %w", err)
+	}
+	if err := s.proxy.Reload(proxy.Reload{
+		Rewriter:             rw,
+		BypassRoles:          cfg.BypassRoles,
+		MaxMessageBytes:      cfg.Limits.MaxMessageBytes,
+		MaxClientConnections: cfg.Limits.MaxClientConnections,
+		ClientLoginTimeout:   cfg.ClientLoginTimeout,
+		IdleSessionTimeout:   cfg.IdleSessionTimeout,
+	}); err != nil {
+		return err
+	}
+	if !reflect.DeepEqual(s.cfg.Sweeper, cfg.Sweeper) || !reflect.DeepEqual(s.cfg.Tables, cfg.Tables) {
+		if err := s.restartSweeper(cfg); err != nil {
+			// The proxy runs the new rules already; the sweeper is off
+			// until the next successful reload.
+			s.cfg = cfg
+			return fmt.Errorf("sweeper: %w", err)
+		}
+	}
+	s.cfg = cfg
+	s.log.Info("configuration reloaded", "tables", len(cfg.Tables), "sweeper", s.sweeper != nil)
+	return nil
+}
+
+// restartSweeper stops the running sweeper (after its batch in flight) and
+// starts one for cfg. Called with reloadMu held.
+func (s *stack) restartSweeper(cfg *config.Config) error {
+	if s.sweeper != nil {
+		s.sweeper.Stop()
+		s.sweeper = nil
+	}
+	if s.sweeperCtx == nil {
+		return errors.New("the stack is not running")
+	}
+	sw, err := s.newSweeper(cfg)
+	if err != nil || sw == nil {
+		return err
+	}
+	if err := sw.Start(s.sweeperCtx); err != nil {
+		return err
+	}
+	s.sweeper = sw
+	return nil
+}
+
+// newSweeper builds the sweeper of cfg, with a registry of its own; nil
+// without a sweeper section or tables.
+func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
+	sc := cfg.Sweeper
+	if sc == nil {
+		return nil, nil
+	}
+	if len(cfg.Tables) == 0 {
+		s.log.Warn("sweeper section present but no tables configured: not sweeping")
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	swc := sweeper.DefaultConfig()
+	swc.DSN, swc.Rules = sc.DSN, cfg.Tables
+	swc.Logger, swc.Registerer = s.log.With("component", "sweeper"), reg
+	if sc.Interval > 0 {
+		swc.Interval = sc.Interval
+	}
+	if sc.BatchSize > 0 {
+		swc.BatchSize = sc.BatchSize
+	}
+	if sc.BatchPause != nil {
+		swc.BatchPause = *sc.BatchPause
+	}
+	if sc.BatchTimeout > 0 {
+		swc.BatchTimeout = sc.BatchTimeout
+	}
+	sw, err := sweeper.New(swc)
+	if err != nil {
+		return nil, err
+	}
+	s.sweeperReg.Store(reg)
+	return sw, nil
+}
+
+// watchSIGHUP reloads on SIGHUP until done is closed.
+func (s *stack) watchSIGHUP(done <-chan struct{}) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-hup:
+				s.log.Info("SIGHUP: reloading the configuration")
+				_ = s.reload()
+			case <-done:
+				return
+			}
+		}
+	}()
+}
