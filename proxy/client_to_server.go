@@ -330,11 +330,11 @@ func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
 	if res.CacheHit {
 		m.rewriteCacheHits.Inc()
 	}
-	s.statements++
+	s.statements.Add(1)
 	switch {
 	case err != nil:
 		m.rejected.Inc()
-		s.nrejected++
+		s.nrejected.Add(1)
 		// The message names the table and the construct; the text may hold
 		// data, so it is logged at debug level only.
 		code := ""

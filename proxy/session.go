@@ -92,8 +92,10 @@ type session struct {
 	expected uint64 // ReadyForQuery messages announced so far
 	out      []byte
 	// statements and nrejected count the Query and Parse texts forwarded
-	// and rejected, for the session's end log line.
-	statements, nrejected uint64
+	// and rejected (the end log line, Status).
+	statements, nrejected atomic.Uint64
+	// started is when the client connected.
+	started time.Time
 
 	// rejects hands rejected statements to serverToClient (reject.go).
 	rejects rejections
@@ -118,6 +120,7 @@ func newSession(srv *Server, conn net.Conn) *session {
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
 		answers: newHandoff(),
+		started: time.Now(),
 	}
 	s.rs.Store(rs)
 	return s
@@ -141,7 +144,6 @@ func (s *session) run() {
 	// login timeout covers it too.
 	login := time.AfterFunc(s.rs.Load().clientLoginTimeout, s.loginTimedOut)
 	defer login.Stop()
-	start := time.Now()
 
 	if err := s.startup(); err != nil {
 		var pe *protocolError
@@ -159,8 +161,8 @@ func (s *session) run() {
 	}
 	s.log.Info("session started", "replication", s.replication)
 	err := s.forward()
-	s.log.Info("session ended", "duration", time.Since(start).Round(time.Millisecond),
-		"statements", s.statements, "rejected", s.nrejected, "err", err)
+	s.log.Info("session ended", "duration", time.Since(s.started).Round(time.Millisecond),
+		"statements", s.statements.Load(), "rejected", s.nrejected.Load(), "err", err)
 }
 
 // loginTimedOut closes a client that has not finished logging in.

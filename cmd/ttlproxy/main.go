@@ -52,6 +52,8 @@ Usage:
   ttlproxy rewrite --config FILE "SQL"   print the SQL the proxy would send, or why it is rejected
   ttlproxy install --config FILE --dsn URL
                                          add triggers that let writes take the unique keys of expired rows
+                                         (--row-security: row-level security policies instead)
+  ttlproxy status [--admin URL]          print a running proxy's rules in force and sessions
   ttlproxy version                       print version information
 
 Run "ttlproxy COMMAND -h" for the flags of a command.
@@ -74,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runRewrite(rest, stdout, stderr)
 	case "install":
 		return runInstall(ctx, rest, stdout, stderr)
+	case "status":
+		return runStatus(ctx, rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -81,6 +81,16 @@ func TestServeReload(t *testing.T) {
 	if code, body := post(); code != 200 {
 		t.Fatalf("reload of the same file: %d %q", code, body)
 	}
+	// /status and ttlproxy status report the rules in force.
+	if code, body := get(t, base+"/status"); code != 200 || !strings.Contains(body, `"table": "public.sessions"`) ||
+		!strings.Contains(body, `"generation": 2`) {
+		t.Errorf("/status = %d %s", code, body)
+	}
+	var stOut, stErr bytes.Buffer
+	if code := run(context.Background(), []string{"status", "--admin", base}, &stOut, &stErr); code != 0 ||
+		!strings.Contains(stOut.String(), "public.sessions") || !strings.Contains(stOut.String(), "configuration generation 2") {
+		t.Errorf("ttlproxy status: %d\n%s%s", code, stOut.String(), stErr.String())
+	}
 	if m := metric(); m != "1" {
 		t.Errorf("metric after a good reload %s, want 1", m)
 	}

@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Status is what the proxy is doing, for the admin server's /status.
+type Status struct {
+	// Generation numbers the rule set in force: 1 at start, one more per
+	// reload.
+	Generation uint64 `json:"generation"`
+	// Tables are the TTL tables and their rules in force.
+	Tables []TableStatus `json:"tables"`
+	// Sessions are the client connections open, oldest first.
+	Sessions []SessionStatus `json:"sessions"`
+}
+
+// TableStatus is one TTL table's rule.
+type TableStatus struct {
+	Table      string `json:"table"` // schema.table
+	Kind       string `json:"kind"`
+	Expiry     string `json:"expiry"`                // what the rule reads: a column, base+interval, a registry
+	DefaultTTL string `json:"default_ttl,omitempty"` // "" when nothing is stamped
+}
+
+// SessionStatus is one client connection.
+type SessionStatus struct {
+	ID         uint64    `json:"id"`
+	ClientAddr string    `json:"client_addr"`
+	User       string    `json:"user"`
+	Database   string    `json:"database"`
+	State      string    `json:"state"` // startup, idle, active, idle in transaction, idle in transaction (aborted)
+	Since      time.Time `json:"since"`
+	Statements uint64    `json:"statements"` // Query and Parse texts
+	Rejected   uint64    `json:"rejected"`
+	Generation uint64    `json:"generation"` // of the rule set the session works under
+}
+
+// Status returns a snapshot of the proxy's state.
+func (s *Server) Status() Status {
+	rs := s.set.Load()
+	st := Status{Generation: rs.gen, Tables: []TableStatus{}, Sessions: []SessionStatus{}}
+	for _, r := range rs.rules {
+		t := TableStatus{Table: r.QualifiedName(), Kind: string(r.RuleKind())}
+		switch r.RuleKind() {
+		case "derived":
+			t.Expiry = r.BaseColumn + " + "
+			if r.IntervalColumn != "" {
+				t.Expiry += r.IntervalColumn
+			} else {
+				t.Expiry += r.ExpireAfter.String()
+			}
+		case "sidecar":
+			t.Expiry = r.SidecarSchemaName() + "." + r.SidecarTable + " (" + strings.Join(r.KeyColumns, ", ") + ")"
+		default:
+			t.Expiry = r.ExpiryColumn()
+			if r.ColumnType != "" {
+				t.Expiry += " (" + string(r.ColumnType) + ")"
+			}
+		}
+		if r.DefaultTTL > 0 {
+			t.DefaultTTL = r.DefaultTTL.String()
+		}
+		st.Tables = append(st.Tables, t)
+	}
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for sess := range s.sessions {
+		sessions = append(sessions, sess)
+	}
+	s.mu.Unlock()
+	for _, sess := range sessions {
+		st.Sessions = append(st.Sessions, sess.status())
+	}
+	slices.SortFunc(st.Sessions, func(a, b SessionStatus) int { return a.Since.Compare(b.Since) })
+	return st
+}
+
+// status describes the session; safe from any goroutine.
+func (s *session) status() SessionStatus {
+	st := SessionStatus{
+		ID:         s.id,
+		ClientAddr: s.clientConn().RemoteAddr().String(),
+		Since:      s.started,
+		Statements: s.statements.Load(),
+		Rejected:   s.nrejected.Load(),
+		Generation: s.rs.Load().gen,
+		State:      "startup",
+	}
+	select {
+	case <-s.ready:
+		// user and database are written before ready is closed.
+		st.User, st.Database = s.user, s.database
+		switch {
+		case s.pending.Load() > 0:
+			st.State = "active"
+		case byte(s.txStatus.Load()) == 'T':
+			st.State = "idle in transaction"
+		case byte(s.txStatus.Load()) == 'E':
+			st.State = "idle in transaction (aborted)"
+		default:
+			st.State = "idle"
+		}
+	default:
+	}
+	return st
+}
