@@ -131,6 +131,11 @@ type Sweeper struct {
 	BatchPause *time.Duration
 	// BatchTimeout bounds one batch; 0: sweeper.DefaultBatchTimeout.
 	BatchTimeout time.Duration
+	// TargetBatchDuration is the transaction time batch sizes adapt to (0s:
+	// fixed batch_size); nil: sweeper.DefaultTargetBatchDuration.
+	TargetBatchDuration *time.Duration
+	// MaxBatchSize bounds adapted batches; 0: sweeper.DefaultMaxBatchSize.
+	MaxBatchSize int
 }
 
 // Load reads and validates the file at path. Errors are prefixed with path.
@@ -384,7 +389,8 @@ func parseLimits(v field, l *Limits) error {
 }
 
 func parseSweeper(v field) (*Sweeper, error) {
-	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout")
+	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout",
+		"target_batch_duration", "max_batch_size")
 	if err != nil {
 		return nil, err
 	}
@@ -414,6 +420,18 @@ func parseSweeper(v field) (*Sweeper, error) {
 	}
 	if x, ok := f["batch_timeout"]; ok {
 		if s.BatchTimeout, err = x.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["target_batch_duration"]; ok {
+		d, err := x.duration()
+		if err != nil {
+			return nil, err
+		}
+		s.TargetBatchDuration = &d
+	}
+	if x, ok := f["max_batch_size"]; ok {
+		if s.MaxBatchSize, err = x.positiveInt(); err != nil {
 			return nil, err
 		}
 	}

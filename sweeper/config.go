@@ -21,10 +21,18 @@ const (
 	// row locks and WAL bursts short, which matters more for a proxy that
 	// sits in front of foreground traffic.
 	DefaultBatchSize = 1000
-	// DefaultBatchPause is the mean pause between two batches of one table;
-	// the actual pause is jittered by ±50%. pg_ttl_index sleeps 10ms, river
-	// sleeps a random 50ms–500ms.
-	DefaultBatchPause = 50 * time.Millisecond
+	// DefaultBatchPause is the mean fixed pause between two batches of one
+	// table (jittered by ±50%): none, since the pacing (pace.go) sleeps only
+	// when the database is busy. pg_ttl_index sleeps 10ms, river a random
+	// 50ms–500ms.
+	DefaultBatchPause = 0
+	// DefaultTargetBatchDuration is the transaction time batch sizes adapt
+	// to: well under the 100 ms a foreground statement should ever wait
+	// for a row lock the sweeper holds.
+	DefaultTargetBatchDuration = 50 * time.Millisecond
+	// DefaultMaxBatchSize bounds an adapted batch: one DELETE's row locks
+	// and WAL stay small even on a quiet, fast server.
+	DefaultMaxBatchSize = 100_000
 	// DefaultBatchTimeout is the statement timeout of one batch.
 	DefaultBatchTimeout = 30 * time.Second
 )
@@ -40,8 +48,15 @@ type Config struct {
 	// next; default DefaultInterval.
 	Interval time.Duration
 	// BatchSize is the number of rows one DELETE removes at most; default
-	// DefaultBatchSize.
+	// DefaultBatchSize. With TargetBatchDuration it is the first batch's
+	// size, which then adapts.
 	BatchSize int
+	// TargetBatchDuration, when positive, makes batch sizes adapt so that
+	// each batch takes about this long (pace.go), up to MaxBatchSize; 0
+	// keeps BatchSize fixed. DefaultConfig sets DefaultTargetBatchDuration.
+	TargetBatchDuration time.Duration
+	// MaxBatchSize bounds an adapted batch; 0 means DefaultMaxBatchSize.
+	MaxBatchSize int
 	// BatchPause is the mean pause between batches; 0 means none
 	// (DefaultConfig sets DefaultBatchPause); negative is an error.
 	BatchPause time.Duration
@@ -59,10 +74,12 @@ type Config struct {
 // DSN and Rules are left to the caller.
 func DefaultConfig() Config {
 	return Config{
-		Interval:     DefaultInterval,
-		BatchSize:    DefaultBatchSize,
-		BatchPause:   DefaultBatchPause,
-		BatchTimeout: DefaultBatchTimeout,
+		Interval:            DefaultInterval,
+		BatchSize:           DefaultBatchSize,
+		BatchPause:          DefaultBatchPause,
+		BatchTimeout:        DefaultBatchTimeout,
+		TargetBatchDuration: DefaultTargetBatchDuration,
+		MaxBatchSize:        DefaultMaxBatchSize,
 	}
 }
 
@@ -75,6 +92,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchTimeout <= 0 {
 		c.BatchTimeout = DefaultBatchTimeout
+	}
+	if c.MaxBatchSize <= 0 {
+		c.MaxBatchSize = DefaultMaxBatchSize
+	}
+	if c.MaxBatchSize < c.BatchSize {
+		c.MaxBatchSize = c.BatchSize
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

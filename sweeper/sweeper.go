@@ -380,6 +380,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		streak   int // consecutive
 		shrunk   bool
 	)
+	pace := pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}
 	for si, sl := range slices {
 		exec := s.batchFunc(d, t, sl)
 		for {
@@ -387,7 +388,9 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 				s.beforeBatch(ctx, t.name)
 			}
 			size := s.batchSize(t.name)
+			started := time.Now()
 			n, full, err := exec(ctx, cutoff, size)
+			took := time.Since(started)
 			if err != nil {
 				if ctx.Err() != nil {
 					return deleted, batches, ctx.Err()
@@ -422,8 +425,15 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 			if s.afterBatch != nil {
 				s.afterBatch(t.name, n)
 			}
+			nextSize, wait := pace.next(size, n, took, full)
+			if pace.target > 0 && !shrunk {
+				s.batchSizes[t.name] = nextSize
+			}
 			if !full {
 				break
+			}
+			if err := s.wait(ctx, wait); err != nil {
+				return deleted, batches, err
 			}
 			if err := s.pause(ctx); err != nil {
 				return deleted, batches, err
@@ -435,7 +445,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 			}
 		}
 	}
-	if !shrunk {
+	if !shrunk && pace.target <= 0 {
 		// A clean run earns back half of what timeouts took away.
 		if cur, ok := s.batchSizes[t.name]; ok {
 			if next := cur * 2; next < s.cfg.BatchSize {
@@ -528,6 +538,24 @@ func isTimeout(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
+
+// wait sleeps d (the pacer's back-off); it returns ErrStopped or ctx's
+// error when interrupted.
+func (s *Sweeper) wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopCh:
+		return ErrStopped
+	case <-t.C:
+		return nil
+	}
 }
 
 // pause sleeps BatchPause jittered by ±50% (river sleeps a random interval

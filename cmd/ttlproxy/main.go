@@ -54,6 +54,7 @@ Usage:
                                          add triggers that let writes take the unique keys of expired rows
                                          (--row-security: row-level security policies instead)
   ttlproxy status [--admin URL]          print a running proxy's rules in force and sessions
+  ttlproxy sweep --config FILE --once    delete the expired rows once and exit (cron, measurements)
   ttlproxy version                       print version information
 
 Run "ttlproxy COMMAND -h" for the flags of a command.
@@ -78,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runInstall(ctx, rest, stdout, stderr)
 	case "status":
 		return runStatus(ctx, rest, stdout, stderr)
+	case "sweep":
+		return runSweep(ctx, rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

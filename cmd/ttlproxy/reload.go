@@ -149,6 +149,12 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	if sc.BatchTimeout > 0 {
 		swc.BatchTimeout = sc.BatchTimeout
 	}
+	if sc.TargetBatchDuration != nil {
+		swc.TargetBatchDuration = *sc.TargetBatchDuration
+	}
+	if sc.MaxBatchSize > 0 {
+		swc.MaxBatchSize = sc.MaxBatchSize
+	}
 	sw, err := sweeper.New(swc)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,79 @@
+package sweeper
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+func TestPacer(t *testing.T) {
+	p := pacer{target: 50 * time.Millisecond, max: 10_000}
+	// Quiet and fast: the size doubles at most per batch, up to the cap.
+	size, wait := p.next(1000, 1000, 5*time.Millisecond, true)
+	if size != 2000 || wait != 0 {
+		t.Errorf("fast batch: next %d, wait %v; want 2000, 0", size, wait)
+	}
+	if size, _ = p.next(8000, 8000, 10*time.Millisecond, true); size != 10_000 {
+		t.Errorf("capped: next %d, want 10000", size)
+	}
+	// About on target: about the same size.
+	if size, _ = p.next(4000, 4000, 48*time.Millisecond, true); size < 4000 || size > 4300 {
+		t.Errorf("on target: next %d, want about 4000", size)
+	}
+	// Too slow: at most halved, never below minBatchSize.
+	if size, _ = p.next(4000, 4000, 400*time.Millisecond, true); size != 2000 {
+		t.Errorf("slow batch: next %d, want 2000", size)
+	}
+	if size, _ = p.next(minBatchSize, minBatchSize, time.Second, true); size != minBatchSize {
+		t.Errorf("floor: next %d, want %d", size, minBatchSize)
+	}
+	// A short batch ends the table: the size stays.
+	if size, _ = p.next(3000, 10, time.Millisecond, false); size != 3000 {
+		t.Errorf("last batch: next %d, want 3000", size)
+	}
+
+	// CoDel: rows that cost over twice the best seen mean contention, and
+	// the sweeper waits as long as the batch took.
+	q := pacer{target: 50 * time.Millisecond, max: 10_000}
+	if _, wait := q.next(1000, 1000, 10*time.Millisecond, true); wait != 0 {
+		t.Errorf("first batch waits %v", wait)
+	}
+	if _, wait := q.next(1000, 1000, 15*time.Millisecond, true); wait != 0 {
+		t.Errorf("1.5x the floor waits %v", wait)
+	}
+	if _, wait := q.next(1000, 1000, 40*time.Millisecond, true); wait != 40*time.Millisecond {
+		t.Errorf("4x the floor waits %v, want 40ms", wait)
+	}
+	// Without a target the size is fixed.
+	fixed := pacer{max: 10_000}
+	if size, _ := fixed.next(1000, 1000, time.Millisecond, true); size != 1000 {
+		t.Errorf("no target: next %d, want 1000", size)
+	}
+}
+
+// TestAdaptiveBatches: with a target batch duration the batches grow from
+// BatchSize on a quiet server, and every row is still deleted.
+func TestAdaptiveBatches(t *testing.T) {
+	e := setup(t)
+	createSessions(t, e, "adaptive", 20_000, 50, 5)
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("adaptive")}, BatchSize: 100,
+		TargetBatchDuration: 200 * time.Millisecond, MaxBatchSize: 50_000})
+	var sizes []int64
+	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
+	res, err := s.RunOnce(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Deleted["public.adaptive"]; got != 20_000 {
+		t.Errorf("Deleted = %d, want 20000", got)
+	}
+	// A fixed size of 100 would need 200 batches; doubling from 100 needs
+	// at most 9 before the rest fits.
+	if got := res.Batches["public.adaptive"]; got > 20 || len(sizes) < 2 || sizes[1] <= sizes[0] {
+		t.Errorf("Batches = %d, sizes %v: want them to grow", got, sizes)
+	}
+	if got := e.count(t, "adaptive"); got != 55 {
+		t.Errorf("%d rows left, want 55", got)
+	}
+}
