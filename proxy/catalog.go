@@ -102,6 +102,54 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 	return q
 }
 
+// LeakPathStatements returns the catalog statements that list, for rules'
+// tables, the views, materialized views and rules on other tables that read
+// them inside the server, and the functions whose bodies do (the columns
+// BuildLeakPaths reads), for ttlproxy check. Run the views statement under
+// search_path pg_catalog, as the proxy does, for definitions with every
+// name qualified.
+func LeakPathStatements(rules []ttl.Rule) (views, functions string) {
+	var pairs []string
+	seen := map[string]bool{}
+	for i := range rules {
+		r := &rules[i]
+		if q := r.QualifiedName(); !seen[q] {
+			seen[q] = true
+			pairs = append(pairs, "("+ttl.QuoteLiteral(r.SchemaName())+", "+ttl.QuoteLiteral(r.Table)+")")
+		}
+	}
+	cat := catalogSQL(strings.Join(pairs, ", "))
+	return cat[viewsStatement], cat[viewsStatement+1]
+}
+
+// LeakPaths are the paths inside the server LeakPathStatements found.
+type LeakPaths struct {
+	// Views as the rewriter takes them.
+	Views map[string]rewrite.View
+	// Rules lists "table reads relation" for rules on other tables.
+	Rules []string
+	// Functions maps "schema.function" to what its body reads;
+	// TriggerTables to the tables whose triggers run it.
+	Functions, TriggerTables map[string]string
+}
+
+// BuildLeakPaths reads the rows (as text) of LeakPathStatements' statements.
+func BuildLeakPaths(views, functions [][]string) LeakPaths {
+	cat := buildCatalogData(slog.New(slog.DiscardHandler), [][][]string{nil, nil, nil, nil, views, functions})
+	lp := LeakPaths{Views: cat.Views, Functions: cat.Functions, TriggerTables: map[string]string{}}
+	for _, row := range views {
+		if len(row) == 9 && row[0] != "v" && row[0] != "m" {
+			lp.Rules = append(lp.Rules, row[1]+"."+row[2]+" reads "+row[3]+"."+row[4])
+		}
+	}
+	for _, row := range functions {
+		if len(row) == 4 && row[3] != "" {
+			lp.TriggerTables[row[0]+"."+row[1]] = row[3]
+		}
+	}
+	return lp
+}
+
 // catalogStatements is the number of statements catalogSQL returns.
 const catalogStatements = 6
 
@@ -397,6 +445,11 @@ func decodeDataRow(b []byte) ([]string, error) {
 // logged: the proxy cannot filter what they read (ttlproxy install
 // --row-security can).
 func buildCatalog(log *slog.Logger, results [][][]string) *rewrite.Catalog {
+	return rewrite.NewCatalog(buildCatalogData(log, results))
+}
+
+// buildCatalogData is buildCatalog before NewCatalog.
+func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogData {
 	columns, keys, schemas, children, views, functions := results[0], results[1], results[2], results[3], results[4], results[5]
 	cat := rewrite.CatalogData{
 		Tables:  map[string]*rewrite.TableInfo{},
@@ -493,5 +546,5 @@ func buildCatalog(log *slog.Logger, results [][][]string) *rewrite.Catalog {
 				"function", row[0]+"."+row[1], "reads", row[2], "tables", row[3])
 		}
 	}
-	return rewrite.NewCatalog(cat)
+	return cat
 }

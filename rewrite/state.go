@@ -261,6 +261,11 @@ func NewCatalog(d CatalogData) *Catalog {
 	return c
 }
 
+// Leaky returns the Views that may return expired rows (a view created
+// through the proxy carries the filter and does not), each with the
+// relation whose rows make it leak.
+func (c *Catalog) Leaky() map[string]string { return maps.Clone(c.leaky) }
+
 // Data returns a copy of the Catalog's content.
 func (c *Catalog) Data() CatalogData { return c.d.clone() }
 

@@ -53,6 +53,8 @@ Usage:
   ttlproxy install --config FILE --dsn URL
                                          add triggers that let writes take the unique keys of expired rows
                                          (--row-security: row-level security policies instead)
+  ttlproxy check --config FILE [--dsn URL]
+                                         check the configuration against the live database
   ttlproxy status [--admin URL]          print a running proxy's rules in force and sessions
   ttlproxy sweep --config FILE --once    delete the expired rows once and exit (cron, measurements)
   ttlproxy version                       print version information
@@ -79,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runInstall(ctx, rest, stdout, stderr)
 	case "status":
 		return runStatus(ctx, rest, stdout, stderr)
+	case "check":
+		return runCheck(ctx, rest, stdout, stderr)
 	case "sweep":
 		return runSweep(ctx, rest, stdout, stderr)
 	case "version":

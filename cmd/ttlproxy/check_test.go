@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
+)
+
+// TestCheckCommand runs ttlproxy check against a deliberately broken setup,
+// then against a sound one.
+func TestCheckCommand(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	dsn := cluster.ConnString("postgres")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, sql := range []string{
+		"CREATE ROLE ttl_sweeper LOGIN",
+		"CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz DEFAULT now() + interval '1 day')",
+		"CREATE TABLE events (id int PRIMARY KEY, valid_until text)",
+		"CREATE TABLE carts (id int PRIMARY KEY)",
+		"CREATE TABLE carts_ttl (id int, expires_at timestamptz)",
+		"GRANT SELECT, UPDATE ON sessions TO ttl_sweeper",
+		"CREATE VIEW v_sessions AS SELECT * FROM sessions",
+		"CREATE MATERIALIZED VIEW m_sessions AS SELECT * FROM sessions",
+		"CREATE FUNCTION f_sessions() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM sessions'",
+		"CREATE FUNCTION f_calls() RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN f_sessions(); END $$",
+		"CREATE TABLE audit (n bigint)",
+		"CREATE RULE r_audit AS ON INSERT TO audit DO ALSO SELECT count(*) FROM sessions",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	u, _ := url.Parse(dsn)
+	u.User = url.User("ttl_sweeper")
+	cfgText := "upstream: " + cluster.Addr() + "\nsweeper: {dsn: '" + u.String() + "'}\n" +
+		"trusted_functions: [f_calls]\ntables:\n" +
+		"  - table: sessions\n    default_ttl: 1h\n" +
+		"  - table: events\n    column: valid_until\n" +
+		"  - table: carts\n    rule: sidecar\n    sidecar_table: carts_ttl\n    key_columns: [id]\n" +
+		"  - table: missing\n"
+	p := writeFile(t, "check.yaml", cfgText)
+	code, out, errOut := runCmd(t, ctx, "check", "--config", p, "--dsn", dsn)
+	if code != 1 {
+		t.Fatalf("check of a broken setup: code %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"public.sessions (column expires_at timestamptz)",
+		"none: the sweeper and every filtered read scan the table",
+		"default_ttl stamping",
+		"which stamping replaces",
+		"sweeper privileges",
+		"ttl_sweeper lacks DELETE",
+		"view public.v_sessions",
+		"reads are expanded into its filtered definition",
+		"materialized view public.m_sessions",
+		"function public.f_sessions",
+		"calls are refused (0A000) unless listed in trusted_functions",
+		"function public.f_calls",
+		"trusted (trusted_functions)",
+		"rule on public.audit",
+		"column valid_until",
+		"type text, the rule wants timestamp with time zone",
+		"sidecar registry",
+		"has no unique key on (id)",
+		"public.missing",
+		"no such table",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// JSON, for automation.
+	code, out, _ = runCmd(t, ctx, "check", "--config", p, "--dsn", dsn, "--format", "json")
+	var reports []tableReport
+	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 4 {
+		t.Fatalf("--format json: code %d, %v, %d reports", code, err, len(reports))
+	}
+
+	// A sound setup exits 0.
+	for _, sql := range []string{
+		"DROP VIEW v_sessions", "DROP MATERIALIZED VIEW m_sessions", "DROP FUNCTION f_calls()", "DROP FUNCTION f_sessions()",
+		"DROP RULE r_audit ON audit", "ALTER TABLE sessions ALTER COLUMN expires_at DROP DEFAULT",
+		"CREATE INDEX ON sessions (expires_at)", "GRANT DELETE ON sessions TO ttl_sweeper",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	good := writeFile(t, "good.yaml", "upstream: "+cluster.Addr()+"\nsweeper: {dsn: '"+u.String()+"'}\ntables:\n  - table: sessions\n    default_ttl: 1h\n")
+	if code, out, errOut := runCmd(t, ctx, "check", "--config", good, "--dsn", dsn); code != 0 {
+		t.Errorf("check of a sound setup: code %d\n%s%s", code, out, errOut)
+	}
+}
