@@ -23,6 +23,10 @@ type metrics struct {
 	runDuration   prometheus.Histogram
 	lastRun       prometheus.Gauge
 	oldestExpired *prometheus.GaugeVec
+	batchDuration *prometheus.HistogramVec
+	batchSize     *prometheus.GaugeVec
+	slicesHeld    *prometheus.GaugeVec
+	slicesSkipped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -61,12 +65,31 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Age at the run's cutoff of the oldest expired row still present after the run; 0 when none. Only for column rules and fixed derived rules with a btree index on the column.",
 		}, []string{"table"}),
 	}
+	m.batchDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: name("batch_duration_seconds"),
+		Help: "Duration of one DELETE batch (its transaction).",
+		// 1ms up to ~4s.
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 13),
+	}, []string{"table"})
+	m.batchSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("batch_size"),
+		Help: "Rows the next DELETE batch of the table removes at most (adapted to target_batch_duration).",
+	}, []string{"table"})
+	m.slicesHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("slices_held"),
+		Help: "Slices of the table this instance holds now (advisory lock taken, sweeping).",
+	}, []string{"table"})
+	m.slicesSkipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: name("slices_skipped_total"),
+		Help: "Slices left to another instance that held them.",
+	}, []string{"table"})
 	if reg == nil {
 		return m, nil
 	}
 	var done []prometheus.Collector
 	for _, c := range []prometheus.Collector{
 		m.rowsDeleted, m.batches, m.errors, m.runs, m.runDuration, m.lastRun, m.oldestExpired,
+		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {

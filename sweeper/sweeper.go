@@ -382,62 +382,23 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 	)
 	pace := pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}
 	for si, sl := range slices {
-		exec := s.batchFunc(d, t, sl)
-		for {
-			if s.beforeBatch != nil {
-				s.beforeBatch(ctx, t.name)
-			}
-			size := s.batchSize(t.name)
-			started := time.Now()
-			n, full, err := exec(ctx, cutoff, size)
-			took := time.Since(started)
-			if err != nil {
-				if ctx.Err() != nil {
-					return deleted, batches, ctx.Err()
-				}
-				s.m.errors.WithLabelValues(t.name).Inc()
-				if !isTimeout(err) {
-					return deleted, batches, fmt.Errorf("deleting from %s (slice %s): %w", t.name, sl.label, err)
-				}
-				timeouts++
-				streak++
-				if timeouts >= maxTimeoutsPerRun {
-					return deleted, batches, fmt.Errorf("deleting from %s: %d batches timed out (last batch size %d, timeout %s): %w",
-						t.name, timeouts, size, s.cfg.BatchTimeout, err)
-				}
-				if streak >= timeoutsBeforeShrink {
-					streak = 0
-					shrunk = true
-					s.batchSizes[t.name] = max(size/2, min(minBatchSize, s.cfg.BatchSize))
-				}
-				log.Warn("sweeper batch timed out", slog.Int("batch_size", size),
-					slog.Int("next_batch_size", s.batchSize(t.name)), slog.Duration("timeout", s.cfg.BatchTimeout))
-				if err := s.pause(ctx); err != nil {
-					return deleted, batches, err
-				}
-				continue
-			}
-			streak = 0
-			deleted += n
-			batches++
-			s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
-			s.m.batches.WithLabelValues(t.name).Inc()
-			if s.afterBatch != nil {
-				s.afterBatch(t.name, n)
-			}
-			nextSize, wait := pace.next(size, n, took, full)
-			if pace.target > 0 && !shrunk {
-				s.batchSizes[t.name] = nextSize
-			}
-			if !full {
-				break
-			}
-			if err := s.wait(ctx, wait); err != nil {
-				return deleted, batches, err
-			}
-			if err := s.pause(ctx); err != nil {
-				return deleted, batches, err
-			}
+		release, held, err := s.holdSlice(ctx, d, t, si)
+		if err != nil {
+			s.m.errors.WithLabelValues(t.name).Inc()
+			return deleted, batches, err
+		}
+		if !held {
+			// Another instance sweeps this slice now.
+			s.m.slicesSkipped.WithLabelValues(t.name).Inc()
+			log.Debug("slice held by another instance", slog.String("slice", sl.label))
+			continue
+		}
+		n, b, err := s.sweepSlice(ctx, log, t, sl, d, cutoff, &pace, &timeouts, &streak, &shrunk)
+		release()
+		deleted += n
+		batches += b
+		if err != nil {
+			return deleted, batches, err
 		}
 		if si < len(slices)-1 {
 			if err := s.pause(ctx); err != nil {
@@ -453,6 +414,72 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 			} else {
 				delete(s.batchSizes, t.name)
 			}
+		}
+	}
+	return deleted, batches, nil
+}
+
+// sweepSlice deletes slice sl's doomed rows batch by batch until a batch
+// comes back short; the counters carry the table's run state across slices.
+func (s *Sweeper) sweepSlice(ctx context.Context, log *slog.Logger, t target, sl slice, d dialect, cutoff time.Time,
+	pace *pacer, timeouts, streak *int, shrunk *bool) (deleted int64, batches int, err error) {
+	exec := s.batchFunc(d, t, sl)
+	for {
+		if s.beforeBatch != nil {
+			s.beforeBatch(ctx, t.name)
+		}
+		size := s.batchSize(t.name)
+		started := time.Now()
+		n, full, err := exec(ctx, cutoff, size)
+		took := time.Since(started)
+		if err != nil {
+			if ctx.Err() != nil {
+				return deleted, batches, ctx.Err()
+			}
+			s.m.errors.WithLabelValues(t.name).Inc()
+			if !isTimeout(err) {
+				return deleted, batches, fmt.Errorf("deleting from %s (slice %s): %w", t.name, sl.label, err)
+			}
+			*timeouts++
+			*streak++
+			if *timeouts >= maxTimeoutsPerRun {
+				return deleted, batches, fmt.Errorf("deleting from %s: %d batches timed out (last batch size %d, timeout %s): %w",
+					t.name, *timeouts, size, s.cfg.BatchTimeout, err)
+			}
+			if *streak >= timeoutsBeforeShrink {
+				*streak = 0
+				*shrunk = true
+				s.batchSizes[t.name] = max(size/2, min(minBatchSize, s.cfg.BatchSize))
+			}
+			log.Warn("sweeper batch timed out", slog.Int("batch_size", size),
+				slog.Int("next_batch_size", s.batchSize(t.name)), slog.Duration("timeout", s.cfg.BatchTimeout))
+			if err := s.pause(ctx); err != nil {
+				return deleted, batches, err
+			}
+			continue
+		}
+		*streak = 0
+		deleted += n
+		s.m.batchDuration.WithLabelValues(t.name).Observe(took.Seconds())
+		batches++
+		s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
+		s.m.batches.WithLabelValues(t.name).Inc()
+		if s.afterBatch != nil {
+			s.afterBatch(t.name, n)
+		}
+		nextSize, wait := pace.next(size, n, took, full)
+		if pace.target > 0 && !*shrunk {
+			s.batchSizes[t.name] = nextSize
+		}
+		s.m.batchSize.WithLabelValues(t.name).Set(float64(s.batchSize(t.name)))
+		if !full {
+			break
+		}
+		if err := s.wait(ctx, wait); err != nil {
+			return deleted, batches, err
+		}
+		if err := s.pause(ctx); err != nil {
+			return deleted, batches, err
 		}
 	}
 	return deleted, batches, nil

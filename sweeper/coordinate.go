@@ -1,0 +1,64 @@
+package sweeper
+
+import (
+	"context"
+	"log/slog"
+)
+
+// Coordination between instances. Several ttlproxy processes in front of
+// one database run a sweeper each; they coordinate through the database
+// only, with a session advisory lock per table and slice
+// (pg_try_advisory_lock(hashtext('ttlproxy.sweeper:' || table), slice)),
+// taken on a connection of its own for as long as the slice is swept. An
+// instance skips a slice another holds, so no slice is swept twice at once,
+// and every instance tries every slice every run, so together they cover
+// all of them each interval. The lock belongs to the session: when a
+// process dies, even by SIGKILL, the server ends its session and releases
+// the lock, and the next run of any other instance takes the slice over.
+//
+// Advisory locks rather than a lease table: they need no table, no clock
+// and no expiry to tune, and a dead holder's locks vanish with its
+// connection. YugabyteDB has them only in recent releases (YugabyteDB issue
+// #3642): where pg_try_advisory_lock fails there, slices are swept without
+// coordination, which stays correct (each batch re-checks the rule and
+// skips locked rows) but repeats work.
+
+// lockNamespace prefixes the advisory lock key of a table.
+const lockNamespace = "ttlproxy.sweeper:"
+
+// holdSlice takes the advisory lock of slice i of t. held is false when
+// another instance holds it; release unlocks and returns the connection.
+func (s *Sweeper) holdSlice(ctx context.Context, d dialect, t target, i int) (release func(), held bool, err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var ok bool
+	err = conn.QueryRow(ctx, "SELECT pg_catalog.pg_try_advisory_lock(pg_catalog.hashtext($1), $2)",
+		lockNamespace+t.name, int32(i)).Scan(&ok)
+	if err != nil {
+		conn.Release()
+		if d == dialectYugabyte && ctx.Err() == nil {
+			s.log.Warn("advisory locks unavailable: sweeping without coordination between instances",
+				slog.String("table", t.name), slog.Any("error", err))
+			return func() {}, true, nil
+		}
+		return nil, false, err
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	s.m.slicesHeld.WithLabelValues(t.name).Inc()
+	return func() {
+		s.m.slicesHeld.WithLabelValues(t.name).Dec()
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext($1), $2)", lockNamespace+t.name, int32(i)); err != nil {
+			// The lock goes with the session: close it instead of
+			// returning it to the pool still locked.
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}, true, nil
+}
