@@ -27,6 +27,7 @@ type metrics struct {
 	batchSize     *prometheus.GaugeVec
 	slicesHeld    *prometheus.GaugeVec
 	slicesSkipped *prometheus.CounterVec
+	backlog       *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -83,13 +84,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: name("slices_skipped_total"),
 		Help: "Slices left to another instance that held them.",
 	}, []string{"table"})
+	m.backlog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("backlog_rows"),
+		Help: "Expired rows of the table left to delete: counted at the start of the table's sweep (exact up to 100,000, the planner's estimate above), less the rows deleted since.",
+	}, []string{"table"})
 	if reg == nil {
 		return m, nil
 	}
 	var done []prometheus.Collector
 	for _, c := range []prometheus.Collector{
 		m.rowsDeleted, m.batches, m.errors, m.runs, m.runDuration, m.lastRun, m.oldestExpired,
-		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped,
+		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped, m.backlog,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {

@@ -27,32 +27,16 @@ import (
 // a table without such an index, the series is removed instead.
 func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *ttl.Rule, cutoff time.Time, d dialect) error {
 	name := r.QualifiedName()
-	col, ok := orderColumn(r)
-	if !ok || d != dialectPostgres {
-		s.m.oldestExpired.DeleteLabelValues(name)
-		return nil
-	}
-	var indexed bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
-		SELECT 1 FROM pg_catalog.pg_index i
-		JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-		JOIN pg_catalog.pg_am am ON am.oid = ic.relam
-		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-		WHERE i.indrelid = pg_catalog.to_regclass($1) AND a.attname = $2
-		  AND am.amname = 'btree' AND i.indisvalid AND i.indpred IS NULL)`,
-		r.QuotedName(), col).Scan(&indexed)
+	sql, ok, err := s.oldestQuery(ctx, r, d)
 	if err != nil {
-		return fmt.Errorf("looking for an index on %s.%s: %w", name, col, err)
+		return err
 	}
-	if !indexed {
-		log.Debug("no btree index on the expiry column: oldest expired age not measured",
-			slog.String("table", name), slog.String("column", col))
+	if !ok {
+		log.Debug("oldest expired age not measured (no btree index on the expiry column, or a rule without one)",
+			slog.String("table", name))
 		s.m.oldestExpired.DeleteLabelValues(name)
 		return nil
 	}
-	qcol := "s." + ttl.QuoteIdent(col)
-	sql := fmt.Sprintf("SELECT %s FROM %s AS s WHERE %s ORDER BY %s LIMIT 1",
-		qcol, r.QuotedName(), r.ExpiredCondition("s", cutoffParam), qcol)
 	expiry, err := s.oldestExpiry(ctx, r, sql, cutoff)
 	if errors.Is(err, pgx.ErrNoRows) {
 		s.m.oldestExpired.WithLabelValues(name).Set(0)
@@ -67,6 +51,53 @@ func (s *Sweeper) observeOldest(ctx context.Context, log *slog.Logger, r *ttl.Ru
 	}
 	s.m.oldestExpired.WithLabelValues(name).Set(age)
 	return nil
+}
+
+// oldestQuery returns the statement that reads the expiry-ordering value of
+// r's oldest expired row ($1 the cutoff), or ok false where that is not
+// cheap (see observeOldest).
+func (s *Sweeper) oldestQuery(ctx context.Context, r *ttl.Rule, d dialect) (sql string, ok bool, err error) {
+	col, ok := orderColumn(r)
+	if !ok || d != dialectPostgres {
+		return "", false, nil
+	}
+	var indexed bool
+	err = s.pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_index i
+		JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+		JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = pg_catalog.to_regclass($1) AND a.attname = $2
+		  AND am.amname = 'btree' AND i.indisvalid AND i.indpred IS NULL)`,
+		r.QuotedName(), col).Scan(&indexed)
+	if err != nil {
+		return "", false, fmt.Errorf("looking for an index on %s.%s: %w", r.QualifiedName(), col, err)
+	}
+	if !indexed {
+		return "", false, nil
+	}
+	qcol := "s." + ttl.QuoteIdent(col)
+	return fmt.Sprintf("SELECT %s FROM %s AS s WHERE %s ORDER BY %s LIMIT 1",
+		qcol, r.QuotedName(), r.ExpiredCondition("s", cutoffParam), qcol), true, nil
+}
+
+// oldestAge returns the age at cutoff of r's oldest expired row (0 when
+// none), where cheap to know; ok false otherwise.
+func (s *Sweeper) oldestAge(ctx context.Context, r *ttl.Rule, cutoff time.Time, d dialect) (time.Duration, bool) {
+	sql, ok, err := s.oldestQuery(ctx, r, d)
+	if err != nil || !ok {
+		return 0, false
+	}
+	expiry, err := s.oldestExpiry(ctx, r, sql, cutoff)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, true
+	case err != nil:
+		return 0, false
+	case expiry.IsZero():
+		return time.Duration(math.MaxInt64), true
+	}
+	return max(cutoff.Sub(expiry), 0), true
 }
 
 // orderColumn returns the column whose order is the expiry order of r's rows.

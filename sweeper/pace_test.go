@@ -1,9 +1,11 @@
 package sweeper
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -58,19 +60,34 @@ func TestAdaptiveBatches(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "adaptive", 20_000, 50, 5)
 	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("adaptive")}, BatchSize: 100,
-		TargetBatchDuration: 200 * time.Millisecond, MaxBatchSize: 50_000})
+		// A target far above any batch's time here, so that every batch
+		// doubles whatever the machine's load: the growth is the point, the
+		// pacer's arithmetic is TestPacer's.
+		TargetBatchDuration: 10 * time.Second, MaxBatchSize: 50_000})
 	var sizes []int64
 	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
+	var backlogAtStart float64
+	s.beforeBatch = func(context.Context, string) {
+		if backlogAtStart == 0 {
+			backlogAtStart = testutil.ToFloat64(s.m.backlog.WithLabelValues("public.adaptive"))
+		}
+	}
 	res, err := s.RunOnce(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if backlogAtStart != 20_000 {
+		t.Errorf("backlog at the start %v, want 20000", backlogAtStart)
+	}
+	if got := testutil.ToFloat64(s.m.backlog.WithLabelValues("public.adaptive")); got != 0 {
+		t.Errorf("backlog after the run %v, want 0", got)
+	}
 	if got := res.Deleted["public.adaptive"]; got != 20_000 {
 		t.Errorf("Deleted = %d, want 20000", got)
 	}
-	// A fixed size of 100 would need 200 batches; doubling from 100 needs
-	// at most 9 before the rest fits.
-	if got := res.Batches["public.adaptive"]; got > 20 || len(sizes) < 2 || sizes[1] <= sizes[0] {
+	// A fixed size of 100 would need 200 batches; doubling from 100 takes
+	// 8 (100 … 12,800, then the 7,300 left).
+	if got := res.Batches["public.adaptive"]; got != 8 || sizes[1] != 2*sizes[0] {
 		t.Errorf("Batches = %d, sizes %v: want them to grow", got, sizes)
 	}
 	if got := e.count(t, "adaptive"); got != 55 {

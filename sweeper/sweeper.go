@@ -381,6 +381,13 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		shrunk   bool
 	)
 	pace := pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}
+	backlog, _, err := s.countDoomed(ctx, t, cutoff)
+	if err != nil {
+		s.m.errors.WithLabelValues(t.name).Inc()
+		return 0, 0, err
+	}
+	s.m.backlog.WithLabelValues(t.name).Set(float64(backlog))
+	defer func() { s.m.backlog.WithLabelValues(t.name).Set(float64(max(backlog-deleted, 0))) }()
 	for si, sl := range slices {
 		release, held, err := s.holdSlice(ctx, d, t, si)
 		if err != nil {

@@ -6,18 +6,21 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/config"
+	"github.com/ttlproxy/ttlproxy/sweeper"
 )
 
 // runSweep runs one sweep of the configured tables and exits: for cron and
 // Kubernetes CronJobs, and to measure the sweeper (bench/sweep.sh).
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("sweep", "--config FILE --once", stderr)
+	fs := newFlagSet("sweep", "--config FILE (--once | --dry-run)", stderr)
 	configPath := fs.String("config", "", "configuration `file` (required; its sweeper section and tables)")
-	once := fs.Bool("once", false, "run one pass over every table and exit (required: the sweeper otherwise runs inside serve)")
+	once := fs.Bool("once", false, "run one pass over every table and exit")
+	dryRun := fs.Bool("dry-run", false, "print what a pass would do (expired rows, slices, the batch statement and its plan, warnings) without deleting")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -28,8 +31,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *configPath == "" {
 		return usageError(fs, "--config is required")
 	}
-	if !*once {
-		return usageError(fs, "--once is required")
+	if *once == *dryRun {
+		return usageError(fs, "give one of --once and --dry-run (the sweeper otherwise runs inside serve)")
 	}
 	log, err := newLogger(stderr, *logLevel, "text")
 	if err != nil {
@@ -51,6 +54,9 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	defer sw.Stop()
+	if *dryRun {
+		return printPlan(ctx, sw, stdout, stderr)
+	}
 	start := time.Now()
 	res, err := sw.RunOnce(ctx)
 	elapsed := time.Since(start)
@@ -78,5 +84,37 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(res.Errors) > 0 {
 		return exitFailure
 	}
+	return exitOK
+}
+
+// printPlan prints sweeper.Plan: per table what a pass would do.
+func printPlan(ctx context.Context, sw *sweeper.Sweeper, stdout, stderr io.Writer) int {
+	plans, err := sw.Plan(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "ttlproxy sweep: %v\n", err)
+		return exitFailure
+	}
+	for i, p := range plans {
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		expired := fmt.Sprint(p.Expired)
+		if p.Estimated {
+			expired = "about " + expired + " (the planner's estimate)"
+		}
+		fmt.Fprintf(stdout, "%s\n  expired rows now: %s\n", p.Table, expired)
+		if p.OldestExpired > 0 {
+			fmt.Fprintf(stdout, "  oldest expired row: %s old\n", p.OldestExpired.Round(time.Second))
+		}
+		fmt.Fprintf(stdout, "  slices: %s\n  batch statement ($1 the cutoff, $2 the batch size):\n    %s\n",
+			strings.Join(p.Slices, ", "), strings.ReplaceAll(p.Statement, "\n", "\n    "))
+		if p.Explain != "" {
+			fmt.Fprintf(stdout, "  plan of the rows a batch picks:\n    %s\n", strings.ReplaceAll(p.Explain, "\n", "\n    "))
+		}
+		for _, w := range p.Warnings {
+			fmt.Fprintf(stdout, "  WARNING: %s\n", w)
+		}
+	}
+	fmt.Fprintln(stdout, "-- dry run: nothing was deleted")
 	return exitOK
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
+)
+
+// TestSweepCommand: --dry-run reports and deletes nothing; --once deletes
+// the expired rows and exits 0.
+func TestSweepCommand(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	dsn := cluster.ConnString("postgres")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, sql := range []string{
+		"CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz)",
+		"INSERT INTO sessions SELECT g, CASE WHEN g <= 300 THEN now() - interval '1 hour' END FROM generate_series(1, 500) g",
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := writeFile(t, "sweep.yaml", "upstream: "+cluster.Addr()+"\nsweeper: {dsn: '"+dsn+"'}\ntables:\n  - table: sessions\n")
+	count := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM sessions").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	code, out, errOut := runCmd(t, ctx, "sweep", "--config", p, "--dry-run")
+	if code != 0 || !strings.Contains(out, "expired rows now: 300") || !strings.Contains(out, "DELETE FROM") ||
+		!strings.Contains(out, "no index serves the expired condition") || !strings.Contains(out, "nothing was deleted") {
+		t.Fatalf("--dry-run: %d\n%s%s", code, out, errOut)
+	}
+	if n := count(); n != 500 {
+		t.Fatalf("--dry-run deleted rows: %d left", n)
+	}
+	code, out, errOut = runCmd(t, ctx, "sweep", "--config", p, "--once")
+	if code != 0 || !strings.Contains(out, "public.sessions  300") {
+		t.Fatalf("--once: %d\n%s%s", code, out, errOut)
+	}
+	if n := count(); n != 200 {
+		t.Fatalf("--once left %d rows, want 200", n)
+	}
+	if code, _, _ := runCmd(t, ctx, "sweep", "--config", p); code != 2 {
+		t.Errorf("without --once or --dry-run: code %d, want 2", code)
+	}
+}

@@ -1,0 +1,142 @@
+package sweeper
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// backlogCap bounds the exact count of a table's expired rows: above it the
+// planner's estimate stands in, so that the count stays cheap on a large
+// backlog.
+const backlogCap = 100_000
+
+// countDoomed returns t's rows doomed at cutoff: exact up to backlogCap,
+// the planner's estimate above it (estimated true).
+func (s *Sweeper) countDoomed(ctx context.Context, t target, cutoff time.Time) (n int64, estimated bool, err error) {
+	q := fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM %s AS s WHERE %s LIMIT %d) AS x", t.quoted, t.doomed("s"), backlogCap+1)
+	if err := s.pool.QueryRow(ctx, q, cutoff).Scan(&n); err != nil {
+		return 0, false, fmt.Errorf("counting the expired rows of %s: %w", t.name, err)
+	}
+	if n <= backlogCap {
+		return n, false, nil
+	}
+	var plan []struct {
+		Plan struct {
+			Rows float64 `json:"Plan Rows"`
+		} `json:"Plan"`
+	}
+	var raw string
+	if err := s.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) SELECT 1 FROM "+t.quoted+" AS s WHERE "+t.doomed("s"), cutoff).Scan(&raw); err != nil {
+		return n, true, nil
+	}
+	if json.Unmarshal([]byte(raw), &plan) == nil && len(plan) == 1 && int64(plan[0].Plan.Rows) > n {
+		n = int64(plan[0].Plan.Rows)
+	}
+	return n, true, nil
+}
+
+// TablePlan is what a sweep would do to one table (Plan).
+type TablePlan struct {
+	// Table is "schema.table" (a sidecar registry has its own).
+	Table string
+	// Expired is the number of rows expired now: exact, or the planner's
+	// estimate when Estimated (above 100,000).
+	Expired   int64
+	Estimated bool
+	// OldestExpired is the age of the oldest expired row, when cheap to
+	// know (ttlproxy_sweeper_oldest_expired_age_seconds); 0 otherwise.
+	OldestExpired time.Duration
+	// Slices label the table's slices.
+	Slices []string
+	// Statement is the batch statement ($1 the cutoff, $2 the batch size);
+	// Explain is the plan of the rows it picks.
+	Statement, Explain string
+	// Warnings: a scan of the whole table per batch, a missing privilege.
+	Warnings []string
+}
+
+// Plan reports, without deleting anything, what a run would do now: per
+// table the expired rows, the slices, the batch statement, its plan, and
+// warnings (for ttlproxy sweep --dry-run).
+func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
+	cutoff, d, err := s.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("starting: %w", err)
+	}
+	var out []TablePlan
+	for i := range s.rules {
+		r := &s.rules[i]
+		for _, t := range targets(r) {
+			p := TablePlan{Table: t.name}
+			var exists bool
+			if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", t.regclass).Scan(&exists); err != nil {
+				return nil, err
+			}
+			if !exists {
+				p.Warnings = append(p.Warnings, "the table does not exist")
+				out = append(out, p)
+				continue
+			}
+			if p.Expired, p.Estimated, err = s.countDoomed(ctx, t, cutoff); err != nil {
+				p.Warnings = append(p.Warnings, err.Error())
+			}
+			sl, err := slicerFor(d).slices(ctx, s.pool, t)
+			if err != nil {
+				p.Warnings = append(p.Warnings, "slicing: "+err.Error())
+			}
+			for _, x := range sl {
+				p.Slices = append(p.Slices, x.label)
+			}
+			whole := slice{label: "all"}
+			if len(sl) > 0 {
+				whole = sl[0]
+			}
+			if t.registry != nil && d == dialectPostgres {
+				lock, del := lockedBatchSQL(t, whole, true)
+				p.Statement = lock + ";\n" + del
+			} else {
+				p.Statement = deleteBatchSQL(d, t, whole, true)
+			}
+			inner := "SELECT 1 FROM " + t.quoted + " AS s WHERE " + t.doomed("s")
+			if c := whole.cond("s"); c != "" {
+				inner += " AND " + c
+			}
+			rows, err := s.pool.Query(ctx, "EXPLAIN "+inner+" LIMIT 1000", cutoff)
+			if err == nil {
+				lines, cerr := pgx.CollectRows(rows, pgx.RowTo[string])
+				if cerr == nil {
+					p.Explain = strings.Join(lines, "\n")
+				}
+			}
+			if strings.Contains(p.Explain, "Seq Scan on") {
+				p.Warnings = append(p.Warnings, "no index serves the expired condition: each batch reads the table until it finds its rows")
+			}
+			for _, priv := range []string{"SELECT", "UPDATE", "DELETE"} {
+				var ok bool
+				if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.has_table_privilege(pg_catalog.to_regclass($1), $2)", t.regclass, priv).Scan(&ok); err == nil && !ok {
+					p.Warnings = append(p.Warnings, "the sweeper's login lacks "+priv)
+				}
+			}
+			if r.RuleKind() == "sidecar" && t.registry == nil {
+				var unique bool
+				_ = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_index i
+					WHERE i.indrelid = pg_catalog.to_regclass($1) AND i.indisunique)`, t.regclass).Scan(&unique)
+				if !unique {
+					p.Warnings = append(p.Warnings, "the registry has no unique key: stamping fails with 42P10")
+				}
+			}
+			if t.name == r.QualifiedName() {
+				if age, ok := s.oldestAge(ctx, r, cutoff, d); ok {
+					p.OldestExpired = age
+				}
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
