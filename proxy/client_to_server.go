@@ -342,6 +342,7 @@ func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
 		if errors.As(err, &re) {
 			code = re.Code
 		}
+		m.rejections.WithLabelValues(code).Inc()
 		s.log.Info("statement rejected", "sqlstate", code, "err", err)
 		if s.log.Enabled(context.Background(), slog.LevelDebug) {
 			s.log.Debug("rejected statement", "query", sql)

@@ -23,6 +23,7 @@ type metrics struct {
 	cancelRequests         prometheus.Counter
 	sessionRefreshes       prometheus.Counter
 	refused                prometheus.Counter
+	rejections             *prometheus.CounterVec
 	// retired sums the shape counters of the rewriters a reload replaced.
 	retiredMu     sync.Mutex
 	retired       rewrite.Stats
@@ -50,6 +51,11 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		Help: "Clients closed by a timeout: login (client_login_timeout) or idle_session (idle_session_timeout).",
 	}, []string{"reason"})
 	m := &metrics{
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "rejections_total",
+			Help: "Statements rejected by the proxy, by the SQLSTATE the client got.",
+		}, []string{"sqlstate"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "client_connections_refused_total",
@@ -104,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 	}
 	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
-		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, timeouts,
+		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, timeouts, m.rejections,
 	}
 	if rw != nil {
 		stats := func() rewrite.Stats {

@@ -1,0 +1,214 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"gopkg.in/yaml.v3"
+
+	"github.com/ttlproxy/ttlproxy/config"
+	"github.com/ttlproxy/ttlproxy/proxy"
+	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/sweeper"
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// cmdMetrics are registered by cmd/ttlproxy (package main) itself.
+var cmdMetrics = []string{
+	"ttlproxy_build_info",
+	"ttlproxy_config_last_reload_successful",
+	"ttlproxy_config_last_reload_success_timestamp_seconds",
+}
+
+// recorder keeps the collectors registered through it.
+type recorder struct {
+	prometheus.Registerer
+	collectors []prometheus.Collector
+}
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return r.Registerer.Register(c)
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+var fqName = regexp.MustCompile(`fqName: "([a-z_:]+)"`)
+
+// codeMetrics returns the names of every metric ttlproxy registers.
+func codeMetrics(t *testing.T) []string {
+	t.Helper()
+	rec := &recorder{Registerer: prometheus.NewRegistry()}
+	rw, err := rewrite.New([]ttl.Rule{{Table: "sessions"}}, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.New(proxy.Config{Upstream: "127.0.0.1:1", Rewriter: rw, Registerer: rec}); err != nil {
+		t.Fatal(err)
+	}
+	sw, err := sweeper.New(sweeper.Config{DSN: "postgres://x@127.0.0.1:1/x", Rules: []ttl.Rule{{Table: "sessions"}}, Registerer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw.Stop()
+	names := slices.Clone(cmdMetrics)
+	for _, c := range rec.collectors {
+		ch := make(chan *prometheus.Desc, 64)
+		go func() { c.Describe(ch); close(ch) }()
+		for d := range ch {
+			if m := fqName.FindStringSubmatch(d.String()); m != nil {
+				names = append(names, m[1])
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+var metricRef = regexp.MustCompile(`ttlproxy_[a-z_]+`)
+
+// referenced returns the metric names text uses, histogram series folded
+// onto their metric.
+func referenced(text string) []string {
+	var out []string
+	for _, m := range metricRef.FindAllString(text, -1) {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(m, suffix); ok && strings.HasSuffix(base, "_seconds") {
+				m = base
+			}
+		}
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func read(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestFilesParse: every YAML and JSON file of the kit parses, and the
+// ttlproxy configurations in it load.
+func TestFilesParse(t *testing.T) {
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch filepath.Ext(path) {
+		case ".yaml", ".yml":
+			dec := yaml.NewDecoder(strings.NewReader(read(t, path)))
+			for {
+				var v any
+				if err := dec.Decode(&v); err != nil {
+					if err.Error() != "EOF" {
+						t.Errorf("%s: %v", path, err)
+					}
+					break
+				}
+			}
+		case ".json":
+			var v any
+			if err := json.Unmarshal([]byte(read(t, path)), &v); err != nil {
+				t.Errorf("%s: %v", path, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse([]byte(read(t, "ttlproxy.yaml"))); err != nil {
+		t.Errorf("ttlproxy.yaml: %v", err)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "kubernetes/configmap.yaml")), &cm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse([]byte(cm.Data["ttlproxy.yaml"])); err != nil {
+		t.Errorf("kubernetes/configmap.yaml ttlproxy.yaml: %v", err)
+	}
+	unit := read(t, "systemd/ttlproxy.service")
+	for _, want := range []string{"ExecReload=/bin/kill -HUP $MAINPID", "ExecStart=/usr/local/bin/ttlproxy serve", "NoNewPrivileges=yes"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("systemd unit lacks %q", want)
+		}
+	}
+	dep := read(t, "kubernetes/deployment.yaml")
+	for _, want := range []string{"path: /readyz", "path: /healthz"} {
+		if !strings.Contains(dep, want) {
+			t.Errorf("deployment lacks the probe %q", want)
+		}
+	}
+}
+
+// TestMetricsCovered: the dashboard shows every metric ttlproxy registers,
+// and the dashboard and the alerts use no metric it does not.
+func TestMetricsCovered(t *testing.T) {
+	known := codeMetrics(t)
+	if len(known) < 20 {
+		t.Fatalf("found only %d metrics in the code: %v", len(known), known)
+	}
+	dashboard := read(t, "grafana/ttlproxy-dashboard.json")
+	used := referenced(dashboard)
+	for _, m := range known {
+		if !slices.Contains(used, m) {
+			t.Errorf("the dashboard does not show %s", m)
+		}
+	}
+	alerts := read(t, "prometheus/alerts.yml")
+	for _, m := range append(used, referenced(alerts)...) {
+		if !slices.Contains(known, m) {
+			t.Errorf("the kit uses %s, which ttlproxy does not register", m)
+		}
+	}
+}
+
+// TestAlertRules runs promtool check rules and test rules (Debian package
+// prometheus); with CI=true promtool is required.
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true but promtool is not installed (apt-get install prometheus)")
+		}
+		t.Skip("promtool not installed")
+	}
+	for _, args := range [][]string{{"check", "rules", "alerts.yml"}, {"test", "rules", "alerts_test.yml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = "prometheus"
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestCompose validates docker-compose.yaml with docker compose config when
+// the compose plugin is installed (TestFilesParse parses it otherwise).
+func TestCompose(t *testing.T) {
+	if exec.Command("docker", "compose", "version").Run() != nil {
+		t.Skip("docker compose not installed: the file is only parsed (TestFilesParse)")
+	}
+	if out, err := exec.Command("docker", "compose", "-f", "docker-compose.yaml", "config", "--quiet").CombinedOutput(); err != nil {
+		t.Errorf("docker compose config: %v\n%s", err, out)
+	}
+}
