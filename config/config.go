@@ -40,6 +40,10 @@ const (
 type Config struct {
 	// Listen is the client-facing host:port.
 	Listen string
+	// ListenReusePort sets SO_REUSEPORT on the client listener, so that a
+	// new instance can listen on the same port while the old one drains (a
+	// rolling restart).
+	ListenReusePort bool
 	// Upstream is the database server's host:port.
 	Upstream string
 	// AdminListen is the HTTP host:port for /metrics, /healthz and /readyz.
@@ -183,7 +187,7 @@ func Parse(data []byte) (*Config, error) {
 
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
-		"listen", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
+		"listen", "listen_reuseport", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
 		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "tables", "sweeper")
 	if err != nil {
 		return nil, err
@@ -201,6 +205,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["listen"]; ok {
 		if cfg.Listen, err = address(v, false); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["listen_reuseport"]; ok {
+		if cfg.ListenReusePort, err = v.boolean(); err != nil {
 			return nil, err
 		}
 	}

@@ -73,6 +73,11 @@ func New(cfg Config) (*Server, error) {
 // Config.ShutdownTimeout), closes the rest and returns nil. It returns an
 // error when ln fails for another reason, after the same drain.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	// At shutdown the listener closes at once: with SO_REUSEPORT the kernel
+	// then routes new connections to the other instances. (Connections it
+	// had already queued on this listener are reset with it; Linux 5.14+
+	// moves them to another listener of the port instead when
+	// net.ipv4.tcp_migrate_req is 1.)
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 	s.log.Info("proxy listening", "listen_addr", ln.Addr().String(), "upstream", s.cfg.Upstream)

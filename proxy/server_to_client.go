@@ -50,10 +50,8 @@ func (s *session) serverToClient() error {
 					return s.upstreamEnded(err, false, lastType)
 				}
 				s.writeZ(status)
-				// Shut down while authenticating: close now.
-				if s.shutdown.Load() && s.pending.CompareAndSwap(0, closedMark) {
-					return s.closeAtShutdown()
-				}
+				// Shut down while authenticating: the client gets its first
+				// exchange (beginShutdown), closed at its ReadyForQuery.
 				break
 			}
 			zSeq++

@@ -254,7 +254,7 @@ func (s *session) setClient(c net.Conn) {
 func (s *session) setUpstream(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.upstreamClosed || s.shutdown.Load() {
+	if s.upstreamClosed {
 		return false
 	}
 	s.upstream = c
@@ -299,6 +299,14 @@ func adminShutdownError() []byte {
 // otherwise serverToClient closes it at the ReadyForQuery that leaves it idle.
 func (s *session) beginShutdown() {
 	s.shutdown.Store(true)
+	if s.statements.Load() == 0 {
+		// Still logging in, or not a statement yet: the client gets its
+		// first exchange (a client that connects per transaction, as
+		// pgbench -C does, would otherwise fail for a restart), and is
+		// closed at the ReadyForQuery that ends it; shutdown_timeout
+		// bounds the wait.
+		return
+	}
 	if !s.pending.CompareAndSwap(0, closedMark) {
 		return
 	}

@@ -98,12 +98,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		o.applyOverrides(cfg)
 		return cfg, nil
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	ln, err := listen(ctx, cfg.Listen, cfg.ListenReusePort)
 	if err != nil {
 		fmt.Fprintf(stderr, "ttlproxy serve: %v\n", err)
 		return exitFailure
 	}
+	var lc net.ListenConfig
 	adminLn, err := lc.Listen(ctx, "tcp", cfg.AdminListen)
 	if err != nil {
 		_ = ln.Close()
