@@ -50,8 +50,10 @@ func (s *Sweeper) holdSlice(ctx context.Context, d dialect, t target, i int) (re
 		return nil, false, nil
 	}
 	s.m.slicesHeld.WithLabelValues(t.name).Inc()
+	s.tables.update(t.name, func(st *TableStatus) { st.SlicesHeld++ })
 	return func() {
 		s.m.slicesHeld.WithLabelValues(t.name).Dec()
+		s.tables.update(t.name, func(st *TableStatus) { st.SlicesHeld-- })
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
 		defer cancel()
 		if _, err := conn.Exec(uctx, "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext($1), $2)", lockNamespace+t.name, int32(i)); err != nil {

@@ -64,6 +64,12 @@ func TestInstancesShareSlices(t *testing.T) {
 	if got := testutil.ToFloat64(sw[0].m.slicesHeld.WithLabelValues("public.shared")); got != 1 {
 		t.Errorf("the first sweeper holds %v slices, want 1", got)
 	}
+	if st := sw[0].Status(); len(st) != 1 || st[0].SlicesHeld != 1 {
+		t.Errorf("the first sweeper's status %+v, want one slice held", st)
+	}
+	if st := sw[1].Status(); len(st) != 1 || st[0].SlicesSkipped != 1 || st[0].Deleted != 0 || st[0].LastSwept.IsZero() {
+		t.Errorf("the second sweeper's status %+v, want one slice skipped", st)
+	}
 	// The first one dies: the server ends its sessions, and the lock goes
 	// with them; the process does nothing more.
 	e.exec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'sweeper_a'")
@@ -83,6 +89,9 @@ func TestInstancesShareSlices(t *testing.T) {
 	}
 	if n := res.Deleted["public.shared"]; n != 3000 {
 		t.Errorf("the second sweeper took over %d rows, want 3000", n)
+	}
+	if st := sw[1].Status(); len(st) != 1 || st[0].Deleted != 3000 || st[0].SlicesSkipped != 0 || st[0].SlicesHeld != 0 || st[0].Backlog != 0 {
+		t.Errorf("the second sweeper's status after the takeover %+v", st)
 	}
 	if got := e.count(t, "shared"); got != 10 {
 		t.Errorf("%d rows left, want 10", got)

@@ -54,6 +54,8 @@ type Sweeper struct {
 	// batchSizes is the current batch size per target name, below
 	// cfg.BatchSize after timeouts; guarded by runMu.
 	batchSizes map[string]int
+	// tables holds each table's Status.
+	tables tableStates
 
 	// Test knobs.
 	lockRows    bool                                    // FOR UPDATE SKIP LOCKED in the inner select
@@ -328,6 +330,11 @@ func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, 
 		if stop := s.endsRun(ctx, err); stop != nil {
 			return stop
 		}
+		msg := ""
+		if err != nil {
+			msg = err.Error()
+		}
+		s.tables.update(t.name, func(st *TableStatus) { st.Error = msg })
 		if err != nil {
 			res.Errors[t.name] = err
 			tlog.Error("sweeping table failed", slog.Any("error", err),
@@ -387,7 +394,15 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		return 0, 0, err
 	}
 	s.m.backlog.WithLabelValues(t.name).Set(float64(backlog))
-	defer func() { s.m.backlog.WithLabelValues(t.name).Set(float64(max(backlog-deleted, 0))) }()
+	skipped := 0
+	defer func() {
+		left := max(backlog-deleted, 0)
+		s.m.backlog.WithLabelValues(t.name).Set(float64(left))
+		s.tables.update(t.name, func(st *TableStatus) {
+			st.Backlog, st.Deleted, st.Batches, st.SlicesSkipped = left, deleted, batches, skipped
+			st.BatchSize, st.LastSwept = s.batchSize(t.name), time.Now()
+		})
+	}()
 	for si, sl := range slices {
 		release, held, err := s.holdSlice(ctx, d, t, si)
 		if err != nil {
@@ -396,6 +411,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		}
 		if !held {
 			// Another instance sweeps this slice now.
+			skipped++
 			s.m.slicesSkipped.WithLabelValues(t.name).Inc()
 			log.Debug("slice held by another instance", slog.String("slice", sl.label))
 			continue

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/proxy"
+	"github.com/ttlproxy/ttlproxy/sweeper"
 )
 
 // adminStatus is the admin server's /status document.
@@ -18,7 +19,8 @@ type adminStatus struct {
 	proxy.Status
 	// Sweeper reports whether a sweeper runs.
 	Sweeper struct {
-		Running bool `json:"running"`
+		Running bool                  `json:"running"`
+		Tables  []sweeper.TableStatus `json:"tables"`
 	} `json:"sweeper"`
 }
 
@@ -27,6 +29,9 @@ func (s *stack) status() adminStatus {
 	st := adminStatus{Status: s.proxy.Status()}
 	s.reloadMu.Lock()
 	st.Sweeper.Running = s.sweeper != nil
+	if s.sweeper != nil {
+		st.Sweeper.Tables = s.sweeper.Status()
+	}
 	s.reloadMu.Unlock()
 	return st
 }
@@ -84,5 +89,19 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			ss.Since.Format(time.RFC3339), ss.Statements, ss.Rejected, ss.Generation)
 	}
 	_ = tw.Flush()
+	if len(st.Sweeper.Tables) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SWEPT TABLE	LAST SWEPT	DELETED	BATCHES	BACKLOG	BATCH SIZE	SLICES HELD	SKIPPED	ERROR")
+		for _, t := range st.Sweeper.Tables {
+			last := "-"
+			if !t.LastSwept.IsZero() {
+				last = t.LastSwept.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Table, last, t.Deleted, t.Batches, t.Backlog,
+				t.BatchSize, t.SlicesHeld, t.SlicesSkipped, t.Error)
+		}
+		_ = tw.Flush()
+	}
 	return exitOK
 }
