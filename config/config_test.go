@@ -33,6 +33,7 @@ tables:
     column_type: timestamptz
     default_ttl: 24h
     refresh_on_update: true
+    create_index: true
   - table: '"App"."Events"'
     column: Expiry
     column_type: unix_ms
@@ -77,7 +78,7 @@ sweeper:
 		ShutdownTimeout:    20 * time.Second,
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
-				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true},
+				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true, CreateIndex: true},
 			{Schema: "App", Table: "Events", Kind: ttl.KindColumn, Column: "expiry",
 				ColumnType: ttl.TypeUnixMilliseconds},
 			{Schema: "public", Table: "audit", Kind: ttl.KindDerived, BaseColumn: "created_at",

@@ -17,6 +17,7 @@ var tableKeys = []struct {
 	{"rule", nil},
 	{"default_ttl", nil},
 	{"refresh_on_update", nil},
+	{"create_index", []ttl.Kind{ttl.KindColumn, ttl.KindDerived}},
 	{"column", []ttl.Kind{ttl.KindColumn}},
 	{"column_type", []ttl.Kind{ttl.KindColumn}},
 	{"base_column", []ttl.Kind{ttl.KindDerived}},
@@ -118,6 +119,12 @@ func parseTable(item field) (ttl.Rule, error) {
 		}
 		if r.RefreshOnUpdate && r.DefaultTTL == 0 {
 			return r, fmt.Errorf("%s: needs default_ttl (the new expiry is now() + default_ttl)", x.path)
+		}
+	}
+
+	if x, ok := f["create_index"]; ok {
+		if r.CreateIndex, err = x.boolean(); err != nil {
+			return r, err
 		}
 	}
 

@@ -220,6 +220,7 @@ func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
 	s.log.Info("sweeper started", slog.Int("tables", len(s.rules)),
 		slog.Duration("interval", s.cfg.Interval), slog.Int("batch_size", s.cfg.BatchSize))
 	defer s.log.Info("sweeper stopped")
+	s.createIndexes(ctx)
 	failures := 0
 	for {
 		_, err := s.RunOnce(ctx)

@@ -80,6 +80,9 @@ type Rule struct {
 	// RefreshOnUpdate: an UPDATE of a live row sets expiry to now()+DefaultTTL
 	// unless it sets the expiry itself.
 	RefreshOnUpdate bool
+	// CreateIndex asks the sweeper to create the index on the expiry column
+	// (the base column of a derived rule) when the table has none.
+	CreateIndex bool
 }
 
 // QualifiedName returns schema.table with defaults applied (unquoted).

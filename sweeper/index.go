@@ -1,0 +1,77 @@
+package sweeper
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// createIndexes creates, for each rule with CreateIndex whose table has no
+// btree index led by its expiry column (the base column of a derived
+// rule), that index with CREATE INDEX CONCURRENTLY, on a connection of its
+// own without statement timeout, outside any transaction: writes to the
+// table go on meanwhile. A failure is logged and counted and leaves the
+// table swept without the index; the failed build's invalid index is
+// dropped so that the next start tries again.
+func (s *Sweeper) createIndexes(ctx context.Context) {
+	for i := range s.rules {
+		r := &s.rules[i]
+		if !r.CreateIndex {
+			continue
+		}
+		if err := s.createIndex(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.m.errors.WithLabelValues(r.QualifiedName()).Inc()
+			s.log.Error("creating the expiry index failed; the table is swept without it",
+				slog.String("table", r.QualifiedName()), slog.Any("error", err))
+		}
+	}
+}
+
+// expiryIndexName is the name of the index createIndex makes: readable, and
+// within NAMEDATALEN by a hash of the table and column.
+func expiryIndexName(r *ttl.Rule, col string) string {
+	sum := sha256.Sum256([]byte(r.QualifiedName() + "\x00" + col))
+	name := "ttlproxy_expiry_" + r.Table
+	if len(name) > 45 {
+		name = name[:45]
+	}
+	return name + "_" + hex.EncodeToString(sum[:4])
+}
+
+func (s *Sweeper) createIndex(ctx context.Context, r *ttl.Rule) error {
+	col, ok := orderColumn(r)
+	if !ok {
+		return nil // a per-row lifetime has no column to index
+	}
+	if _, indexed, err := s.oldestQuery(ctx, r, dialectPostgres); err != nil || indexed {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, s.cfg.DSN)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	name := expiryIndexName(r, col)
+	quoted := ttl.QuoteIdent(r.SchemaName()) + "." + ttl.QuoteIdent(name)
+	if _, err := conn.Exec(ctx, "SET statement_timeout = 0"); err != nil {
+		return err
+	}
+	s.log.Info("creating the expiry index", slog.String("table", r.QualifiedName()), slog.String("index", name))
+	sql := fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s (%s)", ttl.QuoteIdent(name), r.QuotedName(), ttl.QuoteIdent(col))
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		// A failed concurrent build leaves an invalid index behind.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP INDEX CONCURRENTLY IF EXISTS "+quoted)
+		return err
+	}
+	s.log.Info("expiry index created", slog.String("table", r.QualifiedName()), slog.String("index", name))
+	return nil
+}
