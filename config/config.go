@@ -140,6 +140,9 @@ type Sweeper struct {
 	TargetBatchDuration *time.Duration
 	// MaxBatchSize bounds adapted batches; 0: sweeper.DefaultMaxBatchSize.
 	MaxBatchSize int
+	// CDCOrigin is the replication origin the sweeper's deletes carry, so
+	// that change-data-capture consumers can filter them; "" is none.
+	CDCOrigin string
 }
 
 // Load reads and validates the file at path. Errors are prefixed with path.
@@ -399,7 +402,7 @@ func parseLimits(v field, l *Limits) error {
 
 func parseSweeper(v field) (*Sweeper, error) {
 	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout",
-		"target_batch_duration", "max_batch_size")
+		"target_batch_duration", "max_batch_size", "cdc_origin")
 	if err != nil {
 		return nil, err
 	}
@@ -442,6 +445,16 @@ func parseSweeper(v field) (*Sweeper, error) {
 	if x, ok := f["max_batch_size"]; ok {
 		if s.MaxBatchSize, err = x.positiveInt(); err != nil {
 			return nil, err
+		}
+	}
+	if x, ok := f["cdc_origin"]; ok {
+		if s.CDCOrigin, err = x.str(); err != nil {
+			return nil, err
+		}
+		// pg_replication_origin_create refuses longer names
+		// (MAX_RONAME_LEN, src/include/replication/origin.h).
+		if len(s.CDCOrigin) > 512 {
+			return nil, fmt.Errorf("%s: a replication origin name is at most 512 bytes, got %d", x.path, len(s.CDCOrigin))
 		}
 	}
 	return s, nil

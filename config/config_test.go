@@ -58,6 +58,9 @@ sweeper:
   batch_size: 500
   batch_pause: 0s
   batch_timeout: 10s
+  target_batch_duration: 20ms
+  max_batch_size: 5000
+  cdc_origin: ttlproxy_sweeper
 `
 	got, err := Parse([]byte(doc))
 	if err != nil {
@@ -89,11 +92,14 @@ sweeper:
 				SidecarTable: "carts_ttl", KeyColumns: []string{"tenant_id", "CartID"}, DefaultTTL: 30 * time.Minute},
 		},
 		Sweeper: &Sweeper{
-			DSN:          "postgres://ttl_sweeper@127.0.0.1:5432/app",
-			Interval:     2 * time.Minute,
-			BatchSize:    500,
-			BatchPause:   new(time.Duration),
-			BatchTimeout: 10 * time.Second,
+			DSN:                 "postgres://ttl_sweeper@127.0.0.1:5432/app",
+			Interval:            2 * time.Minute,
+			BatchSize:           500,
+			BatchPause:          new(time.Duration),
+			BatchTimeout:        10 * time.Second,
+			TargetBatchDuration: new(20 * time.Millisecond),
+			MaxBatchSize:        5000,
+			CDCOrigin:           "ttlproxy_sweeper",
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -239,7 +245,9 @@ func TestParseErrors(t *testing.T) {
 		{"sweeper no dsn", up + "sweeper: {interval: 1m}\n", "sweeper.dsn: required"},
 		{"sweeper not mapping", up + "sweeper: on\n", `sweeper: expected a mapping, got "on"`},
 		{"sweeper empty", up + "sweeper:\n", "sweeper: expected a mapping, got nothing"},
-		{"sweeper unknown", up + "sweeper: {dsn: x, workers: 2}\n", "sweeper.workers: unknown key (line 2)"},
+		{"sweeper unknown", up + "sweeper: {dsn: x, worker: 2}\n", "sweeper.worker: unknown key (line 2)"},
+		{"sweeper cdc origin empty", up + "sweeper: {dsn: x, cdc_origin: ''}\n", "sweeper.cdc_origin: must not be empty"},
+		{"sweeper cdc origin long", up + "sweeper: {dsn: x, cdc_origin: " + strings.Repeat("o", 513) + "}\n", "sweeper.cdc_origin: a replication origin name is at most 512 bytes, got 513"},
 		{"sweeper interval", up + "sweeper: {dsn: x, interval: 0s}\n", `sweeper.interval: must be positive, got "0s"`},
 		{"sweeper batch size", up + "sweeper: {dsn: x, batch_size: -5}\n", "sweeper.batch_size: must be positive, got -5"},
 		{"sweeper batch pause", up + "sweeper: {dsn: x, batch_pause: 50}\n", `sweeper.batch_pause: invalid duration "50"`},

@@ -57,6 +57,9 @@ type Config struct {
 	TargetBatchDuration time.Duration
 	// MaxBatchSize bounds an adapted batch; 0 means DefaultMaxBatchSize.
 	MaxBatchSize int
+	// CDCOrigin, when set, is the replication origin the sweeper's deletes
+	// carry, for change-data-capture consumers to filter them (origin.go).
+	CDCOrigin string
 	// BatchPause is the mean pause between batches; 0 means none
 	// (DefaultConfig sets DefaultBatchPause); negative is an error.
 	BatchPause time.Duration

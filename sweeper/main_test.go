@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ttlproxy/ttlproxy/internal/leakcheck"
+	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 )
 
@@ -34,7 +35,46 @@ func setup(t *testing.T) *env {
 	t.Helper()
 	t.Cleanup(func() { checkNoGoroutineLeak(t) }) // registered first: runs last
 	db := pgtest.NewDatabase(t)
-	dsn := pgtest.Server(t).ConnString(db)
+	return setupDSN(t, pgtest.Server(t).ConnString(db))
+}
+
+// setupLogical gives the test a database on a server with wal_level =
+// logical, for logical decoding: the shared server when it has it, else a
+// cluster of the test's own, stopped when the test ends.
+func setupLogical(t *testing.T) *env {
+	t.Helper()
+	srv := pgtest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, srv.ConnString("postgres"))
+	if err != nil {
+		t.Fatalf("connecting: %v", err)
+	}
+	var level string
+	err = conn.QueryRow(ctx, "SHOW wal_level").Scan(&level)
+	conn.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if level == "logical" {
+		return setup(t)
+	}
+	t.Cleanup(func() { checkNoGoroutineLeak(t) })
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"wal_level": "logical"}})
+	if err != nil {
+		t.Fatalf("starting a cluster with wal_level = logical: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the logical cluster: %v", err)
+		}
+	})
+	return setupDSN(t, c.ConnString("postgres"))
+}
+
+// setupDSN connects e's admin connection to dsn.
+func setupDSN(t *testing.T, dsn string) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	conn, err := pgx.Connect(ctx, dsn)

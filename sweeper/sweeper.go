@@ -51,6 +51,8 @@ type Sweeper struct {
 	closed   chan struct{} // closed when Stop has released everything
 
 	runMu sync.Mutex // held for the length of a run
+	// originMu makes batches that carry CDCOrigin take turns (origin.go).
+	originMu sync.Mutex
 	// batchSizes is the current batch size per target name, below
 	// cfg.BatchSize after timeouts; guarded by runMu.
 	batchSizes map[string]int
@@ -301,6 +303,9 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 
 // begin fixes the run's cutoff and detects the database kind.
 func (s *Sweeper) begin(ctx context.Context) (time.Time, dialect, error) {
+	if err := s.createOrigin(ctx); err != nil {
+		return time.Time{}, 0, err
+	}
 	var (
 		now time.Time
 		yb  bool
@@ -542,11 +547,13 @@ func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 func (s *Sweeper) execBatch(ctx context.Context, sql string, cutoff time.Time, size int) (int64, error) {
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
 	defer cancel()
-	tag, err := s.pool.Exec(bctx, sql, cutoff, int64(size))
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	var n int64
+	err := s.withOrigin(bctx, func(db execer) error {
+		tag, err := db.Exec(bctx, sql, cutoff, int64(size))
+		n = tag.RowsAffected()
+		return err
+	})
+	return n, err
 }
 
 // execLockedBatch runs lockedBatchSQL's statements in one short
@@ -557,27 +564,34 @@ func (s *Sweeper) execLockedBatch(ctx context.Context, lock, del string, cutoff 
 	defer cancel()
 	var deleted int64
 	var full bool
-	err := pgx.BeginTxFunc(bctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(bctx, lock, cutoff, int64(size))
-		if err != nil {
-			return err
-		}
-		tids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
-		if err != nil {
-			return err
-		}
-		full = len(tids) >= size
-		if len(tids) == 0 {
-			return nil
-		}
-		tag, err := tx.Exec(bctx, del, cutoff, tids)
-		if err != nil {
-			return err
-		}
-		deleted = tag.RowsAffected()
-		return nil
+	err := s.withOrigin(bctx, func(db execer) error {
+		return pgx.BeginTxFunc(bctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			return s.lockedBatch(bctx, tx, lock, del, cutoff, size, &deleted, &full)
+		})
 	})
 	return deleted, full, err
+}
+
+// lockedBatch is execLockedBatch's transaction.
+func (s *Sweeper) lockedBatch(bctx context.Context, tx pgx.Tx, lock, del string, cutoff time.Time, size int, deleted *int64, full *bool) error {
+	rows, err := tx.Query(bctx, lock, cutoff, int64(size))
+	if err != nil {
+		return err
+	}
+	tids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
+	if err != nil {
+		return err
+	}
+	*full = len(tids) >= size
+	if len(tids) == 0 {
+		return nil
+	}
+	tag, err := tx.Exec(bctx, del, cutoff, tids)
+	if err != nil {
+		return err
+	}
+	*deleted = tag.RowsAffected()
+	return nil
 }
 
 // isTimeout reports a batch that ran out of time: the server's

@@ -155,6 +155,7 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	if sc.MaxBatchSize > 0 {
 		swc.MaxBatchSize = sc.MaxBatchSize
 	}
+	swc.CDCOrigin = sc.CDCOrigin
 	sw, err := sweeper.New(swc)
 	if err != nil {
 		return nil, err
