@@ -140,6 +140,9 @@ type Sweeper struct {
 	TargetBatchDuration *time.Duration
 	// MaxBatchSize bounds adapted batches; 0: sweeper.DefaultMaxBatchSize.
 	MaxBatchSize int
+	// Workers is the number of slices of a table swept at once; 0:
+	// sweeper.DefaultWorkers.
+	Workers int
 	// CDCOrigin is the replication origin the sweeper's deletes carry, so
 	// that change-data-capture consumers can filter them; "" is none.
 	CDCOrigin string
@@ -402,7 +405,7 @@ func parseLimits(v field, l *Limits) error {
 
 func parseSweeper(v field) (*Sweeper, error) {
 	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout",
-		"target_batch_duration", "max_batch_size", "cdc_origin")
+		"target_batch_duration", "max_batch_size", "workers", "cdc_origin")
 	if err != nil {
 		return nil, err
 	}
@@ -444,6 +447,11 @@ func parseSweeper(v field) (*Sweeper, error) {
 	}
 	if x, ok := f["max_batch_size"]; ok {
 		if s.MaxBatchSize, err = x.positiveInt(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["workers"]; ok {
+		if s.Workers, err = x.positiveInt(); err != nil {
 			return nil, err
 		}
 	}

@@ -60,6 +60,7 @@ sweeper:
   batch_timeout: 10s
   target_batch_duration: 20ms
   max_batch_size: 5000
+  workers: 4
   cdc_origin: ttlproxy_sweeper
 `
 	got, err := Parse([]byte(doc))
@@ -99,6 +100,7 @@ sweeper:
 			BatchTimeout:        10 * time.Second,
 			TargetBatchDuration: new(20 * time.Millisecond),
 			MaxBatchSize:        5000,
+			Workers:             4,
 			CDCOrigin:           "ttlproxy_sweeper",
 		},
 	}
@@ -246,6 +248,7 @@ func TestParseErrors(t *testing.T) {
 		{"sweeper not mapping", up + "sweeper: on\n", `sweeper: expected a mapping, got "on"`},
 		{"sweeper empty", up + "sweeper:\n", "sweeper: expected a mapping, got nothing"},
 		{"sweeper unknown", up + "sweeper: {dsn: x, worker: 2}\n", "sweeper.worker: unknown key (line 2)"},
+		{"sweeper workers", up + "sweeper: {dsn: x, workers: 0}\n", "sweeper.workers: must be positive, got 0"},
 		{"sweeper cdc origin empty", up + "sweeper: {dsn: x, cdc_origin: ''}\n", "sweeper.cdc_origin: must not be empty"},
 		{"sweeper cdc origin long", up + "sweeper: {dsn: x, cdc_origin: " + strings.Repeat("o", 513) + "}\n", "sweeper.cdc_origin: a replication origin name is at most 512 bytes, got 513"},
 		{"sweeper interval", up + "sweeper: {dsn: x, interval: 0s}\n", `sweeper.interval: must be positive, got "0s"`},

@@ -35,6 +35,9 @@ const (
 	DefaultMaxBatchSize = 100_000
 	// DefaultBatchTimeout is the statement timeout of one batch.
 	DefaultBatchTimeout = 30 * time.Second
+	// DefaultWorkers is the number of slices of a table swept at once: one,
+	// so that the sweeper's load on the server stays one session's.
+	DefaultWorkers = 1
 )
 
 // Config configures a Sweeper. Zero fields take the defaults above.
@@ -57,6 +60,9 @@ type Config struct {
 	TargetBatchDuration time.Duration
 	// MaxBatchSize bounds an adapted batch; 0 means DefaultMaxBatchSize.
 	MaxBatchSize int
+	// Workers is the number of slices of one table swept at once, each on
+	// connections of its own (two per worker); 0 means DefaultWorkers.
+	Workers int
 	// CDCOrigin, when set, is the replication origin the sweeper's deletes
 	// carry, for change-data-capture consumers to filter them (origin.go).
 	CDCOrigin string
@@ -83,6 +89,7 @@ func DefaultConfig() Config {
 		BatchTimeout:        DefaultBatchTimeout,
 		TargetBatchDuration: DefaultTargetBatchDuration,
 		MaxBatchSize:        DefaultMaxBatchSize,
+		Workers:             DefaultWorkers,
 	}
 }
 
@@ -95,6 +102,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchTimeout <= 0 {
 		c.BatchTimeout = DefaultBatchTimeout
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
 	}
 	if c.MaxBatchSize <= 0 {
 		c.MaxBatchSize = DefaultMaxBatchSize

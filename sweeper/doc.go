@@ -4,19 +4,29 @@
 // A run fixes a cutoff once (the database's now()) and, table by table,
 // deletes the rows that ttl.Rule.ExpiredCondition reports expired at that
 // cutoff: the read filter's LiveCondition negated, so the sweeper deletes
-// exactly the rows the proxy already hides. It works in batches of BatchSize
-// rows, each its own short transaction that re-checks the rule on the row it
-// deletes, so a row refreshed while the run goes on survives, and that skips
-// rows a foreground transaction holds (FOR UPDATE SKIP LOCKED; they are left
-// for the next run). A sidecar rule's base rows are deleted with their
-// registry rows locked, then the registry entries left without a base row
-// are deleted once expired.
+// exactly the rows the proxy already hides. It works in batches, each its
+// own short transaction that re-checks the rule on the row it deletes, so a
+// row refreshed while the run goes on survives, and that skips rows a
+// foreground transaction holds (FOR UPDATE SKIP LOCKED; they are left for
+// the next run). A sidecar rule's base rows are deleted with their registry
+// rows locked, then the registry entries left without a base row are
+// deleted once expired.
 //
-// Each table is split into slices swept one after another: on PostgreSQL the
-// whole table is one slice; on YugabyteDB (version() contains "-YB-") the
-// slices are 16 yb_hash_code ranges over the primary key's hash columns and
-// rows are addressed by ybctid, as in the YugabyteDB row-TTL recipe. Slices
-// are where coordination between several proxy instances will hook in.
+// Batch sizes adapt to a target transaction time (Config.TargetBatchDuration,
+// 50 ms) and the sweeper backs off only when the database is busy (pace.go:
+// AIMD's multiplicative steps for the size, CoDel's standing-delay test for
+// the waits).
+//
+// Each table is split into slices (slicer.go), the unit that instances
+// coordinate on (coordinate.go: a session advisory lock per table and
+// slice) and that Config.Workers sweep in parallel. On PostgreSQL a table
+// whose doomed rows the planner finds through an index is one slice that
+// the batches walk; a table it would read sequentially is cut into ranges
+// of 1024 heap blocks swept by TID range scans (PostgreSQL 14+), each batch
+// starting past the previous one's rows, so a run reads the table once. On
+// YugabyteDB (version() contains "-YB-") the slices are 16 yb_hash_code
+// ranges over the primary key's hash columns and rows are addressed by
+// ybctid, as in the YugabyteDB row-TTL recipe.
 //
 // One table's failure (missing table, permission denied, repeated timeouts)
 // is logged, counted in ttlproxy_sweeper_errors_total and reported in

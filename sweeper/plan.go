@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // backlogCap bounds the exact count of a table's expired rows: above it the
@@ -53,8 +54,9 @@ type TablePlan struct {
 	OldestExpired time.Duration
 	// Slices label the table's slices.
 	Slices []string
-	// Statement is the batch statement ($1 the cutoff, $2 the batch size);
-	// Explain is the plan of the rows it picks.
+	// Statement is the first slice's batch statement ($1 the cutoff, $2 the
+	// batch size; $3 and $4 a block slice's bounds); Explain is the plan of
+	// the rows it picks.
 	Statement, Explain string
 	// Warnings: a scan of the whole table per batch, a missing privilege.
 	Warnings []string
@@ -85,35 +87,47 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 			if p.Expired, p.Estimated, err = s.countDoomed(ctx, t, cutoff); err != nil {
 				p.Warnings = append(p.Warnings, err.Error())
 			}
-			sl, err := slicerFor(d).slices(ctx, s.pool, t)
+			sl, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
 			if err != nil {
 				p.Warnings = append(p.Warnings, "slicing: "+err.Error())
 			}
 			for _, x := range sl {
 				p.Slices = append(p.Slices, x.label)
 			}
-			whole := slice{label: "all"}
+			first := wholeTable
 			if len(sl) > 0 {
-				whole = sl[0]
+				first = sl[0]
 			}
-			if t.registry != nil && d == dialectPostgres {
-				lock, del := lockedBatchSQL(t, whole, true)
+			args := []any{cutoff}
+			if first.blocks {
+				args = append(args, pgtype.TID{BlockNumber: first.firstBlock, Valid: true},
+					pgtype.TID{BlockNumber: first.endBlock, Valid: true})
+			}
+			switch {
+			case t.registry != nil && d == dialectPostgres:
+				lock, del := lockedBatchSQL(t, first, true)
 				p.Statement = lock + ";\n" + del
-			} else {
-				p.Statement = deleteBatchSQL(d, t, whole, true)
+			case first.blocks:
+				p.Statement = blockBatchSQL(t, first, true)
+			default:
+				p.Statement = deleteBatchSQL(d, t, first, true)
 			}
 			inner := "SELECT 1 FROM " + t.quoted + " AS s WHERE " + t.doomed("s")
-			if c := whole.cond("s"); c != "" {
+			if c := first.cond("s"); c != "" {
 				inner += " AND " + c
 			}
-			rows, err := s.pool.Query(ctx, "EXPLAIN "+inner+" LIMIT 1000", cutoff)
+			rows, err := s.pool.Query(ctx, "EXPLAIN "+inner+" LIMIT 1000", args...)
 			if err == nil {
 				lines, cerr := pgx.CollectRows(rows, pgx.RowTo[string])
 				if cerr == nil {
 					p.Explain = strings.Join(lines, "\n")
 				}
 			}
-			if strings.Contains(p.Explain, "Seq Scan on") {
+			switch {
+			case first.blocks:
+				p.Warnings = append(p.Warnings, fmt.Sprintf("no index serves the expired condition: a run reads the whole table once, in %d slices of %d blocks (TID range scans)",
+					len(sl), first.endBlock-first.firstBlock))
+			case strings.Contains(p.Explain, "Seq Scan on"):
 				p.Warnings = append(p.Warnings, "no index serves the expired condition: each batch reads the table until it finds its rows")
 			}
 			for _, priv := range []string{"SELECT", "UPDATE", "DELETE"} {

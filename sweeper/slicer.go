@@ -2,10 +2,12 @@ package sweeper
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -26,20 +28,37 @@ func (d dialect) String() string {
 	return "postgresql"
 }
 
-// A slice is a part of a table's key space that the sweeper covers in one
-// pass of batches. Slices are the unit that multi-instance coordination
-// (advisory locks or a lease row, ARCHITECTURE.md "The sweeper") will hand out.
+// A slice is a part of a table that the sweeper covers in one pass of
+// batches: the unit that instances coordinate on (coordinate.go, one
+// advisory lock per table and slice index) and that workers share out.
 type slice struct {
-	// label names the slice in logs, e.g. "all" or "hash 0-4095".
+	// label names the slice in logs, e.g. "all", "hash 0-4095" or
+	// "blocks 0-1023".
 	label string
 	// hashCols (SQL identifiers), lo and hi restrict the slice to rows whose
-	// yb_hash_code(hashCols) is in lo..hi; no hashCols means the whole table.
+	// yb_hash_code(hashCols) is in lo..hi.
 	hashCols []string
 	lo, hi   int
+	// blocks restricts the slice to the rows stored in heap blocks
+	// firstBlock up to endBlock (exclusive) of a PostgreSQL table: a TID
+	// range scan (PostgreSQL 14+) with the bounds as parameters $3 and $4,
+	// $3 moving past each batch's rows (blockParams).
+	blocks               bool
+	firstBlock, endBlock uint32
 }
+
+// Parameters of a block slice's batch: the lowest and the first excluded
+// row address.
+const (
+	fromTIDParam = "$3::tid"
+	toTIDParam   = "$4::tid"
+)
 
 // cond returns the slice's condition for rows visible as qualifier, or "".
 func (sl slice) cond(qualifier string) string {
+	if sl.blocks {
+		return fmt.Sprintf("%s.ctid >= %s AND %s.ctid < %s", qualifier, fromTIDParam, qualifier, toTIDParam)
+	}
 	if len(sl.hashCols) == 0 {
 		return ""
 	}
@@ -58,28 +77,120 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// slicer splits a table into slices.
+// slicer splits a table into slices; cutoff is the run's.
 type slicer interface {
-	slices(ctx context.Context, q querier, t target) ([]slice, error)
+	slices(ctx context.Context, q querier, t target, cutoff time.Time) ([]slice, error)
 }
 
-// slicerFor returns the slicer for dialect d.
-func slicerFor(d dialect) slicer {
+// slicerFor returns the slicer for dialect d; blocksPerSlice is the size of
+// a PostgreSQL block slice (0: DefaultBlocksPerSlice).
+func slicerFor(d dialect, blocksPerSlice uint32) slicer {
 	if d == dialectYugabyte {
 		return hashSlicer{buckets: ybHashBuckets}
 	}
-	return oneSlice{}
+	if blocksPerSlice == 0 {
+		blocksPerSlice = DefaultBlocksPerSlice
+	}
+	return blockSlicer{blocks: blocksPerSlice}
 }
 
-// oneSlice is PostgreSQL's slicer: the whole table in one pass. With an index
-// on the expiry column a pass costs in proportion to the expired rows;
-// without one, every batch scans until it has found its rows.
-// TODO(sweeper): ctid block ranges (TID range scans) for tables without an
-// expiry index, so that one run is at worst one sequential pass.
-type oneSlice struct{}
+// DefaultBlocksPerSlice is the size of a PostgreSQL block slice: 1024 heap
+// blocks, 8 MiB at the default block size, which a batch that finds few
+// doomed rows reads in a few milliseconds, well within the 50 ms target.
+const DefaultBlocksPerSlice = 1024
 
-func (oneSlice) slices(context.Context, querier, target) ([]slice, error) {
-	return []slice{wholeTable}, nil
+// blockSlicer is PostgreSQL's slicer. When the planner finds the doomed rows
+// through an index (an index on the expiry column and few of them expired),
+// the table is one slice and each batch walks the index. When it would read
+// the table (no such index, a rule no index serves, or so many rows expired
+// that a scan is cheaper), the table is cut into ranges of blocks heap
+// blocks, each swept by TID range scans (PostgreSQL 14+) whose lower bound
+// moves past each batch's rows: one run reads the table once, instead of
+// once per batch. Slice i is always blocks i·blocks up to (i+1)·blocks,
+// whatever the table's size, so that instances agree on what slice i is.
+// Rows stored past the table's end when the run started are left for the
+// next run. A partitioned table (ctids repeat across partitions) and a
+// server before PostgreSQL 14 get one slice.
+type blockSlicer struct {
+	blocks uint32
+}
+
+func (b blockSlicer) slices(ctx context.Context, q querier, t target, cutoff time.Time) ([]slice, error) {
+	var (
+		version int
+		kind    string
+		nblocks int64
+	)
+	err := q.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, c.relkind::text,
+			pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::int
+		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, t.regclass).Scan(&version, &kind, &nblocks)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return []slice{wholeTable}, nil // missing: the batch reports it
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the size of %s: %w", t.name, err)
+	}
+	if version < 140000 || kind != "r" {
+		return []slice{wholeTable}, nil
+	}
+	scans, err := seqScans(ctx, q, t, cutoff)
+	if err != nil {
+		return nil, err
+	}
+	if !scans {
+		return []slice{wholeTable}, nil
+	}
+	return blockSlices(nblocks, b.blocks), nil
+}
+
+// blockSlices cuts nblocks heap blocks into slices of size blocks (at least
+// one slice).
+func blockSlices(nblocks int64, size uint32) []slice {
+	n := max((nblocks+int64(size)-1)/int64(size), 1)
+	out := make([]slice, 0, n)
+	for i := range n {
+		first, end := uint32(i)*size, uint32(i+1)*size
+		out = append(out, slice{label: fmt.Sprintf("blocks %d-%d", first, end-1), blocks: true, firstBlock: first, endBlock: end})
+	}
+	return out
+}
+
+// seqScans reports whether the planner reads t sequentially to find its
+// doomed rows at cutoff (EXPLAIN of a batch's row pick).
+func seqScans(ctx context.Context, q querier, t target, cutoff time.Time) (bool, error) {
+	var raw string
+	err := q.QueryRow(ctx, "EXPLAIN (FORMAT JSON) SELECT s.ctid FROM "+t.quoted+" AS s WHERE "+t.doomed("s")+" LIMIT 1000", cutoff).Scan(&raw)
+	if err != nil {
+		return false, fmt.Errorf("planning a batch of %s: %w", t.name, err)
+	}
+	var plans []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(raw), &plans); err != nil || len(plans) != 1 {
+		return false, fmt.Errorf("planning a batch of %s: unexpected EXPLAIN output %.200q", t.name, raw)
+	}
+	return plans[0].Plan.seqScanOf("s"), nil
+}
+
+// planNode is the part of an EXPLAIN (FORMAT JSON) node seqScans reads.
+type planNode struct {
+	NodeType string     `json:"Node Type"`
+	Alias    string     `json:"Alias"`
+	Plans    []planNode `json:"Plans"`
+}
+
+// seqScanOf reports whether the plan reads the relation aliased alias with a
+// sequential scan.
+func (n planNode) seqScanOf(alias string) bool {
+	if n.NodeType == "Seq Scan" && n.Alias == alias {
+		return true
+	}
+	for _, c := range n.Plans {
+		if c.seqScanOf(alias) {
+			return true
+		}
+	}
+	return false
 }
 
 // ybHashBuckets is the number of yb_hash_code slices of a YugabyteDB table:
@@ -97,7 +208,7 @@ type hashSlicer struct {
 	buckets int
 }
 
-func (h hashSlicer) slices(ctx context.Context, q querier, t target) ([]slice, error) {
+func (h hashSlicer) slices(ctx context.Context, q querier, t target, _ time.Time) ([]slice, error) {
 	var def string
 	err := q.QueryRow(ctx,
 		`SELECT pg_catalog.pg_get_indexdef(i.indexrelid) FROM pg_catalog.pg_index i

@@ -1,9 +1,14 @@
 package sweeper
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -90,5 +95,164 @@ func TestYugabyteStatement(t *testing.T) {
 	}
 	if n := e.count(t, "yb"); n != 400 {
 		t.Errorf("%d rows left, want 400", n)
+	}
+}
+
+func TestBlockSlices(t *testing.T) {
+	sl := blockSlices(2500, 1024)
+	if len(sl) != 3 {
+		t.Fatalf("%d slices of 2500 blocks, want 3", len(sl))
+	}
+	for i, s := range sl {
+		if !s.blocks || s.firstBlock != uint32(i)*1024 || s.endBlock != uint32(i+1)*1024 {
+			t.Errorf("slice %d: %+v", i, s)
+		}
+	}
+	if got, want := sl[2].label, "blocks 2048-3071"; got != want {
+		t.Errorf("label %q, want %q", got, want)
+	}
+	if got, want := sl[0].cond("s"), "s.ctid >= $3::tid AND s.ctid < $4::tid"; got != want {
+		t.Errorf("cond %q, want %q", got, want)
+	}
+	if n := len(blockSlices(0, 1024)); n != 1 {
+		t.Errorf("an empty table has %d slices, want 1", n)
+	}
+}
+
+// TestSlicerChoosesScan: on PostgreSQL a table whose doomed rows the planner
+// finds through an index is one slice; a table it would read sequentially
+// is cut into block slices, and so is one where most rows are expired.
+func TestSlicerChoosesScan(t *testing.T) {
+	e := setup(t)
+	createSessions(t, e, "indexed", 50, 20_000, 0)
+	e.exec(t, "CREATE INDEX ON indexed (expires_at)")
+	createSessions(t, e, "plain", 50, 20_000, 0)
+	e.exec(t, "ANALYZE indexed")
+	e.exec(t, "ANALYZE plain")
+	cutoff := e.nowUTC(t)
+	sl := slicerFor(dialectPostgres, 16)
+	for _, tc := range []struct {
+		table  string
+		blocks bool
+	}{{"indexed", false}, {"plain", true}} {
+		r := sessionsRule(tc.table)
+		got, err := sl.slices(e.ctx, e.conn, targets(&r)[0], cutoff)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pages int64
+		if err := e.conn.QueryRow(e.ctx, "SELECT pg_relation_size($1) / 8192", tc.table).Scan(&pages); err != nil {
+			t.Fatal(err)
+		}
+		if tc.blocks {
+			if want := int((pages + 15) / 16); len(got) != want || !got[0].blocks {
+				t.Errorf("%s (%d blocks): %d slices %v, want %d block slices", tc.table, pages, len(got), got[0].label, want)
+			}
+		} else if len(got) != 1 || got[0].blocks {
+			t.Errorf("%s: slices %+v, want the whole table", tc.table, got)
+		}
+	}
+}
+
+// TestBlockSliceReadsOnce: in a block slice each batch starts past the rows
+// the previous one picked, so a run reads the slice once. A doomed row at
+// the start of the table, locked while the first batch runs and released
+// after it, lies behind the cursor: the run leaves it (a scan from the
+// slice's start would have taken it) and the next run deletes it.
+func TestBlockSliceReadsOnce(t *testing.T) {
+	e := setup(t)
+	createSessions(t, e, "noindex", 3000, 100, 0)
+	e.exec(t, "VACUUM ANALYZE noindex")
+	var pages int64
+	if err := e.conn.QueryRow(e.ctx, "SELECT pg_relation_size('noindex') / 8192").Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	tx := e.otherTx(t)
+	if _, err := tx.Exec(e.ctx, "SELECT 1 FROM noindex WHERE id = 1 FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("noindex")}, BatchSize: 200})
+	s.blocksPerSlice = 8
+	released := false
+	s.afterBatch = func(string, int64) {
+		if !released {
+			released = true
+			if err := tx.Rollback(e.ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if got := res.Deleted["public.noindex"]; got != 2999 {
+		t.Errorf("first run deleted %d, want 2999 (all but the row behind the cursor)", got)
+	}
+	if ids := e.ids(t, "noindex", "s.expires_at < now()"); len(ids) != 1 || ids[0] != 1 {
+		t.Errorf("expired rows left %v, want [1]", ids)
+	}
+	// 3000 doomed rows in batches of 200 over slices of 8 blocks: a batch
+	// ends at its slice's end, so the batches are 15 full ones plus at most
+	// one short one per slice.
+	slices := int((pages + 7) / 8)
+	if b := res.Batches["public.noindex"]; b < 15 || b > 15+slices {
+		t.Errorf("%d batches over %d slices, want 15 to %d", b, slices, 15+slices)
+	}
+	res, err = s.RunOnce(e.ctx)
+	if err != nil || res.Deleted["public.noindex"] != 1 {
+		t.Errorf("second run deleted %v (%v), want the one row", res.Deleted, err)
+	}
+	if got := e.count(t, "noindex"); got != 100 {
+		t.Errorf("%d rows left, want the 100 live ones", got)
+	}
+}
+
+// TestWorkers: Workers sweep that many slices of a table at once (each of
+// the first three batches waits until all three run), and together delete
+// every doomed row once.
+func TestWorkers(t *testing.T) {
+	e := setup(t)
+	createSessions(t, e, "wide", 6000, 500, 0)
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("wide")}, BatchSize: 100, Workers: 3})
+	s.blocksPerSlice = 4
+	var (
+		mu      sync.Mutex
+		arrived int
+		all     = make(chan struct{})
+		maxHeld float64
+	)
+	s.beforeBatch = func(context.Context, string) {
+		mu.Lock()
+		arrived++
+		if arrived == 3 {
+			close(all)
+		}
+		first := arrived <= 3
+		maxHeld = max(maxHeld, testutil.ToFloat64(s.m.slicesHeld.WithLabelValues("public.wide")))
+		mu.Unlock()
+		if first {
+			select {
+			case <-all:
+			case <-time.After(20 * time.Second):
+				t.Error("three workers did not run at once")
+			}
+		}
+	}
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if got := res.Deleted["public.wide"]; got != 6000 {
+		t.Errorf("deleted %d, want 6000", got)
+	}
+	if maxHeld != 3 {
+		t.Errorf("at most %v slices held at once, want 3", maxHeld)
+	}
+	if got := testutil.ToFloat64(s.m.slicesHeld.WithLabelValues("public.wide")); got != 0 {
+		t.Errorf("%v slices held after the run", got)
+	}
+	if got := e.count(t, "wide"); got != 500 {
+		t.Errorf("%d rows left, want 500", got)
 	}
 }

@@ -1,11 +1,14 @@
 package sweeper
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -53,17 +56,19 @@ type Sweeper struct {
 	runMu sync.Mutex // held for the length of a run
 	// originMu makes batches that carry CDCOrigin take turns (origin.go).
 	originMu sync.Mutex
-	// batchSizes is the current batch size per target name, below
-	// cfg.BatchSize after timeouts; guarded by runMu.
+	// batchSizes is the current batch size per target name: adapted, or
+	// below cfg.BatchSize after timeouts.
 	batchSizes map[string]int
+	sizeMu     sync.Mutex // guards batchSizes
 	// tables holds each table's Status.
 	tables tableStates
 
 	// Test knobs.
-	lockRows    bool                                    // FOR UPDATE SKIP LOCKED in the inner select
-	cutoffFunc  func() time.Time                        // replaces the database's now() when set
-	afterBatch  func(table string, deleted int64)       // called after each completed batch
-	beforeBatch func(ctx context.Context, table string) // called before each batch
+	blocksPerSlice uint32                                  // 0: DefaultBlocksPerSlice
+	lockRows       bool                                    // FOR UPDATE SKIP LOCKED in the inner select
+	cutoffFunc     func() time.Time                        // replaces the database's now() when set
+	afterBatch     func(table string, deleted int64)       // called after each completed batch
+	beforeBatch    func(ctx context.Context, table string) // called before each batch
 }
 
 // Constants of the batch loop and the run loop.
@@ -114,9 +119,10 @@ func New(cfg Config) (*Sweeper, error) {
 		// pgconn's parse errors do not carry the password.
 		return nil, fmt.Errorf("sweeper: parsing dsn: %w", err)
 	}
-	// One connection sweeps; a second one serves the odd catalog query
-	// without waiting.
-	pcfg.MaxConns = 2
+	// Per worker, one connection holds the slice's advisory lock and one
+	// runs its batches; one more serves the odd catalog query without
+	// waiting.
+	pcfg.MaxConns = int32(2*cfg.Workers + 1)
 	rp := pcfg.ConnConfig.RuntimeParams
 	// The server-side timeout of each batch, so that a stuck DELETE is
 	// cancelled even when the client-side cancel request cannot get through.
@@ -377,66 +383,89 @@ func (s *Sweeper) endsRun(ctx context.Context, err error) error {
 	return nil
 }
 
-// sweepTarget deletes t's doomed rows, slice by slice, batch by batch, until
-// a batch comes back short. It returns the rows deleted and batches done
-// also on error.
+// tableRun is one table's state within a run, shared by its workers.
+type tableRun struct {
+	t   target
+	log *slog.Logger
+
+	mu       sync.Mutex // guards the fields below
+	pace     pacer
+	deleted  int64
+	batches  int
+	skipped  int
+	timeouts int  // in this run
+	streak   int  // consecutive timeouts
+	shrunk   bool // a timeout halved the batch size
+	err      error
+}
+
+// failed returns the error that ended the table's sweep, or nil.
+func (tr *tableRun) failed() error {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.err
+}
+
+// fail records err as the table's error unless one is recorded already.
+func (tr *tableRun) fail(err error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.err == nil {
+		tr.err = err
+	}
+}
+
+// sweepTarget deletes t's doomed rows slice by slice, batch by batch, with
+// Workers slices at a time, until each slice's batch comes back short. It
+// returns the rows deleted and batches done also on error.
 func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, error) {
-	slices, err := slicerFor(d).slices(ctx, s.pool, t)
+	slices, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
 		return 0, 0, err
 	}
-	var (
-		deleted  int64
-		batches  int
-		timeouts int // in this run
-		streak   int // consecutive
-		shrunk   bool
-	)
-	pace := pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}
+	tr := &tableRun{t: t, log: log, pace: pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}}
 	backlog, _, err := s.countDoomed(ctx, t, cutoff)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
 		return 0, 0, err
 	}
 	s.m.backlog.WithLabelValues(t.name).Set(float64(backlog))
-	skipped := 0
 	defer func() {
-		left := max(backlog-deleted, 0)
+		left := max(backlog-tr.deleted, 0)
 		s.m.backlog.WithLabelValues(t.name).Set(float64(left))
 		s.tables.update(t.name, func(st *TableStatus) {
-			st.Backlog, st.Deleted, st.Batches, st.SlicesSkipped = left, deleted, batches, skipped
+			st.Backlog, st.Deleted, st.Batches, st.SlicesSkipped = left, tr.deleted, tr.batches, tr.skipped
 			st.BatchSize, st.LastSwept = s.batchSize(t.name), time.Now()
 		})
 	}()
-	for si, sl := range slices {
-		release, held, err := s.holdSlice(ctx, d, t, si)
-		if err != nil {
-			s.m.errors.WithLabelValues(t.name).Inc()
-			return deleted, batches, err
-		}
-		if !held {
-			// Another instance sweeps this slice now.
-			skipped++
-			s.m.slicesSkipped.WithLabelValues(t.name).Inc()
-			log.Debug("slice held by another instance", slog.String("slice", sl.label))
-			continue
-		}
-		n, b, err := s.sweepSlice(ctx, log, t, sl, d, cutoff, &pace, &timeouts, &streak, &shrunk)
-		release()
-		deleted += n
-		batches += b
-		if err != nil {
-			return deleted, batches, err
-		}
-		if si < len(slices)-1 {
-			if err := s.pause(ctx); err != nil {
-				return deleted, batches, err
-			}
-		}
+	log.Debug("sweeping table", slog.Int("slices", len(slices)), slog.Int64("backlog", backlog))
+	next := make(chan int, len(slices))
+	for i := range slices {
+		next <- i
 	}
-	if !shrunk && pace.target <= 0 {
+	close(next)
+	var wg sync.WaitGroup
+	for range min(s.cfg.Workers, len(slices)) {
+		wg.Go(func() {
+			for i := range next {
+				if tr.failed() != nil {
+					return
+				}
+				if err := s.sweepSliceHeld(ctx, tr, slices[i], i, d, cutoff); err != nil {
+					tr.fail(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tr.err != nil {
+		return tr.deleted, tr.batches, tr.err
+	}
+	if !tr.shrunk && tr.pace.target <= 0 {
 		// A clean run earns back half of what timeouts took away.
+		s.sizeMu.Lock()
 		if cur, ok := s.batchSizes[t.name]; ok {
 			if next := cur * 2; next < s.cfg.BatchSize {
 				s.batchSizes[t.name] = next
@@ -444,16 +473,43 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 				delete(s.batchSizes, t.name)
 			}
 		}
+		s.sizeMu.Unlock()
 	}
-	return deleted, batches, nil
+	return tr.deleted, tr.batches, nil
+}
+
+// sweepSliceHeld sweeps slice i of tr's table when no other instance holds
+// it, then pauses.
+func (s *Sweeper) sweepSliceHeld(ctx context.Context, tr *tableRun, sl slice, i int, d dialect, cutoff time.Time) error {
+	t := tr.t
+	release, held, err := s.holdSlice(ctx, d, t, i)
+	if err != nil {
+		s.m.errors.WithLabelValues(t.name).Inc()
+		return err
+	}
+	if !held {
+		// Another instance sweeps this slice now.
+		tr.mu.Lock()
+		tr.skipped++
+		tr.mu.Unlock()
+		s.m.slicesSkipped.WithLabelValues(t.name).Inc()
+		tr.log.Debug("slice held by another instance", slog.String("slice", sl.label))
+		return nil
+	}
+	err = s.sweepSlice(ctx, tr, sl, d, cutoff)
+	release()
+	if err != nil {
+		return err
+	}
+	return s.pause(ctx)
 }
 
 // sweepSlice deletes slice sl's doomed rows batch by batch until a batch
-// comes back short; the counters carry the table's run state across slices.
-func (s *Sweeper) sweepSlice(ctx context.Context, log *slog.Logger, t target, sl slice, d dialect, cutoff time.Time,
-	pace *pacer, timeouts, streak *int, shrunk *bool) (deleted int64, batches int, err error) {
+// comes back short, or another worker of the table failed.
+func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dialect, cutoff time.Time) error {
+	t, log := tr.t, tr.log
 	exec := s.batchFunc(d, t, sl)
-	for {
+	for tr.failed() == nil {
 		if s.beforeBatch != nil {
 			s.beforeBatch(ctx, t.name)
 		}
@@ -463,75 +519,110 @@ func (s *Sweeper) sweepSlice(ctx context.Context, log *slog.Logger, t target, sl
 		took := time.Since(started)
 		if err != nil {
 			if ctx.Err() != nil {
-				return deleted, batches, ctx.Err()
+				return ctx.Err()
 			}
 			s.m.errors.WithLabelValues(t.name).Inc()
 			if !isTimeout(err) {
-				return deleted, batches, fmt.Errorf("deleting from %s (slice %s): %w", t.name, sl.label, err)
+				return fmt.Errorf("deleting from %s (slice %s): %w", t.name, sl.label, err)
 			}
-			*timeouts++
-			*streak++
-			if *timeouts >= maxTimeoutsPerRun {
-				return deleted, batches, fmt.Errorf("deleting from %s: %d batches timed out (last batch size %d, timeout %s): %w",
-					t.name, *timeouts, size, s.cfg.BatchTimeout, err)
+			tr.mu.Lock()
+			tr.timeouts++
+			tr.streak++
+			timeouts := tr.timeouts
+			if timeouts < maxTimeoutsPerRun && tr.streak >= timeoutsBeforeShrink {
+				tr.streak = 0
+				tr.shrunk = true
+				s.setBatchSize(t.name, max(size/2, min(minBatchSize, s.cfg.BatchSize)))
 			}
-			if *streak >= timeoutsBeforeShrink {
-				*streak = 0
-				*shrunk = true
-				s.batchSizes[t.name] = max(size/2, min(minBatchSize, s.cfg.BatchSize))
+			tr.mu.Unlock()
+			if timeouts >= maxTimeoutsPerRun {
+				return fmt.Errorf("deleting from %s: %d batches timed out (last batch size %d, timeout %s): %w",
+					t.name, timeouts, size, s.cfg.BatchTimeout, err)
 			}
 			log.Warn("sweeper batch timed out", slog.Int("batch_size", size),
 				slog.Int("next_batch_size", s.batchSize(t.name)), slog.Duration("timeout", s.cfg.BatchTimeout))
 			if err := s.pause(ctx); err != nil {
-				return deleted, batches, err
+				return err
 			}
 			continue
 		}
-		*streak = 0
-		deleted += n
 		s.m.batchDuration.WithLabelValues(t.name).Observe(took.Seconds())
-		batches++
 		s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
 		s.m.batches.WithLabelValues(t.name).Inc()
+		tr.mu.Lock()
+		tr.streak = 0
+		tr.deleted += n
+		tr.batches++
+		nextSize, wait := tr.pace.next(size, n, took, full)
+		if tr.pace.target > 0 && !tr.shrunk {
+			s.setBatchSize(t.name, nextSize)
+		}
+		tr.mu.Unlock()
+		s.m.batchSize.WithLabelValues(t.name).Set(float64(s.batchSize(t.name)))
 		if s.afterBatch != nil {
 			s.afterBatch(t.name, n)
 		}
-		nextSize, wait := pace.next(size, n, took, full)
-		if pace.target > 0 && !*shrunk {
-			s.batchSizes[t.name] = nextSize
-		}
-		s.m.batchSize.WithLabelValues(t.name).Set(float64(s.batchSize(t.name)))
 		if !full {
 			break
 		}
 		if err := s.wait(ctx, wait); err != nil {
-			return deleted, batches, err
+			return err
 		}
 		if err := s.pause(ctx); err != nil {
-			return deleted, batches, err
+			return err
 		}
 	}
-	return deleted, batches, nil
+	return nil
 }
 
 // batchSize returns the current batch size of target name.
 func (s *Sweeper) batchSize(name string) int {
+	s.sizeMu.Lock()
+	defer s.sizeMu.Unlock()
 	if n, ok := s.batchSizes[name]; ok {
 		return n
 	}
 	return s.cfg.BatchSize
 }
 
+// setBatchSize sets the batch size of target name.
+func (s *Sweeper) setBatchSize(name string, n int) {
+	s.sizeMu.Lock()
+	defer s.sizeMu.Unlock()
+	s.batchSizes[name] = n
+}
+
 // batchFunc runs one batch of size rows at most and returns the rows
 // deleted and whether the batch was full (more doomed rows may remain).
 type batchFunc func(ctx context.Context, cutoff time.Time, size int) (deleted int64, full bool, err error)
 
-// batchFunc returns how to run t's batches in slice sl.
+// batchFunc returns how to run t's batches in slice sl. A block slice's
+// function keeps the slice's cursor: each batch starts past the rows the
+// previous one picked.
 func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
+	var from, to *pgtype.TID
+	if sl.blocks {
+		from = &pgtype.TID{BlockNumber: sl.firstBlock, Valid: true}
+		to = &pgtype.TID{BlockNumber: sl.endBlock, Valid: true}
+	}
 	if t.registry != nil && d == dialectPostgres {
 		lock, del := lockedBatchSQL(t, sl, s.lockRows)
 		return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
-			return s.execLockedBatch(ctx, lock, del, cutoff, size)
+			n, picked, err := s.execLockedBatch(ctx, lock, del, cutoff, size, from, to)
+			if from != nil && len(picked) > 0 {
+				*from = after(slices.MaxFunc(picked, compareTID))
+			}
+			return n, len(picked) >= size, err
+		}
+	}
+	if sl.blocks {
+		sql := blockBatchSQL(t, sl, s.lockRows)
+		return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
+			n, picked, last, err := s.execBlockBatch(ctx, sql, cutoff, size, *from, *to)
+			if last.Valid {
+				*from = after(last)
+			}
+			return n, picked >= int64(size), err
 		}
 	}
 	// TODO(sweeper): the locked two-statement batch on YugabyteDB for
@@ -541,6 +632,34 @@ func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 		n, err := s.execBatch(ctx, sql, cutoff, size)
 		return n, n >= int64(size), err
 	}
+}
+
+// after returns the first row address after tid.
+func after(tid pgtype.TID) pgtype.TID {
+	if tid.OffsetNumber == math.MaxUint16 {
+		return pgtype.TID{BlockNumber: tid.BlockNumber + 1, Valid: true}
+	}
+	return pgtype.TID{BlockNumber: tid.BlockNumber, OffsetNumber: tid.OffsetNumber + 1, Valid: true}
+}
+
+// compareTID orders row addresses as PostgreSQL's tid does.
+func compareTID(a, b pgtype.TID) int {
+	if c := cmp.Compare(a.BlockNumber, b.BlockNumber); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.OffsetNumber, b.OffsetNumber)
+}
+
+// execBlockBatch runs blockBatchSQL's statement as its own autocommit
+// statement and returns the rows deleted and picked and the highest
+// address picked (not Valid when none).
+func (s *Sweeper) execBlockBatch(ctx context.Context, sql string, cutoff time.Time, size int, from, to pgtype.TID) (deleted, picked int64, last pgtype.TID, err error) {
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
+	defer cancel()
+	err = s.withOrigin(bctx, func(db execer) error {
+		return db.QueryRow(bctx, sql, cutoff, int64(size), from, to).Scan(&deleted, &picked, &last)
+	})
+	return deleted, picked, last, err
 }
 
 // execBatch runs one batch DELETE as its own autocommit statement.
@@ -557,41 +676,43 @@ func (s *Sweeper) execBatch(ctx context.Context, sql string, cutoff time.Time, s
 }
 
 // execLockedBatch runs lockedBatchSQL's statements in one short
-// transaction. The batch is full when size rows were locked, whatever the
-// DELETE then kept.
-func (s *Sweeper) execLockedBatch(ctx context.Context, lock, del string, cutoff time.Time, size int) (int64, bool, error) {
+// transaction and returns the rows deleted and the addresses locked (the
+// batch is full when they are size, whatever the DELETE then kept). from
+// and to are a block slice's bounds, nil for another slice.
+func (s *Sweeper) execLockedBatch(ctx context.Context, lock, del string, cutoff time.Time, size int, from, to *pgtype.TID) (int64, []pgtype.TID, error) {
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
 	defer cancel()
+	args := []any{cutoff, int64(size)}
+	if from != nil {
+		args = append(args, *from, *to)
+	}
 	var deleted int64
-	var full bool
+	var tids []pgtype.TID
 	err := s.withOrigin(bctx, func(db execer) error {
 		return pgx.BeginTxFunc(bctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-			return s.lockedBatch(bctx, tx, lock, del, cutoff, size, &deleted, &full)
+			var err error
+			deleted, tids, err = lockedBatch(bctx, tx, lock, del, cutoff, args)
+			return err
 		})
 	})
-	return deleted, full, err
+	return deleted, tids, err
 }
 
 // lockedBatch is execLockedBatch's transaction.
-func (s *Sweeper) lockedBatch(bctx context.Context, tx pgx.Tx, lock, del string, cutoff time.Time, size int, deleted *int64, full *bool) error {
-	rows, err := tx.Query(bctx, lock, cutoff, int64(size))
+func lockedBatch(ctx context.Context, tx pgx.Tx, lock, del string, cutoff time.Time, args []any) (int64, []pgtype.TID, error) {
+	rows, err := tx.Query(ctx, lock, args...)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	tids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
+	if err != nil || len(tids) == 0 {
+		return 0, tids, err
+	}
+	tag, err := tx.Exec(ctx, del, cutoff, tids)
 	if err != nil {
-		return err
+		return 0, tids, err
 	}
-	*full = len(tids) >= size
-	if len(tids) == 0 {
-		return nil
-	}
-	tag, err := tx.Exec(bctx, del, cutoff, tids)
-	if err != nil {
-		return err
-	}
-	*deleted = tag.RowsAffected()
-	return nil
+	return tag.RowsAffected(), tids, nil
 }
 
 // isTimeout reports a batch that ran out of time: the server's

@@ -121,6 +121,24 @@ func deleteBatchSQL(d dialect, t target, sl slice, lockRows bool) string {
 		t.quoted, t.quoted, inner, limitParam, lock, t.doomed("t"))
 }
 
+// blockBatchSQL returns the statement that deletes one batch of t's doomed
+// rows in block slice sl on PostgreSQL: deleteBatchSQL's pick and DELETE
+// with sl's bounds ($3 the lowest row address, $4 the first excluded) on
+// the pick, which a TID range scan reads in address order. It returns one
+// row: the rows deleted, the rows picked (the batch is full when they are
+// $2) and the highest address picked (NULL when none), past which the
+// next batch starts.
+func blockBatchSQL(t target, sl slice, lockRows bool) string {
+	lock := ""
+	if lockRows {
+		lock = " FOR UPDATE OF s SKIP LOCKED"
+	}
+	return fmt.Sprintf("WITH picked AS (SELECT s.ctid FROM %s AS s WHERE %s AND %s LIMIT %s%s), "+
+		"gone AS (DELETE FROM %s AS t WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND %s RETURNING 1) "+
+		"SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM picked), (SELECT max(ctid) FROM picked)",
+		t.quoted, sl.cond("s"), t.doomed("s"), limitParam, lock, t.quoted, t.doomed("t"))
+}
+
 // lockedBatchSQL returns the two statements of a batch on a sidecar rule's
 // base table on PostgreSQL, run in one READ COMMITTED transaction:
 //

@@ -155,6 +155,9 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	if sc.MaxBatchSize > 0 {
 		swc.MaxBatchSize = sc.MaxBatchSize
 	}
+	if sc.Workers > 0 {
+		swc.Workers = sc.Workers
+	}
 	swc.CDCOrigin = sc.CDCOrigin
 	sw, err := sweeper.New(swc)
 	if err != nil {
