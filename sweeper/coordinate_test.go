@@ -71,8 +71,10 @@ func TestInstancesShareSlices(t *testing.T) {
 		t.Errorf("the second sweeper's status %+v, want one slice skipped", st)
 	}
 	// The first one dies: the server ends its sessions, and the lock goes
-	// with them; the process does nothing more.
-	e.exec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'sweeper_a'")
+	// with them; the process does nothing more. (The timeout makes
+	// pg_terminate_backend wait until the backends are gone, PostgreSQL
+	// 14+.)
+	e.exec(t, "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE application_name = 'sweeper_a'")
 	killA()
 	close(release)
 	select {
