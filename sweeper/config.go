@@ -63,6 +63,13 @@ type Config struct {
 	// Workers is the number of slices of one table swept at once, each on
 	// connections of its own (two per worker); 0 means DefaultWorkers.
 	Workers int
+	// ForegroundLatency, when set, reports the latency of the foreground
+	// statements the proxy relays now (for example a moving median over the
+	// last seconds); 0 means unknown. It is called after every batch, from
+	// the sweeper's goroutines, and must return at once. When it rises over
+	// twice the lowest value of the run, batches shrink and the sweeper
+	// backs off (pace.go).
+	ForegroundLatency func() time.Duration
 	// CDCOrigin, when set, is the replication origin the sweeper's deletes
 	// carry, for change-data-capture consumers to filter them (origin.go).
 	CDCOrigin string

@@ -20,17 +20,35 @@ import "time"
 // with something else, and the sweeper sleeps as long as that batch took
 // (at most half the database's time for the sweeper). With no contention
 // there is no sleep at all; Config.BatchPause adds a fixed one.
+//
+// The second signal is the one only a proxy has: the latency of the
+// foreground statements it relays (Config.ForegroundLatency). The same
+// CoDel test applies to it: the pacer keeps the lowest latency reported in
+// the run, and when the latency now is over twice that floor and at least
+// fgMinExcess above it, the foreground is queueing behind someone (quite
+// possibly the sweeper): the next batch is half the size (AIMD's
+// multiplicative decrease) and the sweeper sleeps as long as the batch took.
+// A latency of 0 means no signal.
+
+// fgMinExcess is the smallest rise of the foreground latency over its floor
+// that counts as a queue: below a millisecond, doubling is noise (a 0.3 ms
+// point select going to 0.6 ms) more often than contention. CoDel's own
+// target delay is 5 ms for a network queue; a database statement's jitter
+// is smaller.
+const fgMinExcess = time.Millisecond
 
 // pacer adapts one table's batches within a run.
 type pacer struct {
 	target   time.Duration
 	max      int
 	floorRow time.Duration // lowest time per row seen; 0 before the first batch
+	floorFg  time.Duration // lowest foreground latency seen; 0 before the first
 }
 
 // next returns the size of the batch after one of size rows that deleted n
-// and took d, and how long to wait before it.
-func (p *pacer) next(size int, n int64, d time.Duration, full bool) (int, time.Duration) {
+// and took d, with the foreground latency fg now (0: unknown), and how long
+// to wait before it.
+func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Duration) (int, time.Duration) {
 	var wait time.Duration
 	if n > 0 {
 		perRow := d / time.Duration(n)
@@ -41,7 +59,23 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool) (int, time.D
 			wait = d
 		}
 	}
-	if p.target <= 0 || !full || d <= 0 {
+	fgQueue := false
+	if fg > 0 {
+		switch {
+		case p.floorFg == 0 || fg < p.floorFg:
+			p.floorFg = fg
+		case fg > 2*p.floorFg && fg-p.floorFg >= fgMinExcess:
+			fgQueue = true
+			wait = max(wait, d)
+		}
+	}
+	if !full || d <= 0 {
+		return size, wait
+	}
+	if fgQueue {
+		return max(size/2, minBatchSize), wait
+	}
+	if p.target <= 0 {
 		return size, wait
 	}
 	scaled := int(int64(size) * int64(p.target) / int64(d))

@@ -12,44 +12,65 @@ import (
 func TestPacer(t *testing.T) {
 	p := pacer{target: 50 * time.Millisecond, max: 10_000}
 	// Quiet and fast: the size doubles at most per batch, up to the cap.
-	size, wait := p.next(1000, 1000, 5*time.Millisecond, true)
+	size, wait := p.next(1000, 1000, 5*time.Millisecond, true, 0)
 	if size != 2000 || wait != 0 {
 		t.Errorf("fast batch: next %d, wait %v; want 2000, 0", size, wait)
 	}
-	if size, _ = p.next(8000, 8000, 10*time.Millisecond, true); size != 10_000 {
+	if size, _ = p.next(8000, 8000, 10*time.Millisecond, true, 0); size != 10_000 {
 		t.Errorf("capped: next %d, want 10000", size)
 	}
 	// About on target: about the same size.
-	if size, _ = p.next(4000, 4000, 48*time.Millisecond, true); size < 4000 || size > 4300 {
+	if size, _ = p.next(4000, 4000, 48*time.Millisecond, true, 0); size < 4000 || size > 4300 {
 		t.Errorf("on target: next %d, want about 4000", size)
 	}
 	// Too slow: at most halved, never below minBatchSize.
-	if size, _ = p.next(4000, 4000, 400*time.Millisecond, true); size != 2000 {
+	if size, _ = p.next(4000, 4000, 400*time.Millisecond, true, 0); size != 2000 {
 		t.Errorf("slow batch: next %d, want 2000", size)
 	}
-	if size, _ = p.next(minBatchSize, minBatchSize, time.Second, true); size != minBatchSize {
+	if size, _ = p.next(minBatchSize, minBatchSize, time.Second, true, 0); size != minBatchSize {
 		t.Errorf("floor: next %d, want %d", size, minBatchSize)
 	}
 	// A short batch ends the table: the size stays.
-	if size, _ = p.next(3000, 10, time.Millisecond, false); size != 3000 {
+	if size, _ = p.next(3000, 10, time.Millisecond, false, 0); size != 3000 {
 		t.Errorf("last batch: next %d, want 3000", size)
 	}
 
 	// CoDel: rows that cost over twice the best seen mean contention, and
 	// the sweeper waits as long as the batch took.
 	q := pacer{target: 50 * time.Millisecond, max: 10_000}
-	if _, wait := q.next(1000, 1000, 10*time.Millisecond, true); wait != 0 {
+	if _, wait := q.next(1000, 1000, 10*time.Millisecond, true, 0); wait != 0 {
 		t.Errorf("first batch waits %v", wait)
 	}
-	if _, wait := q.next(1000, 1000, 15*time.Millisecond, true); wait != 0 {
+	if _, wait := q.next(1000, 1000, 15*time.Millisecond, true, 0); wait != 0 {
 		t.Errorf("1.5x the floor waits %v", wait)
 	}
-	if _, wait := q.next(1000, 1000, 40*time.Millisecond, true); wait != 40*time.Millisecond {
+	if _, wait := q.next(1000, 1000, 40*time.Millisecond, true, 0); wait != 40*time.Millisecond {
 		t.Errorf("4x the floor waits %v, want 40ms", wait)
+	}
+	// The foreground's latency: over twice its floor and 1ms above it, the
+	// next batch is halved and the sweeper waits as long as the batch took.
+	f := pacer{target: 50 * time.Millisecond, max: 10_000}
+	if size, wait := f.next(1000, 1000, 10*time.Millisecond, true, 2*time.Millisecond); size != 2000 || wait != 0 {
+		t.Errorf("first foreground sample: next %d, wait %v; want 2000, 0", size, wait)
+	}
+	if size, wait := f.next(2000, 2000, 20*time.Millisecond, true, 3*time.Millisecond); size != 4000 || wait != 0 {
+		t.Errorf("1.5x the foreground floor: next %d, wait %v; want 4000, 0", size, wait)
+	}
+	if size, wait := f.next(4000, 4000, 40*time.Millisecond, true, 5*time.Millisecond); size != 2000 || wait != 40*time.Millisecond {
+		t.Errorf("2.5x the foreground floor: next %d, wait %v; want 2000, 40ms", size, wait)
+	}
+	if size, _ := f.next(4000, 4000, 40*time.Millisecond, true, 0); size != 5000 {
+		t.Errorf("no foreground sample: next %d, want 5000", size)
+	}
+	// Sub-millisecond latencies: doubling within 1ms is noise.
+	g := pacer{target: 50 * time.Millisecond, max: 10_000}
+	g.next(1000, 1000, 10*time.Millisecond, true, 300*time.Microsecond)
+	if size, wait := g.next(2000, 2000, 20*time.Millisecond, true, 900*time.Microsecond); size != 4000 || wait != 0 {
+		t.Errorf("0.3ms to 0.9ms: next %d, wait %v; want 4000, 0", size, wait)
 	}
 	// Without a target the size is fixed.
 	fixed := pacer{max: 10_000}
-	if size, _ := fixed.next(1000, 1000, time.Millisecond, true); size != 1000 {
+	if size, _ := fixed.next(1000, 1000, time.Millisecond, true, 0); size != 1000 {
 		t.Errorf("no target: next %d, want 1000", size)
 	}
 }
@@ -92,5 +113,43 @@ func TestAdaptiveBatches(t *testing.T) {
 	}
 	if got := e.count(t, "adaptive"); got != 55 {
 		t.Errorf("%d rows left, want 55", got)
+	}
+}
+
+// TestForegroundLatencyPaces: when the latency the proxy reports for its
+// foreground statements rises over twice its floor, the sweeper's batches
+// shrink instead of growing toward the target, and every row is still
+// deleted.
+func TestForegroundLatencyPaces(t *testing.T) {
+	e := setup(t)
+	createSessions(t, e, "fg", 5000, 10, 0)
+	var calls int
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("fg")}, BatchSize: 1000,
+		// Far above any batch's time: without the foreground signal every
+		// batch would double.
+		TargetBatchDuration: 10 * time.Second,
+		ForegroundLatency: func() time.Duration {
+			calls++
+			if calls == 1 {
+				return 2 * time.Millisecond
+			}
+			return 20 * time.Millisecond // the foreground queues
+		}})
+	var sizes []int64
+	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if got := res.Deleted["public.fg"]; got != 5000 {
+		t.Errorf("deleted %d, want 5000", got)
+	}
+	// 1000, then 2000 (the first sample sets the floor), then halving:
+	// 1000, 500, 250, 125, 62, 31, 15, 10, 10, ...
+	if len(sizes) < 4 || sizes[0] != 1000 || sizes[1] != 2000 || sizes[2] != 1000 || sizes[3] != 500 {
+		t.Errorf("batch sizes %v, want 1000, 2000, then halving", sizes)
+	}
+	if got := testutil.ToFloat64(s.m.batchSize.WithLabelValues("public.fg")); got != minBatchSize {
+		t.Errorf("batch_size gauge %v, want %d", got, minBatchSize)
 	}
 }

@@ -549,12 +549,16 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		s.m.batchDuration.WithLabelValues(t.name).Observe(took.Seconds())
 		s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
 		s.m.batches.WithLabelValues(t.name).Inc()
+		var fg time.Duration
+		if s.cfg.ForegroundLatency != nil {
+			fg = s.cfg.ForegroundLatency()
+		}
 		tr.mu.Lock()
 		tr.streak = 0
 		tr.deleted += n
 		tr.batches++
-		nextSize, wait := tr.pace.next(size, n, took, full)
-		if tr.pace.target > 0 && !tr.shrunk {
+		nextSize, wait := tr.pace.next(size, n, took, full, fg)
+		if (tr.pace.target > 0 || nextSize < size) && !tr.shrunk {
 			s.setBatchSize(t.name, nextSize)
 		}
 		tr.mu.Unlock()

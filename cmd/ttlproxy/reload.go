@@ -159,6 +159,7 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 		swc.Workers = sc.Workers
 	}
 	swc.CDCOrigin = sc.CDCOrigin
+	swc.ForegroundLatency = s.foregroundLatency
 	sw, err := sweeper.New(swc)
 	if err != nil {
 		return nil, err
