@@ -34,6 +34,9 @@ type RunResult struct {
 	Batches map[string]int
 	// Errors holds the error that ended a table's sweep in this run.
 	Errors map[string]error
+	// LongestBatch is the duration of the table's longest completed batch
+	// (its transaction, as the sweeper timed it).
+	LongestBatch map[string]time.Duration
 }
 
 // Sweeper deletes expired rows of its rules' tables in the background. Create
@@ -266,7 +269,8 @@ func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
 func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	res := RunResult{Deleted: map[string]int64{}, Batches: map[string]int{}, Errors: map[string]error{}}
+	res := RunResult{Deleted: map[string]int64{}, Batches: map[string]int{}, Errors: map[string]error{},
+		LongestBatch: map[string]time.Duration{}}
 	if s.stopping() {
 		return res, ErrStopped
 	}
@@ -336,9 +340,10 @@ func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, 
 	for _, t := range targets(r) {
 		tlog := log.With(slog.String("table", t.name))
 		start := time.Now()
-		n, batches, err := s.sweepTarget(ctx, tlog, t, cutoff, d)
+		n, batches, longest, err := s.sweepTarget(ctx, tlog, t, cutoff, d)
 		res.Deleted[t.name] += n
 		res.Batches[t.name] += batches
+		res.LongestBatch[t.name] = max(res.LongestBatch[t.name], longest)
 		if stop := s.endsRun(ctx, err); stop != nil {
 			return stop
 		}
@@ -392,6 +397,7 @@ type tableRun struct {
 	pace     pacer
 	deleted  int64
 	batches  int
+	longest  time.Duration // the longest completed batch
 	skipped  int
 	timeouts int  // in this run
 	streak   int  // consecutive timeouts
@@ -417,18 +423,19 @@ func (tr *tableRun) fail(err error) {
 
 // sweepTarget deletes t's doomed rows slice by slice, batch by batch, with
 // Workers slices at a time, until each slice's batch comes back short. It
-// returns the rows deleted and batches done also on error.
-func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, error) {
+// returns the rows deleted, the batches done and the longest batch's
+// duration also on error.
+func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, time.Duration, error) {
 	slices, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	tr := &tableRun{t: t, log: log, pace: pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}}
 	backlog, _, err := s.countDoomed(ctx, t, cutoff)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	s.m.backlog.WithLabelValues(t.name).Set(float64(backlog))
 	defer func() {
@@ -461,7 +468,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 	}
 	wg.Wait()
 	if tr.err != nil {
-		return tr.deleted, tr.batches, tr.err
+		return tr.deleted, tr.batches, tr.longest, tr.err
 	}
 	if !tr.shrunk && tr.pace.target <= 0 {
 		// A clean run earns back half of what timeouts took away.
@@ -475,7 +482,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		}
 		s.sizeMu.Unlock()
 	}
-	return tr.deleted, tr.batches, nil
+	return tr.deleted, tr.batches, tr.longest, nil
 }
 
 // sweepSliceHeld sweeps slice i of tr's table when no other instance holds
@@ -557,6 +564,7 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		tr.streak = 0
 		tr.deleted += n
 		tr.batches++
+		tr.longest = max(tr.longest, took)
 		nextSize, wait := tr.pace.next(size, n, took, full, fg)
 		if (tr.pace.target > 0 || nextSize < size) && !tr.shrunk {
 			s.setBatchSize(t.name, nextSize)

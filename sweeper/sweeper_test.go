@@ -48,6 +48,9 @@ func TestBatching(t *testing.T) {
 	if got := res.Deleted["public.big"]; got != 2500 {
 		t.Errorf("Deleted = %d, want 2500", got)
 	}
+	if got := res.LongestBatch["public.big"]; got <= 0 || got > 2*time.Minute {
+		t.Errorf("LongestBatch = %v, want the longest of 3 batches", got)
+	}
 	if got := res.Batches["public.big"]; got != 3 {
 		t.Errorf("Batches = %d, want 3 (sizes %v)", got, sizes)
 	}

@@ -61,7 +61,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	res, err := sw.RunOnce(ctx)
 	elapsed := time.Since(start)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tDELETED\tBATCHES\tERROR")
+	fmt.Fprintln(tw, "TABLE\tDELETED\tBATCHES\tLONGEST BATCH\tERROR")
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range res.Deleted {
 			if !yield(k) {
@@ -73,7 +73,8 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if res.Errors[name] != nil {
 			e = res.Errors[name].Error()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, res.Deleted[name], res.Batches[name], e)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", name, res.Deleted[name], res.Batches[name],
+			res.LongestBatch[name].Round(time.Millisecond/10), e)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(stdout, "elapsed %s\n", elapsed.Round(time.Millisecond))

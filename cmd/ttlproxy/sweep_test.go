@@ -53,7 +53,7 @@ func TestSweepCommand(t *testing.T) {
 		t.Fatalf("--dry-run deleted rows: %d left", n)
 	}
 	code, out, errOut = runCmd(t, ctx, "sweep", "--config", p, "--once")
-	if code != 0 || !strings.Contains(out, "public.sessions  300") {
+	if code != 0 || !strings.Contains(out, "public.sessions  300") || !strings.Contains(out, "LONGEST BATCH") {
 		t.Fatalf("--once: %d\n%s%s", code, out, errOut)
 	}
 	if n := count(); n != 200 {

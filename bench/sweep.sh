@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# The sweeper against one bulk DELETE of the same expired rows, with and
+# without an index on the expiry column, in one run against one throw-away
+# cluster (issue 8's goal 1: at least 0.7x the bulk DELETE's rows per second
+# with the index, 0.5x without, every sweeper transaction within 100 ms).
+#
+#   bench/sweep.sh                   # 1,000,000 rows, half of them expired
+#   ROWS=100000 bench/sweep.sh       # a quick check
+#
+# For each case two identical tables are built (ROWS rows, every second one
+# expired an hour ago, the others live for an hour, VACUUM ANALYZE); one is
+# emptied of its expired rows by `DELETE FROM bulk WHERE expires_at < now()`,
+# the other by `ttlproxy sweep --once` with the default sweeper settings
+# (plus SWEEPER_YAML). The ratio is the bulk DELETE's time over the
+# sweeper's (the same rows, so rows per second: 1 is as fast as bulk). Both
+# are wall-clock times of a command (psql -c, ttlproxy sweep --once), start
+# and connection included; the sweeper's longest batch is its longest
+# transaction.
+#
+# Environment:
+#   ROWS          rows per table (default 1000000)
+#   SWEEPER_YAML  extra sweeper keys, YAML flow style without braces,
+#                 e.g. "workers: 2, target_batch_duration: 20ms"
+#   PG_BINDIR     directory of initdb/pg_ctl (default: PATH, then the newest
+#                 /usr/lib/postgresql/*/bin)
+#   KEEP=1        keep the work directory (logs) after the run
+set -euo pipefail
+
+ROWS=${ROWS:-1000000}
+SWEEPER_YAML=${SWEEPER_YAML:-}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttlproxy-sweep.XXXXXX")
+DATA=$WORK/data
+PG_STARTED=
+
+log() { printf '== %s\n' "$*" >&2; }
+die() { printf 'sweep.sh: %s\n' "$*" >&2; exit 1; }
+
+# as_pg runs a command as the postgres OS user when we are root: the server
+# refuses to run as root.
+as_pg() {
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+cleanup() {
+	if [ -n "$PG_STARTED" ]; then
+		as_pg "$BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1 || true
+	fi
+	if [ "${KEEP:-}" = 1 ]; then
+		log "kept $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+find_bindir() {
+	if [ -n "${PG_BINDIR:-}" ]; then
+		echo "$PG_BINDIR"
+		return
+	fi
+	if command -v initdb >/dev/null 2>&1; then
+		dirname "$(readlink -f "$(command -v initdb)")"
+		return
+	fi
+	local d
+	d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -n | tail -1)
+	[ -n "$d" ] || die "PostgreSQL server binaries not found (install postgresql or set PG_BINDIR)"
+	echo "$d"
+}
+
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p
+	for _ in $(seq 200); do
+		p=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return
+		fi
+	done
+	die "no free port found"
+}
+
+now_ms() { date +%s%3N; }
+
+command -v psql >/dev/null || die "psql not found (install postgresql-client)"
+command -v go >/dev/null || die "go not found: needed to build ttlproxy"
+BIN=$(find_bindir)
+[ -x "$BIN/initdb" ] || die "$BIN/initdb not found"
+if [ "$(id -u)" = 0 ]; then
+	id postgres >/dev/null 2>&1 || die "running as root needs a postgres OS user"
+	chmod 755 "$WORK"
+	chown postgres "$WORK"
+fi
+
+log "building ttlproxy"
+(cd "$ROOT" && go build -o "$WORK/ttlproxy" ./cmd/ttlproxy)
+
+PGPORT=$(free_port)
+log "starting PostgreSQL ($BIN) on port $PGPORT"
+as_pg "$BIN/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale C --no-sync >"$WORK/initdb.log" 2>&1 ||
+	die "initdb failed: $(cat "$WORK/initdb.log")"
+# autovacuum off: a vacuum starting between the two deletes would favour one.
+as_pg "$BIN/pg_ctl" -D "$DATA" -l "$WORK/postgres.log" -w -t 60 start \
+	-o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c autovacuum=off -c shared_buffers=256MB" >/dev/null ||
+	die "PostgreSQL did not start: $(cat "$WORK/postgres.log")"
+PG_STARTED=1
+
+psql_q() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+psql_q -d postgres -c "CREATE DATABASE bench"
+DSN="postgres://postgres@127.0.0.1:$PGPORT/bench?sslmode=disable"
+
+cat >"$WORK/sweep.yaml" <<EOF
+upstream: 127.0.0.1:$PGPORT
+sweeper: {dsn: '$DSN'${SWEEPER_YAML:+, $SWEEPER_YAML}}
+tables:
+  - table: swept
+EOF
+
+# build TABLE INDEXED creates TABLE with ROWS rows, half of them expired.
+build() {
+	local t=$1 indexed=$2
+	psql_q -d bench <<SQL
+DROP TABLE IF EXISTS $t;
+CREATE TABLE $t (id bigint PRIMARY KEY, expires_at timestamptz, note text);
+INSERT INTO $t SELECT g, CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' ELSE now() + interval '1 hour' END, 'n'
+	FROM generate_series(1, $ROWS) AS g;
+SQL
+	if [ "$indexed" = 1 ]; then
+		psql_q -d bench -c "CREATE INDEX ON $t (expires_at)"
+	fi
+	psql_q -d bench -c "VACUUM ANALYZE $t"
+}
+
+RESULTS=()
+for indexed in 1 0; do
+	label="index"
+	[ "$indexed" = 1 ] || label="no index"
+	log "$label: building two tables of $ROWS rows"
+	build bulk "$indexed"
+	build swept "$indexed"
+	psql_q -d bench -c CHECKPOINT
+
+	log "$label: bulk DELETE"
+	start=$(now_ms)
+	psql_q -d bench -c "DELETE FROM bulk WHERE expires_at < now()"
+	bulk_ms=$(($(now_ms) - start))
+
+	log "$label: ttlproxy sweep --once"
+	start=$(now_ms)
+	out=$("$WORK/ttlproxy" sweep --config "$WORK/sweep.yaml" --once --log-level warn 2>"$WORK/sweep-$indexed.log") || {
+		printf '%s\n' "$out" >&2
+		die "ttlproxy sweep failed: $(cat "$WORK/sweep-$indexed.log")"
+	}
+	sweep_ms=$(($(now_ms) - start))
+	printf '%s\n' "$out" >"$WORK/sweep-$indexed.out"
+	# TABLE DELETED BATCHES LONGEST-BATCH [ERROR]
+	row=$(printf '%s\n' "$out" | awk '$1 == "public.swept" {print $2, $3, $4}')
+	read -r deleted batches longest <<<"$row"
+	[ "$deleted" = $((ROWS / 2)) ] || die "the sweeper deleted $deleted rows, want $((ROWS / 2)): $out"
+	left=$(psql_q -d bench -At -c "SELECT count(*) FROM swept WHERE expires_at < now()")
+	[ "$left" = 0 ] || die "$left expired rows left after the sweep"
+	ratio=$(awk -v b="$bulk_ms" -v s="$sweep_ms" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
+	RESULTS+=("| $label | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $batches | $longest | ${ratio}x |")
+done
+
+printf '\n| case | rows | expired | bulk DELETE | sweeper | batches | longest batch | sweeper/bulk (rows/s) |\n'
+printf '|---|---|---|---|---|---|---|---|\n'
+printf '%s\n' "${RESULTS[@]}"
+printf '\nPostgreSQL %s, %s cores, sweeper settings: defaults%s\n' \
+	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "${SWEEPER_YAML:+ + $SWEEPER_YAML}"
