@@ -143,6 +143,9 @@ type Sweeper struct {
 	// Workers is the number of slices of a table swept at once; 0:
 	// sweeper.DefaultWorkers.
 	Workers int
+	// DropExpiredPartitions detaches and drops the expired partitions of
+	// tables range-partitioned on their expiry column.
+	DropExpiredPartitions bool
 	// CDCOrigin is the replication origin the sweeper's deletes carry, so
 	// that change-data-capture consumers can filter them; "" is none.
 	CDCOrigin string
@@ -405,7 +408,7 @@ func parseLimits(v field, l *Limits) error {
 
 func parseSweeper(v field) (*Sweeper, error) {
 	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout",
-		"target_batch_duration", "max_batch_size", "workers", "cdc_origin")
+		"target_batch_duration", "max_batch_size", "workers", "drop_expired_partitions", "cdc_origin")
 	if err != nil {
 		return nil, err
 	}
@@ -452,6 +455,11 @@ func parseSweeper(v field) (*Sweeper, error) {
 	}
 	if x, ok := f["workers"]; ok {
 		if s.Workers, err = x.positiveInt(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["drop_expired_partitions"]; ok {
+		if s.DropExpiredPartitions, err = x.boolean(); err != nil {
 			return nil, err
 		}
 	}

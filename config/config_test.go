@@ -61,6 +61,7 @@ sweeper:
   target_batch_duration: 20ms
   max_batch_size: 5000
   workers: 4
+  drop_expired_partitions: true
   cdc_origin: ttlproxy_sweeper
 `
 	got, err := Parse([]byte(doc))
@@ -93,15 +94,16 @@ sweeper:
 				SidecarTable: "carts_ttl", KeyColumns: []string{"tenant_id", "CartID"}, DefaultTTL: 30 * time.Minute},
 		},
 		Sweeper: &Sweeper{
-			DSN:                 "postgres://ttl_sweeper@127.0.0.1:5432/app",
-			Interval:            2 * time.Minute,
-			BatchSize:           500,
-			BatchPause:          new(time.Duration),
-			BatchTimeout:        10 * time.Second,
-			TargetBatchDuration: new(20 * time.Millisecond),
-			MaxBatchSize:        5000,
-			Workers:             4,
-			CDCOrigin:           "ttlproxy_sweeper",
+			DSN:                   "postgres://ttl_sweeper@127.0.0.1:5432/app",
+			Interval:              2 * time.Minute,
+			BatchSize:             500,
+			BatchPause:            new(time.Duration),
+			BatchTimeout:          10 * time.Second,
+			TargetBatchDuration:   new(20 * time.Millisecond),
+			MaxBatchSize:          5000,
+			Workers:               4,
+			DropExpiredPartitions: true,
+			CDCOrigin:             "ttlproxy_sweeper",
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -249,6 +251,7 @@ func TestParseErrors(t *testing.T) {
 		{"sweeper empty", up + "sweeper:\n", "sweeper: expected a mapping, got nothing"},
 		{"sweeper unknown", up + "sweeper: {dsn: x, worker: 2}\n", "sweeper.worker: unknown key (line 2)"},
 		{"sweeper workers", up + "sweeper: {dsn: x, workers: 0}\n", "sweeper.workers: must be positive, got 0"},
+		{"sweeper drop partitions", up + "sweeper: {dsn: x, drop_expired_partitions: 1}\n", `sweeper.drop_expired_partitions: expected true or false, got "1"`},
 		{"sweeper cdc origin empty", up + "sweeper: {dsn: x, cdc_origin: ''}\n", "sweeper.cdc_origin: must not be empty"},
 		{"sweeper cdc origin long", up + "sweeper: {dsn: x, cdc_origin: " + strings.Repeat("o", 513) + "}\n", "sweeper.cdc_origin: a replication origin name is at most 512 bytes, got 513"},
 		{"sweeper interval", up + "sweeper: {dsn: x, interval: 0s}\n", `sweeper.interval: must be positive, got "0s"`},

@@ -63,6 +63,10 @@ type Config struct {
 	// Workers is the number of slices of one table swept at once, each on
 	// connections of its own (two per worker); 0 means DefaultWorkers.
 	Workers int
+	// DropExpiredPartitions makes a run first detach and drop the
+	// partitions of a column rule's table, range-partitioned on its expiry
+	// column, whose upper bound is expired (partition.go).
+	DropExpiredPartitions bool
 	// ForegroundLatency, when set, reports the latency of the foreground
 	// statements the proxy relays now (for example a moving median over the
 	// last seconds); 0 means unknown. It is called after every batch, from

@@ -28,6 +28,8 @@ type metrics struct {
 	slicesHeld    *prometheus.GaugeVec
 	slicesSkipped *prometheus.CounterVec
 	backlog       *prometheus.GaugeVec
+	// partitionsDropped counts expired partitions detached and dropped.
+	partitionsDropped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -88,13 +90,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: name("backlog_rows"),
 		Help: "Expired rows of the table left to delete: counted at the start of the table's sweep (exact up to 100,000, the planner's estimate above), less the rows deleted since.",
 	}, []string{"table"})
+	m.partitionsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: name("partitions_dropped_total"),
+		Help: "Expired partitions detached and dropped instead of swept row by row (drop_expired_partitions).",
+	}, []string{"table"})
 	if reg == nil {
 		return m, nil
 	}
 	var done []prometheus.Collector
 	for _, c := range []prometheus.Collector{
 		m.rowsDeleted, m.batches, m.errors, m.runs, m.runDuration, m.lastRun, m.oldestExpired,
-		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped, m.backlog,
+		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped, m.backlog, m.partitionsDropped,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {

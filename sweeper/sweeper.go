@@ -36,7 +36,9 @@ type RunResult struct {
 	Errors map[string]error
 	// LongestBatch is the duration of the table's longest completed batch
 	// (its transaction, as the sweeper timed it).
-	LongestBatch map[string]time.Duration
+	LongestBatch map[string]time.Duration // PartitionsDropped is the number of expired partitions of the table
+	// detached and dropped (Config.DropExpiredPartitions).
+	PartitionsDropped map[string]int
 }
 
 // Sweeper deletes expired rows of its rules' tables in the background. Create
@@ -270,7 +272,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
 	res := RunResult{Deleted: map[string]int64{}, Batches: map[string]int{}, Errors: map[string]error{},
-		LongestBatch: map[string]time.Duration{}}
+		LongestBatch: map[string]time.Duration{}, PartitionsDropped: map[string]int{}}
 	if s.stopping() {
 		return res, ErrStopped
 	}
@@ -337,6 +339,18 @@ func (s *Sweeper) begin(ctx context.Context) (time.Time, dialect, error) {
 // sweepRule sweeps one rule's targets and records the outcome in res. It
 // returns an error only when the run must end (stopped or cancelled).
 func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, cutoff time.Time, d dialect, res *RunResult) error {
+	if s.cfg.DropExpiredPartitions && d == dialectPostgres {
+		n, err := s.dropExpiredPartitions(ctx, log, r, cutoff)
+		res.PartitionsDropped[r.QualifiedName()] += n
+		if stop := s.endsRun(ctx, err); stop != nil {
+			return stop
+		}
+		if err != nil {
+			// The rows of the partitions left are swept as usual.
+			s.m.errors.WithLabelValues(r.QualifiedName()).Inc()
+			log.Error("dropping expired partitions failed", slog.String("table", r.QualifiedName()), slog.Any("error", err))
+		}
+	}
 	for _, t := range targets(r) {
 		tlog := log.With(slog.String("table", t.name))
 		start := time.Now()

@@ -158,6 +158,7 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	if sc.Workers > 0 {
 		swc.Workers = sc.Workers
 	}
+	swc.DropExpiredPartitions = sc.DropExpiredPartitions
 	swc.CDCOrigin = sc.CDCOrigin
 	swc.ForegroundLatency = s.foregroundLatency
 	sw, err := sweeper.New(swc)
