@@ -30,6 +30,9 @@ type Server struct {
 	sslMode     string
 	upstreamTLS *tls.Config
 
+	// latency holds the sessions' recent busy periods (latency.go).
+	latency *latencyWindow
+
 	nextID atomic.Uint64
 	// active counts the client connections open (MaxClientConnections).
 	active atomic.Int64
@@ -49,6 +52,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		sessions: make(map[*session]struct{}),
+		latency:  newLatencyWindow(),
 	}
 	s.set.Store(newRuleSet(&cfg, 1))
 	m, err := newMetrics(cfg.Registerer, func() *rewrite.Rewriter { return s.set.Load().rw })

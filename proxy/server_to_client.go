@@ -65,6 +65,10 @@ func (s *session) serverToClient() error {
 				// in COPY mode is the other way round): resynchronise.
 				s.pending.CompareAndSwap(v, 0)
 			}
+			if v == 0 {
+				now := monoNow()
+				s.srv.latency.observe(now, time.Duration(now-s.busySince.Load()))
+			}
 			if v <= 0 {
 				s.noteIdle()
 				if t := s.rs.Load().idleSessionTimeout; t > 0 && status == 'I' {

@@ -80,8 +80,11 @@ type session struct {
 	// pending counts the ReadyForQuery messages the server still owes: one
 	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
 	// closedMark once the session is closing.
-	pending  atomic.Int64
-	shutdown atomic.Bool
+	pending atomic.Int64
+	// busySince is when pending last rose from 0 (monoNow), the start of
+	// a foreground latency sample (latency.go).
+	busySince atomic.Int64
+	shutdown  atomic.Bool
 	// closing marks a deliberate close: losing the upstream is not an error.
 	closing atomic.Bool
 	// fatal is the ErrorResponse serverToClient sends the client before
@@ -373,6 +376,9 @@ func (s *session) expect() bool {
 			return false
 		}
 		if s.pending.CompareAndSwap(v, v+1) {
+			if v == 0 {
+				s.busySince.Store(monoNow())
+			}
 			s.expected++
 			return true
 		}

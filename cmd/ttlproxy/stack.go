@@ -162,14 +162,15 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 }
 
 // foregroundLatency is the sweeper's foreground pacing signal
-// (sweeper.Config.ForegroundLatency): the latency of the statements the
-// proxy relays. The proxy does not measure it yet, so it reports 0, "no
-// signal", and the sweeper paces on its own batch times alone. What the
-// proxy must provide: a method safe for concurrent use that returns at once
-// (an atomic read) the median time, over the last few seconds, from
-// relaying a client's Query or Sync upstream to relaying the server's
-// ReadyForQuery back, and 0 when no statement completed in that window.
-func (s *stack) foregroundLatency() time.Duration { return 0 }
+// (sweeper.Config.ForegroundLatency): the median latency of the exchanges
+// the proxy relayed over the last seconds (proxy.Server.ForegroundLatency).
+// A sweep without a proxy (ttlproxy sweep) has no signal: 0.
+func (s *stack) foregroundLatency() time.Duration {
+	if s.proxy == nil {
+		return 0
+	}
+	return s.proxy.ForegroundLatency()
+}
 
 // adminHandler serves /metrics, /healthz (the process is up) and /readyz (the
 // upstream server accepts TCP connections and no shutdown is under way).

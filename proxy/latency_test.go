@@ -1,0 +1,90 @@
+package proxy
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+)
+
+func TestLatencyBuckets(t *testing.T) {
+	prev := -1
+	for us := time.Duration(0); us < 40*time.Second; us = us*9/8 + time.Microsecond {
+		b := latencyBucket(us)
+		if b < prev {
+			t.Fatalf("bucket of %s is %d, below the %d of a shorter duration", us, b, prev)
+		}
+		prev = b
+		low := latencyBucketLow(b)
+		if low > us {
+			t.Fatalf("%s is in bucket %d, whose lower bound is %s", us, b, low)
+		}
+		if b < latencyBuckets-1 && us >= 4*time.Microsecond && float64(us) >= 1.25*float64(low)+float64(time.Microsecond) {
+			t.Fatalf("%s is in bucket %d, whose lower bound %s is more than 25%% below it", us, b, low)
+		}
+	}
+	if got := latencyBucket(time.Hour); got != latencyBuckets-1 {
+		t.Fatalf("an hour is in bucket %d, want the last, %d", got, latencyBuckets-1)
+	}
+}
+
+func TestLatencyWindowMedian(t *testing.T) {
+	w := newLatencyWindow()
+	sec := int64(time.Second)
+	now := 100 * sec
+	if got := w.median(now); got != 0 {
+		t.Fatalf("empty window: median %s, want 0", got)
+	}
+	for range 10 {
+		w.observe(now, time.Millisecond)
+	}
+	for range 9 {
+		w.observe(now+sec/2, 50*time.Millisecond)
+	}
+	if got := w.median(now + sec/2); got < 800*time.Microsecond || got > time.Millisecond {
+		t.Fatalf("10×1ms and 9×50ms: median %s, want about 1ms", got)
+	}
+	for range 2 {
+		w.observe(now+sec, 50*time.Millisecond)
+	}
+	if got := w.median(now + sec); got < 40*time.Millisecond || got > 50*time.Millisecond {
+		t.Fatalf("10×1ms and 11×50ms: median %s, want about 50ms", got)
+	}
+	// Samples older than the window no longer count; a slot reused for a
+	// later second starts empty.
+	if got := w.median(now + latencyWindowSeconds*sec); got < 40*time.Millisecond {
+		t.Fatalf("after the 1ms second left the window: median %s, want about 50ms", got)
+	}
+	if got := w.median(now + (latencyWindowSeconds+1)*sec); got != 0 {
+		t.Fatalf("after every sample left the window: median %s, want 0", got)
+	}
+	w.observe(now+latencySlots*sec, 3*time.Millisecond)
+	if got := w.median(now + latencySlots*sec); got < 2500*time.Microsecond || got > 3*time.Millisecond {
+		t.Fatalf("one 3ms sample in a reused slot: median %s, want about 3ms", got)
+	}
+}
+
+// TestForegroundLatency: the proxy reports the time the server takes to
+// answer the statements it relays, in both protocols, and nothing for a
+// session that only connected.
+func TestForegroundLatency(t *testing.T) {
+	parallel(t)
+	p := startProxy(t, Config{})
+	db := pgtest.NewDatabase(t)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := p.connect(t, db, mode)
+		if got := p.srv.ForegroundLatency(); got != 0 && mode == pgx.QueryExecModeSimpleProtocol {
+			t.Fatalf("after connecting only: %s, want 0", got)
+		}
+		for range 3 {
+			mustExec(t, conn, "SELECT pg_sleep(0.06)")
+		}
+		if got := p.srv.ForegroundLatency(); got < 45*time.Millisecond || got > time.Second {
+			t.Fatalf("%v: three statements of 60ms: median %s, want about 60ms", mode, got)
+		}
+		conn.Close(context.Background())
+	}
+}
