@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
+	"github.com/ttlproxy/ttlproxy/sweeper"
+)
+
+// runMainEnv makes the test binary run ttlproxy's main instead of the tests,
+// so that a test can start ttlproxy processes and kill them.
+const runMainEnv = "TTLPROXY_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// instance is a `ttlproxy serve` process started by the test.
+type instance struct {
+	name  string
+	admin string
+	cmd   *exec.Cmd
+	out   bytes.Buffer
+}
+
+// startInstance runs `ttlproxy serve --config cfg` as a process of its own;
+// its sweeper connects with application_name name (PGAPPNAME).
+func startInstance(t *testing.T, ctx context.Context, name, cfg string) *instance {
+	t.Helper()
+	in := &instance{name: name, admin: freeAddr(t)}
+	in.cmd = exec.CommandContext(ctx, os.Args[0], "serve", "--config", cfg, "--admin-listen", in.admin)
+	in.cmd.Env = append(os.Environ(), runMainEnv+"=1", "PGAPPNAME="+name)
+	in.cmd.Stdout, in.cmd.Stderr = &in.out, &in.out
+	if err := in.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = in.cmd.Process.Kill()
+		_ = in.cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s's output:\n%s", name, in.out.String())
+		}
+	})
+	waitHTTP(t, "http://"+in.admin+"/healthz")
+	return in
+}
+
+// tables returns the instance's sweeper state per table (/status).
+func (in *instance) tables(t *testing.T) map[string]sweeper.TableStatus {
+	t.Helper()
+	resp, err := http.Get("http://" + in.admin + "/status")
+	if err != nil {
+		t.Fatalf("%s: %v", in.name, err)
+	}
+	defer resp.Body.Close()
+	var st adminStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("%s: /status: %v", in.name, err)
+	}
+	m := map[string]sweeper.TableStatus{}
+	for _, ts := range st.Sweeper.Tables {
+		m[ts.Table] = ts
+	}
+	return m
+}
+
+// TestInstancesShareSweeping: three `ttlproxy serve` processes with one
+// configuration sweep one database. They never delete from the same slice
+// at the same time (the small tables are one slice each; the big one, read
+// sequentially because every row is expired, is cut into block slices),
+// together they sweep every table, and when one sweeping the big table is
+// killed with SIGKILL the others take its slice over at their next run. A
+// statement-level trigger logs every DELETE with the instance's
+// application_name, its transaction's start and end and the range of ids it
+// deleted, which is what the checks read.
+func TestInstancesShareSweeping(t *testing.T) {
+	needPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	dsn := cluster.ConnString("postgres")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	do := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := conn.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	do(`CREATE TABLE sweep_log (tbl text, pid int, app text, started timestamptz, ended timestamptz, n bigint, min_id bigint, max_id bigint)`)
+	do(`CREATE FUNCTION log_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			INSERT INTO sweep_log SELECT TG_TABLE_NAME, pg_backend_pid(), current_setting('application_name'),
+				transaction_timestamp(), clock_timestamp(), count(*), min(id), max(id) FROM old_rows;
+			RETURN NULL;
+		END $$`)
+	const big, small = 300_000, 1000
+	names := []string{"t1", "t2", "t3", "t4", "t5", "t6"}
+	for i, tbl := range names {
+		n := small
+		if i == 0 {
+			n = big
+		}
+		do(fmt.Sprintf(`CREATE TABLE %s (id bigserial PRIMARY KEY, expires_at timestamptz)`, tbl))
+		do(fmt.Sprintf(`INSERT INTO %s (expires_at) SELECT now() - interval '1 hour' FROM generate_series(1, %d)`, tbl, n))
+		do(fmt.Sprintf(`CREATE INDEX ON %s (expires_at)`, tbl))
+		do(fmt.Sprintf(`CREATE TRIGGER log_delete AFTER DELETE ON %s REFERENCING OLD TABLE AS old_rows
+			FOR EACH STATEMENT EXECUTE FUNCTION log_delete()`, tbl))
+	}
+	do("ANALYZE")
+	expiredBefore := func(tbl string, at time.Time) int {
+		t.Helper()
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+tbl+" WHERE expires_at < $1", at).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	addExpired := func() time.Time {
+		t.Helper()
+		for _, tbl := range names[1:] {
+			do(fmt.Sprintf(`INSERT INTO %s (expires_at) SELECT now() - interval '1 hour' FROM generate_series(1, %d)`, tbl, small))
+		}
+		return time.Now()
+	}
+
+	// Small batches with a pause make the big table take a few seconds, so
+	// that an instance holds it long enough to be killed while it does.
+	const interval = 2 * time.Second
+	cfg := writeFile(t, "instances.yaml", fmt.Sprintf(`upstream: %s
+listen: 127.0.0.1:%d
+listen_reuseport: true
+sweeper:
+  dsn: '%s'
+  interval: %s
+  max_batch_size: 2000
+  batch_pause: 10ms
+tables:
+  - table: t1
+  - table: t2
+  - table: t3
+  - table: t4
+  - table: t5
+  - table: t6
+`, cluster.Addr(), freePort(t), dsn, interval))
+	started := time.Now()
+	var ins []*instance
+	for _, name := range []string{"sweeper_a", "sweeper_b", "sweeper_c"} {
+		ins = append(ins, startInstance(t, ctx, name, cfg))
+	}
+
+	// Wait for an instance to hold the big table, mid-sweep.
+	var holder *instance
+	for holder == nil {
+		if ctx.Err() != nil {
+			t.Fatal("no instance started sweeping the big table")
+		}
+		for _, in := range ins {
+			if in.tables(t)["public.t1"].SlicesHeld > 0 {
+				holder = in
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Every other table is swept meanwhile, by whichever instance gets it.
+	covered := addExpired()
+	for _, tbl := range names[1:] {
+		for expiredBefore(tbl, covered) > 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s was not swept while %s held t1", tbl, holder.name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t.Logf("while %s swept t1, the other tables' new expired rows were gone %s after they were added",
+		holder.name, time.Since(covered).Round(time.Millisecond))
+
+	// Kill the holder; its sessions end and its lock with them.
+	if left := expiredBefore("t1", time.Now()); left == 0 {
+		t.Fatalf("t1 was swept completely before %s could be killed holding it: make it bigger", holder.name)
+	}
+	added := addExpired()
+	if err := holder.cmd.Process.Signal(os.Kill); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	_ = holder.cmd.Wait()
+	var survivors []*instance
+	for _, in := range ins {
+		if in != holder {
+			survivors = append(survivors, in)
+		}
+	}
+	var gone time.Time
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", holder.name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			gone = time.Now()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the server kept %s's sessions", holder.name)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The survivors' next runs (each one that starts once the killed
+	// instance's sessions are gone) sweep everything, t1 included.
+	for _, in := range survivors {
+		for {
+			all := true
+			for _, tbl := range names {
+				if ts := in.tables(t)["public."+tbl]; !ts.LastSwept.After(gone) || ts.SlicesHeld > 0 {
+					all = false
+				}
+			}
+			if all {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s did not finish a run after %s was killed", in.name, holder.name)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, tbl := range names {
+		at := added
+		if tbl == "t1" {
+			at = killed
+		}
+		if n := expiredBefore(tbl, at); n > 0 {
+			t.Errorf("%s: %d expired rows left after the survivors' next runs", tbl, n)
+		}
+	}
+	// The killed instance's slice: the rows it deleted, and the rows after
+	// them that it did not reach. (Rows were inserted in id order, so a
+	// slice of blocks is a range of ids.)
+	var killedMin, killedMax int64
+	if err := conn.QueryRow(ctx, `SELECT min(min_id), max(max_id) FROM sweep_log WHERE tbl = 't1' AND app = $1`,
+		holder.name).Scan(&killedMin, &killedMax); err != nil {
+		t.Fatal(err)
+	}
+	var takeover, cleared time.Time
+	if err := conn.QueryRow(ctx, `SELECT min(started) FROM sweep_log WHERE tbl = 't1' AND app <> $1 AND started > $2
+		AND min_id <= $4 + 1 AND max_id >= $3`, holder.name, killed, killedMin, killedMax).Scan(&takeover); err != nil {
+		t.Fatalf("nobody took %s's slice of t1 over: %v", holder.name, err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT max(ended) FROM sweep_log WHERE tbl = 't1'`).Scan(&cleared); err != nil {
+		t.Fatal(err)
+	}
+	var slices int
+	if err := conn.QueryRow(ctx, `SELECT ceil(pg_relation_size('t1') / (1024 * 8192.0))`).Scan(&slices); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("t1: %d block slices; %s killed at +%s holding one; its sessions were gone after %s; another instance's first batch in its slice began %s after the kill (interval %s); t1 was clear %s after the kill",
+		slices, holder.name, killed.Sub(started).Round(time.Millisecond), gone.Sub(killed).Round(time.Millisecond),
+		takeover.Sub(killed).Round(time.Millisecond), interval, cleared.Sub(killed).Round(time.Millisecond))
+
+	// Never two instances in one slice at once: no two DELETE transactions
+	// of different instances on one table overlap in time and in ids.
+	var overlaps int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM sweep_log a JOIN sweep_log b
+		ON a.tbl = b.tbl AND a.app < b.app AND a.started < b.ended AND b.started < a.ended
+		AND a.min_id <= b.max_id AND b.min_id <= a.max_id`).Scan(&overlaps); err != nil {
+		t.Fatal(err)
+	}
+	if overlaps > 0 {
+		t.Errorf("%d pairs of DELETE transactions of different instances overlapped in one slice", overlaps)
+	}
+	rows, err := conn.Query(ctx, `SELECT app, count(DISTINCT tbl), sum(n) FROM sweep_log GROUP BY app ORDER BY app`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var app string
+		var tables int
+		var n int64
+		if err := rows.Scan(&app, &tables, &n); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s deleted %d rows from %d tables", app, n, tables)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
