@@ -17,19 +17,21 @@ import (
 // contributes one sample per pipeline. Time the client takes to read the
 // answer is included only as far as it stalls the server's writes.
 //
-// Samples go into one log-spaced histogram per second (four buckets per
-// doubling, so a reported value is within 25% of the true one, from 4µs to
-// about 30s); ForegroundLatency reads the median of the last
-// latencyWindowSeconds. The cost per statement is two monotonic clock reads
-// and a short critical section.
+// Samples go into one log-spaced histogram per quarter second (eight
+// buckets per doubling, so a reported value is within 12.5% of the true
+// one, from 8µs to about 30s); ForegroundLatency reads the median of the
+// last second. The cost per statement is two monotonic clock reads and a
+// short critical section.
 
 const (
-	// latencyWindowSeconds is the span ForegroundLatency reports on: long
-	// enough to hold a few hundred statements of a quiet application, short
-	// enough that the sweeper sees a queue within a batch or two.
-	latencyWindowSeconds = 3
-	latencySlots         = latencyWindowSeconds + 1
-	latencyBuckets       = 96 // 0-3: 0-3µs; then 4 per doubling from 4µs up to 7·2^22µs ≈ 29s
+	// latencySlotWidth and latencyWindowSlots make the span
+	// ForegroundLatency reports on: one second, long enough to hold a few
+	// hundred statements of a quiet application, short enough that the
+	// sweeper sees a queue it causes within a few batches.
+	latencySlotWidth   = 250 * time.Millisecond
+	latencyWindowSlots = 4
+	latencySlots       = latencyWindowSlots + 1
+	latencyBuckets     = 184 // 0-7: 0-7µs; then 8 per doubling from 8µs up to 15·2^21µs ≈ 31s
 )
 
 // monoStart anchors the monotonic timestamps sessions store as integers.
@@ -39,7 +41,7 @@ var monoStart = time.Now()
 func monoNow() int64 { return int64(time.Since(monoStart)) }
 
 type latencySlot struct {
-	sec    int64 // monoNow()/1e9 of the samples held; -1 when empty
+	slot   int64 // monoNow()/latencySlotWidth of the samples held; -1 when empty
 	n      uint32
 	counts [latencyBuckets]uint32
 }
@@ -53,55 +55,56 @@ type latencyWindow struct {
 func newLatencyWindow() *latencyWindow {
 	w := &latencyWindow{}
 	for i := range w.slots {
-		w.slots[i].sec = -1
+		w.slots[i].slot = -1
 	}
 	return w
 }
 
-// latencyBucket maps d to its bucket: 4·log2(d/1µs), rounded down.
+// latencyBucket maps d to its bucket: 8·log2(d/1µs) rounded down, above
+// 8µs; one bucket per microsecond below.
 func latencyBucket(d time.Duration) int {
 	us := uint64(max(d, 0) / time.Microsecond)
-	if us < 4 {
-		return int(us) // 0..3: below 4µs, one bucket per microsecond is finer than needed and harmless
+	if us < 8 {
+		return int(us)
 	}
-	e := bits.Len64(us) - 1 // us in [2^e, 2^(e+1))
-	frac := int(us>>(e-2)) & 3
-	return min(4*e+frac-4, latencyBuckets-1)
+	e := bits.Len64(us) - 1 // us in [2^e, 2^(e+1)), e >= 3
+	frac := int(us>>(e-3)) & 7
+	return min(8*e+frac-16, latencyBuckets-1)
 }
 
 // latencyBucketLow is the smallest duration of bucket b.
 func latencyBucketLow(b int) time.Duration {
-	if b < 4 {
+	if b < 8 {
 		return time.Duration(b) * time.Microsecond
 	}
-	e, frac := (b+4)/4, (b+4)%4
-	return time.Duration(uint64(4+frac)<<(e-2)) * time.Microsecond
+	e, frac := (b+16)/8, (b+16)%8
+	return time.Duration(uint64(8+frac)<<(e-3)) * time.Microsecond
 }
 
 // observe records a sample d that ended at monotonic time now (monoNow).
 func (w *latencyWindow) observe(now int64, d time.Duration) {
-	sec := now / int64(time.Second)
+	slot := now / int64(latencySlotWidth)
 	b := latencyBucket(d)
 	w.mu.Lock()
-	sl := &w.slots[sec%latencySlots]
-	if sl.sec != sec {
-		*sl = latencySlot{sec: sec}
+	sl := &w.slots[slot%latencySlots]
+	if sl.slot != slot {
+		*sl = latencySlot{slot: slot}
 	}
 	sl.n++
 	sl.counts[b]++
 	w.mu.Unlock()
 }
 
-// median returns the median sample of the latencyWindowSeconds before now
-// (monoNow), or 0 when there is none.
+// median returns the median sample of the latencyWindowSlots slots up to
+// now (monoNow), the current one included, or 0 when there is none.
 func (w *latencyWindow) median(now int64) time.Duration {
-	sec := now / int64(time.Second)
+	slot := now / int64(latencySlotWidth)
 	var counts [latencyBuckets]uint32
 	var n uint32
 	w.mu.Lock()
 	for i := range w.slots {
 		sl := &w.slots[i]
-		if sl.sec < 0 || sl.sec > sec || sec-sl.sec >= latencyWindowSeconds {
+		if sl.slot < 0 || sl.slot > slot || slot-sl.slot >= latencyWindowSlots {
 			continue
 		}
 		n += sl.n
@@ -125,9 +128,9 @@ func (w *latencyWindow) median(now int64) time.Duration {
 }
 
 // ForegroundLatency is the median busy period of the sessions over the last
-// three seconds (see latency.go): the time from relaying a Query or an
+// second (see latency.go): the time from relaying a Query or an
 // extended-protocol batch to relaying the ReadyForQuery that leaves the
-// session with nothing owed, within 25%. It returns 0 when no such exchange
+// session with nothing owed, within 12.5%. It returns 0 when no such exchange
 // ended in that window. Safe for concurrent use; it does not block on I/O.
 // The sweeper paces on it (sweeper.Config.ForegroundLatency).
 func (s *Server) ForegroundLatency() time.Duration {

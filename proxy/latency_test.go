@@ -22,8 +22,8 @@ func TestLatencyBuckets(t *testing.T) {
 		if low > us {
 			t.Fatalf("%s is in bucket %d, whose lower bound is %s", us, b, low)
 		}
-		if b < latencyBuckets-1 && us >= 4*time.Microsecond && float64(us) >= 1.25*float64(low)+float64(time.Microsecond) {
-			t.Fatalf("%s is in bucket %d, whose lower bound %s is more than 25%% below it", us, b, low)
+		if b < latencyBuckets-1 && us >= 8*time.Microsecond && float64(us) >= 1.125*float64(low)+float64(time.Microsecond) {
+			t.Fatalf("%s is in bucket %d, whose lower bound %s is more than 12.5%% below it", us, b, low)
 		}
 	}
 	if got := latencyBucket(time.Hour); got != latencyBuckets-1 {
@@ -33,8 +33,8 @@ func TestLatencyBuckets(t *testing.T) {
 
 func TestLatencyWindowMedian(t *testing.T) {
 	w := newLatencyWindow()
-	sec := int64(time.Second)
-	now := 100 * sec
+	q := int64(latencySlotWidth)
+	now := 400 * q
 	if got := w.median(now); got != 0 {
 		t.Fatalf("empty window: median %s, want 0", got)
 	}
@@ -42,27 +42,28 @@ func TestLatencyWindowMedian(t *testing.T) {
 		w.observe(now, time.Millisecond)
 	}
 	for range 9 {
-		w.observe(now+sec/2, 50*time.Millisecond)
+		w.observe(now+q+q/2, 50*time.Millisecond)
 	}
-	if got := w.median(now + sec/2); got < 800*time.Microsecond || got > time.Millisecond {
+	if got := w.median(now + q + q/2); got < 800*time.Microsecond || got > time.Millisecond {
 		t.Fatalf("10×1ms and 9×50ms: median %s, want about 1ms", got)
 	}
 	for range 2 {
-		w.observe(now+sec, 50*time.Millisecond)
+		w.observe(now+2*q, 50*time.Millisecond)
 	}
-	if got := w.median(now + sec); got < 40*time.Millisecond || got > 50*time.Millisecond {
+	if got := w.median(now + 3*q); got < 40*time.Millisecond || got > 50*time.Millisecond {
 		t.Fatalf("10×1ms and 11×50ms: median %s, want about 50ms", got)
 	}
 	// Samples older than the window no longer count; a slot reused for a
-	// later second starts empty.
-	if got := w.median(now + latencyWindowSeconds*sec); got < 40*time.Millisecond {
-		t.Fatalf("after the 1ms second left the window: median %s, want about 50ms", got)
+	// later span starts empty.
+	if got := w.median(now + latencyWindowSlots*q); got < 40*time.Millisecond {
+		t.Fatalf("after the 1ms slot left the window: median %s, want about 50ms", got)
 	}
-	if got := w.median(now + (latencyWindowSeconds+1)*sec); got != 0 {
+	if got := w.median(now + (latencyWindowSlots+2)*q); got != 0 {
 		t.Fatalf("after every sample left the window: median %s, want 0", got)
 	}
-	w.observe(now+latencySlots*sec, 3*time.Millisecond)
-	if got := w.median(now + latencySlots*sec); got < 2500*time.Microsecond || got > 3*time.Millisecond {
+	// The slot of now+2q, reused: its two 50ms samples are gone.
+	w.observe(now+(latencySlots+2)*q, 3*time.Millisecond)
+	if got := w.median(now + (latencySlots+2)*q); got < 2500*time.Microsecond || got > 3*time.Millisecond {
 		t.Fatalf("one 3ms sample in a reused slot: median %s, want about 3ms", got)
 	}
 }

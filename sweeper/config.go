@@ -69,10 +69,11 @@ type Config struct {
 	DropExpiredPartitions bool
 	// ForegroundLatency, when set, reports the latency of the foreground
 	// statements the proxy relays now (for example a moving median over the
-	// last seconds); 0 means unknown. It is called after every batch, from
-	// the sweeper's goroutines, and must return at once. When it rises over
-	// twice the lowest value of the run, batches shrink and the sweeper
-	// backs off (pace.go).
+	// last seconds); 0 means unknown. It is called at the start of a run
+	// and after every batch, from
+	// the sweeper's goroutines, and must return at once. When it rises a
+	// quarter over its value at the start of the run, batches shrink and
+	// the sweeper backs off (pace.go).
 	ForegroundLatency func() time.Duration
 	// CDCOrigin, when set, is the replication origin the sweeper's deletes
 	// carry, for change-data-capture consumers to filter them (origin.go).

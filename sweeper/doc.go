@@ -15,7 +15,8 @@
 // Batch sizes adapt to a target transaction time (Config.TargetBatchDuration,
 // 50 ms) and the sweeper backs off only when the database is busy (pace.go:
 // AIMD's multiplicative steps for the size, CoDel's standing-delay test for
-// the waits).
+// the waits, and the latency of the statements the proxy relays against
+// its baseline for the sweeper's share of time).
 //
 // Each table is split into slices (slicer.go), the unit that instances
 // coordinate on (coordinate.go: a session advisory lock per table and

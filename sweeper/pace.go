@@ -22,20 +22,46 @@ import "time"
 // there is no sleep at all; Config.BatchPause adds a fixed one.
 //
 // The second signal is the one only a proxy has: the latency of the
-// foreground statements it relays (Config.ForegroundLatency). The same
-// CoDel test applies to it: the pacer keeps the lowest latency reported in
-// the run, and when the latency now is over twice that floor and at least
-// fgMinExcess above it, the foreground is queueing behind someone (quite
-// possibly the sweeper): the next batch is half the size (AIMD's
-// multiplicative decrease) and the sweeper sleeps as long as the batch took.
-// A latency of 0 means no signal.
+// foreground statements it relays (Config.ForegroundLatency, a median over
+// the last second). Its floor is the value read when the run starts, before
+// the sweeper loads the server (the baseline, as BBR takes its minimum RTT
+// when its own queue is empty), and the lowest value seen afterwards. A
+// reading over the floor by a quarter and by at least fgMinExcess means the
+// foreground is queueing behind someone, quite possibly the sweeper.
+//
+// Against that signal the pacer controls the sweeper's share of time, the
+// fraction it spends in batches, with AIMD (as TCP controls its window, and
+// as CockroachDB's admission control throttles elastic background work when
+// foreground latency rises): while the foreground queues, the share halves,
+// at most once per fgReact, down to fgMinShare, and the batch size halves
+// with it; while it does not, the share grows by fgIncrease per second of
+// the run. After a batch of duration d the sweeper waits d·(1−share)/share.
+// A run that finds foreground traffic starts at fgStartShare (TCP's slow
+// start, the other way round: the signal lags by up to a window, so the
+// sweeper must not start at full speed); one that finds none, and every run
+// of `ttlproxy sweep`, which has no proxy, starts at 1: full speed. A
+// latency of 0 means no signal: nothing relayed lately, or no proxy.
 
-// fgMinExcess is the smallest rise of the foreground latency over its floor
-// that counts as a queue: below a millisecond, doubling is noise (a 0.3 ms
-// point select going to 0.6 ms) more often than contention. CoDel's own
-// target delay is 5 ms for a network queue; a database statement's jitter
-// is smaller.
-const fgMinExcess = time.Millisecond
+const (
+	// fgMinExcess is the smallest rise of the foreground latency over its
+	// floor that counts as a queue: below it, a rise is jitter more often
+	// than contention (a quarter of a 0.3 ms point select). CoDel's own
+	// target delay is 5 ms for a network queue; a database statement's
+	// jitter is smaller.
+	fgMinExcess = 250 * time.Microsecond
+	// fgReact is the least time between two cuts of the share: a quarter
+	// of the signal's one-second window, so that one queue is not cut for
+	// again and again before the cut can show.
+	fgReact = 250 * time.Millisecond
+	// fgMinShare keeps the sweeper making progress under any load.
+	fgMinShare = 1.0 / 32
+	// fgStartShare is the share of a run that starts with foreground
+	// traffic.
+	fgStartShare = 1.0 / 4
+	// fgIncrease is the share's additive increase per second without a
+	// queue: from fgMinShare to 1 in about 4 s.
+	fgIncrease = 0.25
+)
 
 // pacer adapts one table's batches within a run.
 type pacer struct {
@@ -43,6 +69,22 @@ type pacer struct {
 	max      int
 	floorRow time.Duration // lowest time per row seen; 0 before the first batch
 	floorFg  time.Duration // lowest foreground latency seen; 0 before the first
+	share    float64       // the sweeper's share of time; 0 means 1 (not yet set)
+	sinceCut time.Duration // run time since the share was last cut
+	lastWait time.Duration
+}
+
+// baseline seeds the foreground floor with the latency before the run's
+// first batch (0: no signal) and sets the starting share.
+func (p *pacer) baseline(fg time.Duration) {
+	p.share = 1
+	p.sinceCut = fgReact
+	if fg > 0 {
+		p.share = fgStartShare
+		if p.floorFg == 0 || fg < p.floorFg {
+			p.floorFg = fg
+		}
+	}
 }
 
 // next returns the size of the batch after one of size rows that deleted n
@@ -59,16 +101,31 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Dura
 			wait = d
 		}
 	}
+	if p.share == 0 {
+		p.share = 1
+	}
+	elapsed := d + p.lastWait
+	p.sinceCut += elapsed
 	fgQueue := false
 	if fg > 0 {
 		switch {
 		case p.floorFg == 0 || fg < p.floorFg:
 			p.floorFg = fg
-		case fg > 2*p.floorFg && fg-p.floorFg >= fgMinExcess:
+		case fg-p.floorFg > max(p.floorFg/4, fgMinExcess):
 			fgQueue = true
-			wait = max(wait, d)
 		}
 	}
+	switch {
+	case fgQueue && p.sinceCut >= fgReact:
+		p.share = max(p.share/2, fgMinShare)
+		p.sinceCut = 0
+	case !fgQueue:
+		p.share = min(p.share+fgIncrease*elapsed.Seconds(), 1)
+	}
+	if p.share < 1 {
+		wait = max(wait, time.Duration(float64(d)*(1-p.share)/p.share))
+	}
+	p.lastWait = wait
 	if !full || d <= 0 {
 		return size, wait
 	}

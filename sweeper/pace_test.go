@@ -2,6 +2,7 @@ package sweeper
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -47,26 +48,50 @@ func TestPacer(t *testing.T) {
 	if _, wait := q.next(1000, 1000, 40*time.Millisecond, true, 0); wait != 40*time.Millisecond {
 		t.Errorf("4x the floor waits %v, want 40ms", wait)
 	}
-	// The foreground's latency: over twice its floor and 1ms above it, the
-	// next batch is halved and the sweeper waits as long as the batch took.
+	// The foreground's latency against its baseline. Foreground traffic at
+	// the start: a quarter of the time, so the wait is three batch times.
+	near := func(got, want time.Duration) bool { return got >= want*95/100 && got <= want*105/100 }
 	f := pacer{target: 50 * time.Millisecond, max: 10_000}
-	if size, wait := f.next(1000, 1000, 10*time.Millisecond, true, 2*time.Millisecond); size != 2000 || wait != 0 {
-		t.Errorf("first foreground sample: next %d, wait %v; want 2000, 0", size, wait)
+	f.baseline(2 * time.Millisecond)
+	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 2400*time.Microsecond) // +20%: no queue
+	if size != 2000 || !near(wait, 30*time.Millisecond) {
+		t.Errorf("start with foreground traffic: next %d, wait %s; want 2000, about 30ms", size, wait)
 	}
-	if size, wait := f.next(2000, 2000, 20*time.Millisecond, true, 3*time.Millisecond); size != 4000 || wait != 0 {
-		t.Errorf("1.5x the foreground floor: next %d, wait %v; want 4000, 0", size, wait)
+	// A queue (+50%): the share and the size halve; a second reading of
+	// the same queue within fgReact does not cut again.
+	size, wait = f.next(2000, 2000, 10*time.Millisecond, true, 3*time.Millisecond)
+	if size != 1000 || !near(wait, 70*time.Millisecond) {
+		t.Errorf("queue: next %d, wait %s; want 1000, about 70ms (share 1/8)", size, wait)
 	}
-	if size, wait := f.next(4000, 4000, 40*time.Millisecond, true, 5*time.Millisecond); size != 2000 || wait != 40*time.Millisecond {
-		t.Errorf("2.5x the foreground floor: next %d, wait %v; want 2000, 40ms", size, wait)
+	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 3*time.Millisecond)
+	if size != 500 || !near(wait, 70*time.Millisecond) {
+		t.Errorf("the same queue within fgReact: next %d, wait %s; want 500, about 70ms", size, wait)
 	}
-	if size, _ := f.next(4000, 4000, 40*time.Millisecond, true, 0); size != 5000 {
-		t.Errorf("no foreground sample: next %d, want 5000", size)
+	// A lasting queue takes the share down to fgMinShare.
+	for range 20 {
+		_, wait = f.next(1000, 1000, 10*time.Millisecond, true, 3*time.Millisecond)
 	}
-	// Sub-millisecond latencies: doubling within 1ms is noise.
+	if want := time.Duration(float64(10*time.Millisecond) * (1 - fgMinShare) / fgMinShare); !near(wait, want) {
+		t.Errorf("a lasting queue: wait %s, want %s", wait, want)
+	}
+	// Without a queue the share grows back to 1 within seconds: no wait.
+	for run := time.Duration(0); run < 5*time.Second; run += 10*time.Millisecond + wait {
+		_, wait = f.next(1000, 1000, 10*time.Millisecond, true, 2*time.Millisecond)
+	}
+	if wait != 0 {
+		t.Errorf("the queue gone for seconds: wait %s, want 0", wait)
+	}
+	// No foreground traffic at the start: full speed.
+	quiet := pacer{target: 50 * time.Millisecond, max: 10_000}
+	quiet.baseline(0)
+	if size, wait := quiet.next(1000, 1000, 10*time.Millisecond, true, 0); size != 2000 || wait != 0 {
+		t.Errorf("no foreground: next %d, wait %s; want 2000, 0", size, wait)
+	}
+	// Sub-millisecond latencies: a rise under fgMinExcess is noise.
 	g := pacer{target: 50 * time.Millisecond, max: 10_000}
-	g.next(1000, 1000, 10*time.Millisecond, true, 300*time.Microsecond)
-	if size, wait := g.next(2000, 2000, 20*time.Millisecond, true, 900*time.Microsecond); size != 4000 || wait != 0 {
-		t.Errorf("0.3ms to 0.9ms: next %d, wait %v; want 4000, 0", size, wait)
+	g.baseline(300 * time.Microsecond)
+	if size, _ := g.next(2000, 2000, 20*time.Millisecond, true, 500*time.Microsecond); size != 4000 {
+		t.Errorf("0.3ms to 0.5ms: next %d; want 4000 (no queue)", size)
 	}
 	// Without a target the size is fixed.
 	fixed := pacer{max: 10_000}
@@ -116,10 +141,10 @@ func TestAdaptiveBatches(t *testing.T) {
 	}
 }
 
-// TestForegroundLatencyPaces: when the latency the proxy reports for its
-// foreground statements rises over twice its floor, the sweeper's batches
-// shrink instead of growing toward the target, and every row is still
-// deleted.
+// TestForegroundLatencyPaces: the sweeper reads the foreground latency at
+// the start of its run as the baseline; while it is a queue over it, batches
+// halve instead of growing toward the target, and they grow again once it
+// is gone. Every row is still deleted.
 func TestForegroundLatencyPaces(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "fg", 5000, 10, 0)
@@ -130,10 +155,10 @@ func TestForegroundLatencyPaces(t *testing.T) {
 		TargetBatchDuration: 10 * time.Second,
 		ForegroundLatency: func() time.Duration {
 			calls++
-			if calls == 1 {
-				return 2 * time.Millisecond
+			if calls >= 3 && calls <= 5 {
+				return 20 * time.Millisecond // the foreground queues
 			}
-			return 20 * time.Millisecond // the foreground queues
+			return 2 * time.Millisecond // the baseline, and after the queue
 		}})
 	var sizes []int64
 	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
@@ -144,12 +169,13 @@ func TestForegroundLatencyPaces(t *testing.T) {
 	if got := res.Deleted["public.fg"]; got != 5000 {
 		t.Errorf("deleted %d, want 5000", got)
 	}
-	// 1000, then 2000 (the first sample sets the floor), then halving:
-	// 1000, 500, 250, 125, 62, 31, 15, 10, 10, ...
-	if len(sizes) < 4 || sizes[0] != 1000 || sizes[1] != 2000 || sizes[2] != 1000 || sizes[3] != 500 {
-		t.Errorf("batch sizes %v, want 1000, 2000, then halving", sizes)
+	// Call 1 is the baseline; after batch 1 (1000 rows) the latency is on
+	// it: 2000; after batches 2-4 it queues: 1000, 500, 250; then it is
+	// gone: 500, of which 250 rows are left.
+	if want := []int64{1000, 2000, 1000, 500, 250, 250}; !slices.Equal(sizes, want) {
+		t.Errorf("batch sizes %v, want %v", sizes, want)
 	}
-	if got := testutil.ToFloat64(s.m.batchSize.WithLabelValues("public.fg")); got != minBatchSize {
-		t.Errorf("batch_size gauge %v, want %d", got, minBatchSize)
+	if got := testutil.ToFloat64(s.m.batchSize.WithLabelValues("public.fg")); got != 500 {
+		t.Errorf("batch_size gauge %v, want 500", got)
 	}
 }

@@ -59,6 +59,10 @@ type Sweeper struct {
 	closed   chan struct{} // closed when Stop has released everything
 
 	runMu sync.Mutex // held for the length of a run
+	// fgBaseline is the foreground latency read at the start of the run
+	// (Config.ForegroundLatency; 0: none); written under runMu before the
+	// run's workers start.
+	fgBaseline time.Duration
 	// originMu makes batches that carry CDCOrigin take turns (origin.go).
 	originMu sync.Mutex
 	// batchSizes is the current batch size per target name: adapted, or
@@ -285,6 +289,12 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 		s.m.runs.WithLabelValues("failed").Inc()
 		return res, fmt.Errorf("starting sweeper run: %w", err)
 	}
+	// The foreground latency before the run has loaded the server: every
+	// table's pacer starts from it (pace.go).
+	s.fgBaseline = 0
+	if s.cfg.ForegroundLatency != nil {
+		s.fgBaseline = s.cfg.ForegroundLatency()
+	}
 	log := s.log.With(slog.Time("cutoff", cutoff))
 	log.Debug("sweeper run started", slog.String("database", d.String()))
 	for i := range s.rules {
@@ -446,6 +456,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		return 0, 0, 0, err
 	}
 	tr := &tableRun{t: t, log: log, pace: pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}}
+	tr.pace.baseline(s.fgBaseline)
 	backlog, _, err := s.countDoomed(ctx, t, cutoff)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
