@@ -108,7 +108,8 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 				lock, del := lockedBatchSQL(t, first, true)
 				p.Statement = lock + ";\n" + del
 			case first.blocks:
-				p.Statement = blockBatchSQL(t, first, true)
+				p.Statement = rangeBatchSQL(t) + ";\n-- a range that meets a row lock, again by picks that skip locked rows:\n" +
+					blockBatchSQL(t, first, true)
 			default:
 				p.Statement = deleteBatchSQL(d, t, first, true)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // dialect is the kind of database behind the DSN, detected once per run.
@@ -45,6 +46,12 @@ type slice struct {
 	// $3 moving past each batch's rows (blockParams).
 	blocks               bool
 	firstBlock, endBlock uint32
+	// rowsPerBlock is the table's rows per heap block when it was sliced
+	// (pg_class.reltuples / relpages, or counted in its first blocks when
+	// it was never analyzed): how many blocks a range batch of a given size
+	// covers. tableBlocks is the table's size in blocks then.
+	rowsPerBlock float64
+	tableBlocks  uint32
 }
 
 // Parameters of a block slice's batch: the lowest and the first excluded
@@ -120,10 +127,12 @@ func (b blockSlicer) slices(ctx context.Context, q querier, t target, cutoff tim
 		version int
 		kind    string
 		nblocks int64
+		density float64
 	)
 	err := q.QueryRow(ctx, `SELECT current_setting('server_version_num')::int, c.relkind::text,
-			pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::int
-		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, t.regclass).Scan(&version, &kind, &nblocks)
+			pg_catalog.pg_relation_size(c.oid) / current_setting('block_size')::int,
+			CASE WHEN c.relpages > 0 AND c.reltuples > 0 THEN c.reltuples / c.relpages ELSE 0 END
+		FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($1)`, t.regclass).Scan(&version, &kind, &nblocks, &density)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return []slice{wholeTable}, nil // missing: the batch reports it
 	}
@@ -140,8 +149,27 @@ func (b blockSlicer) slices(ctx context.Context, q querier, t target, cutoff tim
 	if !scans {
 		return []slice{wholeTable}, nil
 	}
-	return blockSlices(nblocks, b.blocks), nil
+	if density <= 0 {
+		// Never analyzed: count the rows of the first blocks.
+		sample := min(max(nblocks, 1), densitySampleBlocks)
+		var n int64
+		if err := q.QueryRow(ctx, "SELECT count(*) FROM "+t.quoted+" AS s WHERE s.ctid < $1::tid",
+			pgtype.TID{BlockNumber: uint32(sample), Valid: true}).Scan(&n); err != nil {
+			return nil, fmt.Errorf("counting the rows of %s's first blocks: %w", t.name, err)
+		}
+		density = max(float64(n)/float64(sample), 1)
+	}
+	out := blockSlices(nblocks, b.blocks)
+	for i := range out {
+		out[i].rowsPerBlock = density
+		out[i].tableBlocks = uint32(nblocks)
+	}
+	return out, nil
 }
+
+// densitySampleBlocks is how many blocks of a never-analyzed table are
+// counted for its rows per block: a TID range scan of 64 KiB.
+const densitySampleBlocks = 8
 
 // blockSlices cuts nblocks heap blocks into slices of size blocks (at least
 // one slice).

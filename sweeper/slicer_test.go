@@ -256,3 +256,61 @@ func TestWorkers(t *testing.T) {
 		t.Errorf("%d rows left, want 500", got)
 	}
 }
+
+// TestRangeBatches: a table read sequentially is swept by DELETEs of ranges
+// of blocks that hold about BatchSize rows (by its density): every doomed
+// row goes, each batch deletes at most BatchSize rows, the batches step
+// through the table once, and a row a foreground transaction refreshes
+// while a batch waits for its lock is kept (the DELETE re-checks it, or the
+// range falls back to picks that skip it).
+func TestRangeBatches(t *testing.T) {
+	e := setup(t)
+	e.exec(t, "CREATE TABLE ranged (id bigint PRIMARY KEY, expires_at timestamptz, note text)")
+	e.exec(t, `INSERT INTO ranged SELECT g, CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' ELSE now() + interval '1 hour' END
+		FROM generate_series(1, 40000) AS g`)
+	e.exec(t, "VACUUM ANALYZE ranged")
+	tx := e.otherTx(t)
+	// Row 2 is expired; the foreground refreshes it while holding its lock.
+	if _, err := tx.Exec(e.ctx, "UPDATE ranged SET expires_at = now() + interval '1 hour' WHERE id = 2"); err != nil {
+		t.Fatal(err)
+	}
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("ranged")}, BatchSize: 1000})
+	var sizes []int64
+	committed := false
+	s.beforeBatch = func(context.Context, string) {
+		if !committed {
+			committed = true
+			go func() {
+				time.Sleep(20 * time.Millisecond) // the first batch waits for row 2
+				if err := tx.Commit(e.ctx); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if got := res.Deleted["public.ranged"]; got != 19_999 {
+		t.Errorf("deleted %d, want 19999 (every expired row but the refreshed one)", got)
+	}
+	if ids := e.ids(t, "ranged", "s.id = 2 AND s.expires_at > now()"); len(ids) != 1 {
+		t.Errorf("the refreshed row is gone or expired: %v", ids)
+	}
+	if got := e.count(t, "ranged"); got != 20_001 {
+		t.Errorf("%d rows left, want 20001", got)
+	}
+	var most int64
+	for _, n := range sizes {
+		most = max(most, n)
+	}
+	// 40,000 rows in ranges of about 1,000 rows, half of them expired:
+	// about 40 batches of about 500 rows; a run that read the table again
+	// per batch would take no more batches, so the bound is on each
+	// batch's size and on the batches' count together.
+	if most > 1000 || len(sizes) < 35 || len(sizes) > 60 {
+		t.Errorf("%d batches, the largest %d rows: want about 40 of at most 1000 (%v)", len(sizes), most, sizes)
+	}
+}

@@ -75,6 +75,7 @@ type Sweeper struct {
 	// Test knobs.
 	blocksPerSlice uint32                                  // 0: DefaultBlocksPerSlice
 	lockRows       bool                                    // FOR UPDATE SKIP LOCKED in the inner select
+	pickBlocks     bool                                    // block slices by row picks only, no range DELETEs (tests of per-row batches)
 	cutoffFunc     func() time.Time                        // replaces the database's now() when set
 	afterBatch     func(table string, deleted int64)       // called after each completed batch
 	beforeBatch    func(ctx context.Context, table string) // called before each batch
@@ -547,7 +548,7 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		}
 		size := s.batchSize(t.name)
 		started := time.Now()
-		n, full, err := exec(ctx, cutoff, size)
+		n, work, full, err := exec(ctx, cutoff, size)
 		took := time.Since(started)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -590,7 +591,7 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		tr.deleted += n
 		tr.batches++
 		tr.longest = max(tr.longest, took)
-		nextSize, wait := tr.pace.next(size, n, took, full, fg)
+		nextSize, wait := tr.pace.next(size, work, took, full, fg)
 		if (tr.pace.target > 0 || nextSize < size) && !tr.shrunk {
 			s.setBatchSize(t.name, nextSize)
 		}
@@ -630,12 +631,14 @@ func (s *Sweeper) setBatchSize(name string, n int) {
 }
 
 // batchFunc runs one batch of size rows at most and returns the rows
-// deleted and whether the batch was full (more doomed rows may remain).
-type batchFunc func(ctx context.Context, cutoff time.Time, size int) (deleted int64, full bool, err error)
+// deleted, the work it did in rows (the rows picked, or those a range of
+// blocks holds: what the pacer measures its time against) and whether the
+// batch was full (more doomed rows may remain).
+type batchFunc func(ctx context.Context, cutoff time.Time, size int) (deleted, work int64, full bool, err error)
 
 // batchFunc returns how to run t's batches in slice sl. A block slice's
-// function keeps the slice's cursor: each batch starts past the rows the
-// previous one picked.
+// function keeps the slice's cursor: each batch starts past the rows or
+// blocks the previous one covered.
 func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 	var from, to *pgtype.TID
 	if sl.blocks {
@@ -644,30 +647,83 @@ func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 	}
 	if t.registry != nil && d == dialectPostgres {
 		lock, del := lockedBatchSQL(t, sl, s.lockRows)
-		return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
+		return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
 			n, picked, err := s.execLockedBatch(ctx, lock, del, cutoff, size, from, to)
 			if from != nil && len(picked) > 0 {
 				*from = after(slices.MaxFunc(picked, compareTID))
 			}
-			return n, len(picked) >= size, err
+			return n, int64(len(picked)), len(picked) >= size, err
 		}
+	}
+	if sl.blocks && !s.pickBlocks {
+		return s.rangeBatches(t, sl, *from)
 	}
 	if sl.blocks {
 		sql := blockBatchSQL(t, sl, s.lockRows)
-		return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
+		return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
 			n, picked, last, err := s.execBlockBatch(ctx, sql, cutoff, size, *from, *to)
 			if last.Valid {
 				*from = after(last)
 			}
-			return n, picked >= int64(size), err
+			return n, picked, picked >= int64(size), err
 		}
 	}
 	// TODO(sweeper): the locked two-statement batch on YugabyteDB for
 	// sidecar rules, once it can be tested there.
 	sql := deleteBatchSQL(d, t, sl, s.lockRows)
-	return func(ctx context.Context, cutoff time.Time, size int) (int64, bool, error) {
+	return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
 		n, err := s.execBatch(ctx, sql, cutoff, size)
-		return n, n >= int64(size), err
+		return n, n, n >= int64(size), err
+	}
+}
+
+// rangeBatches sweeps a block slice from from: each batch deletes the doomed
+// rows of the next range of blocks that holds about size rows by the
+// table's density (rangeBatchSQL, bulk DELETE speed), so it deletes at most
+// about size rows. When a range meets a row a
+// foreground transaction holds (lock_timeout), that range is swept again by
+// picks that skip locked rows (blockBatchSQL), size rows at a time, and the
+// next range starts after it.
+func (s *Sweeper) rangeBatches(t target, sl slice, from pgtype.TID) batchFunc {
+	del := rangeBatchSQL(t)
+	pick := blockBatchSQL(t, sl, s.lockRows)
+	var picking bool       // the range to rangeEnd falls back to picks
+	var rangeEnd pgtype.TID // the end of the range being picked
+	// Blocks past the table's end when it was sliced are left for the
+	// next run.
+	stop := min(sl.endBlock, sl.tableBlocks)
+	return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
+		if from.BlockNumber >= stop {
+			return 0, 0, false, nil
+		}
+		if !picking {
+			blocks := uint32(max(1, min(float64(size)/sl.rowsPerBlock, float64(stop-from.BlockNumber))))
+			end := pgtype.TID{BlockNumber: min(from.BlockNumber+blocks, stop), Valid: true}
+			work := int64(float64(end.BlockNumber-from.BlockNumber) * sl.rowsPerBlock)
+			n, err := s.execRangeBatch(ctx, del, cutoff, from, end)
+			if err == nil {
+				from = end
+				return n, work, end.BlockNumber < stop, nil
+			}
+			if !isLockTimeout(err) {
+				return 0, 0, false, err
+			}
+			s.log.Debug("a range of blocks holds a locked row: picking around it",
+				slog.String("table", t.name), slog.Any("from", from), slog.Any("to", end))
+			picking, rangeEnd = true, end
+		}
+		n, picked, last, err := s.execBlockBatch(ctx, pick, cutoff, size, from, rangeEnd)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if last.Valid {
+			from = after(last)
+		}
+		if picked < int64(size) {
+			picking, from = false, rangeEnd
+			return n, picked, rangeEnd.BlockNumber < stop, nil
+		}
+		return n, picked, true, nil
 	}
 }
 
@@ -697,6 +753,43 @@ func (s *Sweeper) execBlockBatch(ctx context.Context, sql string, cutoff time.Ti
 		return db.QueryRow(bctx, sql, cutoff, int64(size), from, to).Scan(&deleted, &picked, &last)
 	})
 	return deleted, picked, last, err
+}
+
+// execRangeBatch runs rangeBatchSQL's statement on the blocks from up to
+// to in a transaction of its own whose lock_timeout is the target batch
+// time, and returns the rows deleted. A row a foreground transaction holds
+// makes it fail with SQLSTATE 55P03 (isLockTimeout) after that time.
+func (s *Sweeper) execRangeBatch(ctx context.Context, sql string, cutoff time.Time, from, to pgtype.TID) (int64, error) {
+	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
+	defer cancel()
+	lockTimeout := s.cfg.TargetBatchDuration
+	if lockTimeout <= 0 {
+		lockTimeout = rangeLockTimeout
+	}
+	var n int64
+	err := s.withOrigin(bctx, func(db execer) error {
+		return pgx.BeginTxFunc(bctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(bctx, "SELECT pg_catalog.set_config('lock_timeout', $1, true)",
+				strconv.FormatInt(max(lockTimeout.Milliseconds(), 1), 10)); err != nil {
+				return err
+			}
+			tag, err := tx.Exec(bctx, sql, cutoff, from, to)
+			n = tag.RowsAffected()
+			return err
+		})
+	})
+	return n, err
+}
+
+// rangeLockTimeout is how long a range batch waits for a row lock when no
+// target batch time is set.
+const rangeLockTimeout = 100 * time.Millisecond
+
+// isLockTimeout reports lock_timeout's error, SQLSTATE 55P03
+// (lock_not_available).
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable
 }
 
 // execBatch runs one batch DELETE as its own autocommit statement.

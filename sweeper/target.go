@@ -139,6 +139,19 @@ func blockBatchSQL(t target, sl slice, lockRows bool) string {
 		t.quoted, sl.cond("s"), t.doomed("s"), limitParam, lock, t.quoted, t.doomed("t"))
 }
 
+// rangeBatchSQL returns the statement that deletes every doomed row of t
+// stored in the heap blocks from $2 up to $3 (exclusive): a TID range scan
+// (PostgreSQL 14+) of those blocks, one pass as a bulk DELETE makes, with
+// no row picked or locked first. It waits for a row a foreground
+// transaction holds, so it runs under a short lock_timeout
+// (execRangeBatch), and the range falls back to blockBatchSQL's picks,
+// which skip such rows, when that runs out. The DELETE evaluates doomed on
+// the newest version of each row it deletes (READ COMMITTED), so a row
+// refreshed meanwhile is kept.
+func rangeBatchSQL(t target) string {
+	return fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid >= $2::tid AND t.ctid < $3::tid AND %s", t.quoted, t.doomed("t"))
+}
+
 // lockedBatchSQL returns the two statements of a batch on a sidecar rule's
 // base table on PostgreSQL, run in one READ COMMITTED transaction:
 //
