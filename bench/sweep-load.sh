@@ -14,7 +14,7 @@
 #   1. (re)builds public.events: BACKLOG rows expired an hour ago, as many
 #      live ones, an index on expires_at; VACUUM ANALYZE; CHECKPOINT;
 #   2. starts `ttlproxy serve` with events as a TTL table and no sweeper;
-#   3. starts pgbench through the proxy: the built-in tpcb-like script, -M
+#   3. starts pgbench through the proxy: the built-in SCRIPT, -M
 #      simple, -R RATE, -c CLIENTS -j JOBS, -T DURATION, per-transaction log;
 #   4. after WARMUP seconds reloads the proxy (SIGHUP) with a configuration
 #      that adds the sweeper (default settings, interval 1s), or, without
@@ -38,6 +38,9 @@
 #   JOBS      pgbench -j (default 2)
 #   RATE      pgbench -R; default half the tps of an unthrottled run through
 #             the proxy measured first
+#   SCRIPT    pgbench's built-in script (default tpcb-like; select-only has
+#             no row-lock waits between clients, so its tail shows the
+#             sweeper's load more than lock convoys)
 #   SWEEPER_YAML  extra sweeper keys (YAML flow style without braces)
 #   PG_BINDIR, KEEP  see lib.sh
 set -euo pipefail
@@ -50,6 +53,7 @@ SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-4}
 JOBS=${JOBS:-2}
 RATE=${RATE:-}
+SCRIPT=${SCRIPT:-tpcb-like}
 SWEEPER_YAML=${SWEEPER_YAML:-}
 
 PROG=sweep-load.sh
@@ -112,7 +116,7 @@ stop_proxy() {
 pgbench_run() {
 	local prefix=$1
 	shift
-	pgbench -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -n -M simple -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
+	pgbench -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -n -M simple -b "$SCRIPT" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
 		"$@" --log --log-prefix="$prefix" bench 2>&1
 }
 
@@ -217,5 +221,5 @@ printf '\np99 median: %s ms with the sweeper, %s ms without: %s (spread with: %s
 	"$(printf '%s\n' "${p99_on[@]}" | sort -g | head -1)" "$(printf '%s\n' "${p99_on[@]}" | sort -g | tail -1)" \
 	"$(printf '%s\n' "${p99_off[@]}" | sort -g | head -1)" "$(printf '%s\n' "${p99_off[@]}" | sort -g | tail -1)"
 printf 'p50 median: %s ms with the sweeper, %s ms without\n' "$(median "${p50_on[@]}")" "$(median "${p50_off[@]}")"
-printf 'pgbench -R %s (-c %s -j %s, tpcb-like, -M simple, scale %s) through ttlproxy; backlog %s expired rows; PostgreSQL %s, %s cores\n' \
-	"$RATE" "$CLIENTS" "$JOBS" "$SCALE" "$BACKLOG" "$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)"
+printf 'pgbench -R %s (-c %s -j %s, %s, -M simple, scale %s) through ttlproxy; backlog %s expired rows; PostgreSQL %s, %s cores\n' \
+	"$RATE" "$CLIENTS" "$JOBS" "$SCRIPT" "$SCALE" "$BACKLOG" "$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)"
