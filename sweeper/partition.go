@@ -57,8 +57,20 @@ type partition struct {
 // returns how many it dropped. A partition that cannot be detached in time
 // is logged and left to the next run; other failures are returned.
 func (s *Sweeper) dropExpiredPartitions(ctx context.Context, log *slog.Logger, r *ttl.Rule, cutoff time.Time) (int, error) {
+	doomed, concurrently, err := s.expiredPartitions(ctx, r, cutoff)
+	if err != nil || len(doomed) == 0 {
+		return 0, err
+	}
+	return s.dropPartitions(ctx, log, r, doomed, concurrently)
+}
+
+// expiredPartitions returns r's direct partitions whose upper bound is
+// expired at cutoff (and those an interrupted concurrent detach left
+// pending), and whether they can be detached CONCURRENTLY; none when r's
+// table is not range-partitioned on its expiry column alone.
+func (s *Sweeper) expiredPartitions(ctx context.Context, r *ttl.Rule, cutoff time.Time) ([]partition, bool, error) {
 	if r.RuleKind() != ttl.KindColumn {
-		return 0, nil
+		return nil, false, nil
 	}
 	var (
 		keyed   bool
@@ -76,10 +88,10 @@ func (s *Sweeper) dropExpiredPartitions(ctx context.Context, log *slog.Logger, r
 			WHERE p.partrelid = pg_catalog.to_regclass($1) AND p.partdefid <> 0)`,
 		r.QuotedName(), r.ExpiryColumn()).Scan(&keyed, &version, &colType, &hasDef)
 	if err != nil {
-		return 0, fmt.Errorf("reading the partitioning of %s: %w", r.QualifiedName(), err)
+		return nil, false, fmt.Errorf("reading the partitioning of %s: %w", r.QualifiedName(), err)
 	}
 	if !keyed {
-		return 0, nil
+		return nil, false, nil
 	}
 	pendingCol := "false"
 	if version >= 140000 {
@@ -89,7 +101,7 @@ func (s *Sweeper) dropExpiredPartitions(ctx context.Context, log *slog.Logger, r
 		FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
 		WHERE i.inhparent = pg_catalog.to_regclass($1) ORDER BY 1`, r.QuotedName())
 	if err != nil {
-		return 0, fmt.Errorf("listing the partitions of %s: %w", r.QualifiedName(), err)
+		return nil, false, fmt.Errorf("listing the partitions of %s: %w", r.QualifiedName(), err)
 	}
 	parts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (partition, error) {
 		var p partition
@@ -97,7 +109,7 @@ func (s *Sweeper) dropExpiredPartitions(ctx context.Context, log *slog.Logger, r
 		return p, err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("listing the partitions of %s: %w", r.QualifiedName(), err)
+		return nil, false, fmt.Errorf("listing the partitions of %s: %w", r.QualifiedName(), err)
 	}
 	var doomed []partition
 	for _, p := range parts {
@@ -113,16 +125,13 @@ func (s *Sweeper) dropExpiredPartitions(ctx context.Context, log *slog.Logger, r
 		sql := fmt.Sprintf("SELECT %s FROM (SELECT CAST(%s AS %s) AS %s) AS b",
 			r.ExpiredCondition("b", cutoffParam), m[1], colType, ttl.QuoteIdent(r.ExpiryColumn()))
 		if err := s.pool.QueryRow(ctx, sql, cutoff).Scan(&expired); err != nil {
-			return 0, fmt.Errorf("comparing the bound of partition %s with the cutoff: %w", p.name, err)
+			return nil, false, fmt.Errorf("comparing the bound of partition %s with the cutoff: %w", p.name, err)
 		}
 		if expired {
 			doomed = append(doomed, p)
 		}
 	}
-	if len(doomed) == 0 {
-		return 0, nil
-	}
-	return s.dropPartitions(ctx, log, r, doomed, version >= 140000 && !hasDef)
+	return doomed, version >= 140000 && !hasDef, nil
 }
 
 // dropPartitions detaches and drops parts of r on a connection of its own

@@ -1,6 +1,7 @@
 package sweeper
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,15 @@ func TestDropExpiredPartitions(t *testing.T) {
 			e := setup(t)
 			createEvents(t, e, withDefault)
 			s := e.newSweeper(t, Config{Rules: []ttl.Rule{{Schema: "public", Table: "events"}}, DropExpiredPartitions: true})
+			// The dry run names them first and drops nothing.
+			plans, err := s.Plan(e.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plans) != 1 || !slices.Equal(plans[0].PartitionsToDrop, []string{"events_old1", "events_old2"}) ||
+				plans[0].DetachConcurrently == withDefault {
+				t.Errorf("plan %+v, want events_old1 and events_old2 to drop, concurrently %v", plans, !withDefault)
+			}
 			res, err := s.RunOnce(e.ctx)
 			if err != nil || len(res.Errors) > 0 {
 				t.Fatalf("RunOnce: %v %v", err, res.Errors)

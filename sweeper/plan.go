@@ -60,6 +60,11 @@ type TablePlan struct {
 	Statement, Explain string
 	// Warnings: a scan of the whole table per batch, a missing privilege.
 	Warnings []string
+	// PartitionsToDrop are the partitions a run would detach and drop
+	// (Config.DropExpiredPartitions), and DetachConcurrently whether it
+	// would detach them CONCURRENTLY.
+	PartitionsToDrop   []string
+	DetachConcurrently bool
 }
 
 // Plan reports, without deleting anything, what a run would do now: per
@@ -87,6 +92,16 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 			if p.Expired, p.Estimated, err = s.countDoomed(ctx, t, cutoff); err != nil {
 				p.Warnings = append(p.Warnings, err.Error())
 			}
+			if s.cfg.DropExpiredPartitions && d == dialectPostgres && t.name == r.QualifiedName() {
+				parts, concurrently, err := s.expiredPartitions(ctx, r, cutoff)
+				if err != nil {
+					p.Warnings = append(p.Warnings, err.Error())
+				}
+				for _, x := range parts {
+					p.PartitionsToDrop = append(p.PartitionsToDrop, x.name)
+				}
+				p.DetachConcurrently = concurrently
+			}
 			sl, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
 			if err != nil {
 				p.Warnings = append(p.Warnings, "slicing: "+err.Error())
@@ -108,7 +123,8 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 				lock, del := lockedBatchSQL(t, first, true)
 				p.Statement = lock + ";\n" + del
 			case first.blocks:
-				p.Statement = rangeBatchSQL(t) + ";\n-- a range that meets a row lock, again by picks that skip locked rows:\n" +
+				p.Statement = "-- $2 and $3: the first and the first excluded row address of a range of blocks\n" +
+					rangeBatchSQL(t) + ";\n-- a range that meets a row lock, again by picks that skip locked rows ($2 the batch size, $3 and $4 the range):\n" +
 					blockBatchSQL(t, first, true)
 			default:
 				p.Statement = deleteBatchSQL(d, t, first, true)

@@ -112,6 +112,13 @@ func printPlan(ctx context.Context, sw *sweeper.Sweeper, stdout, stderr io.Write
 		if p.Explain != "" {
 			fmt.Fprintf(stdout, "  plan of the rows a batch picks:\n    %s\n", strings.ReplaceAll(p.Explain, "\n", "\n    "))
 		}
+		if len(p.PartitionsToDrop) > 0 {
+			how := "DETACH PARTITION, then DROP"
+			if p.DetachConcurrently {
+				how = "DETACH PARTITION … CONCURRENTLY, then DROP"
+			}
+			fmt.Fprintf(stdout, "  partitions to drop (%s): %s\n", how, strings.Join(p.PartitionsToDrop, ", "))
+		}
 		for _, w := range p.Warnings {
 			fmt.Fprintf(stdout, "  WARNING: %s\n", w)
 		}
