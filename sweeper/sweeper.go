@@ -687,7 +687,7 @@ func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 func (s *Sweeper) rangeBatches(t target, sl slice, from pgtype.TID) batchFunc {
 	del := rangeBatchSQL(t)
 	pick := blockBatchSQL(t, sl, s.lockRows)
-	var picking bool       // the range to rangeEnd falls back to picks
+	var picking bool        // the range to rangeEnd falls back to picks
 	var rangeEnd pgtype.TID // the end of the range being picked
 	// Blocks past the table's end when it was sliced are left for the
 	// next run.
