@@ -170,36 +170,66 @@ tables:
 		ins = append(ins, startInstance(t, ctx, name, cfg))
 	}
 
-	// Wait for an instance to hold the big table, mid-sweep.
-	var holder *instance
+	// Every table is swept, by whichever instance gets it first.
+	for _, tbl := range names[1:] {
+		for expiredBefore(tbl, started) > 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s was not swept", tbl)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("the small tables were swept %s after the instances started", time.Since(started).Round(time.Millisecond))
+
+	// Wait for an instance to hold a slice of the big table with many rows
+	// left in it: its advisory lock (pg_locks: the table's key in classid,
+	// the slice in objid) and the expired rows in the slice's 1024 blocks.
+	var (
+		holder      *instance
+		slice       int
+		sliceLeft   int64
+		lowID, hiID int64
+	)
 	for holder == nil {
 		if ctx.Err() != nil {
-			t.Fatal("no instance started sweeping the big table")
+			t.Fatal("no instance was found sweeping a slice of the big table with rows left")
 		}
-		for _, in := range ins {
-			if in.tables(t)["public.t1"].SlicesHeld > 0 {
-				holder = in
+		rows, err := conn.Query(ctx, `SELECT a.application_name, l.objid::int,
+				(SELECT count(*) FROM t1 WHERE ctid >= format('(%s,0)', l.objid::int * 1024)::tid
+					AND ctid < format('(%s,0)', (l.objid::int + 1) * 1024)::tid AND expires_at < now()),
+				(SELECT coalesce(min(id), 0) FROM t1 WHERE ctid >= format('(%s,0)', l.objid::int * 1024)::tid
+					AND ctid < format('(%s,0)', (l.objid::int + 1) * 1024)::tid AND expires_at < now()),
+				(SELECT coalesce(max(id), 0) FROM t1 WHERE ctid >= format('(%s,0)', l.objid::int * 1024)::tid
+					AND ctid < format('(%s,0)', (l.objid::int + 1) * 1024)::tid AND expires_at < now())
+			FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND l.objsubid = 2
+				AND l.classid::bigint = (hashtext('ttlproxy.sweeper:public.t1')::bigint & 4294967295)`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var app string
+			var sl int
+			var left, lo, hi int64
+			if err := rows.Scan(&app, &sl, &left, &lo, &hi); err != nil {
+				t.Fatal(err)
+			}
+			if left < 20_000 || holder != nil {
+				continue
+			}
+			for _, in := range ins {
+				if in.name == app {
+					holder, slice, sliceLeft, lowID, hiID = in, sl, left, lo, hi
+				}
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// Every other table is swept meanwhile, by whichever instance gets it.
-	covered := addExpired()
-	for _, tbl := range names[1:] {
-		for expiredBefore(tbl, covered) > 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("%s was not swept while %s held t1", tbl, holder.name)
-			}
-			time.Sleep(50 * time.Millisecond)
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	t.Logf("while %s swept t1, the other tables' new expired rows were gone %s after they were added",
-		holder.name, time.Since(covered).Round(time.Millisecond))
 
 	// Kill the holder; its sessions end and its lock with them.
-	if left := expiredBefore("t1", time.Now()); left == 0 {
-		t.Fatalf("t1 was swept completely before %s could be killed holding it: make it bigger", holder.name)
-	}
 	added := addExpired()
 	if err := holder.cmd.Process.Signal(os.Kill); err != nil {
 		t.Fatal(err)
@@ -255,18 +285,11 @@ tables:
 			t.Errorf("%s: %d expired rows left after the survivors' next runs", tbl, n)
 		}
 	}
-	// The killed instance's slice: the rows it deleted, and the rows after
-	// them that it did not reach. (Rows were inserted in id order, so a
-	// slice of blocks is a range of ids.)
-	var killedMin, killedMax int64
-	if err := conn.QueryRow(ctx, `SELECT min(min_id), max(max_id) FROM sweep_log WHERE tbl = 't1' AND app = $1`,
-		holder.name).Scan(&killedMin, &killedMax); err != nil {
-		t.Fatal(err)
-	}
+	// The first batch of another instance in the killed one's slice.
 	var takeover, cleared time.Time
 	if err := conn.QueryRow(ctx, `SELECT min(started) FROM sweep_log WHERE tbl = 't1' AND app <> $1 AND started > $2
-		AND min_id <= $4 + 1 AND max_id >= $3`, holder.name, killed, killedMin, killedMax).Scan(&takeover); err != nil {
-		t.Fatalf("nobody took %s's slice of t1 over: %v", holder.name, err)
+		AND n > 0 AND max_id >= $3 AND min_id <= $4`, holder.name, killed, lowID, hiID).Scan(&takeover); err != nil {
+		t.Fatalf("nobody took %s's slice %d of t1 over: %v", holder.name, slice, err)
 	}
 	if err := conn.QueryRow(ctx, `SELECT max(ended) FROM sweep_log WHERE tbl = 't1'`).Scan(&cleared); err != nil {
 		t.Fatal(err)
@@ -275,8 +298,8 @@ tables:
 	if err := conn.QueryRow(ctx, `SELECT ceil(pg_relation_size('t1') / (1024 * 8192.0))`).Scan(&slices); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("t1: %d block slices; %s killed at +%s holding one; its sessions were gone after %s; another instance's first batch in its slice began %s after the kill (interval %s); t1 was clear %s after the kill",
-		slices, holder.name, killed.Sub(started).Round(time.Millisecond), gone.Sub(killed).Round(time.Millisecond),
+	t.Logf("t1: %d block slices; %s killed at +%s holding slice %d with %d expired rows left; its sessions were gone after %s; another instance's first batch in its slice began %s after the kill (interval %s); t1 was clear %s after the kill",
+		slices, holder.name, killed.Sub(started).Round(time.Millisecond), slice, sliceLeft, gone.Sub(killed).Round(time.Millisecond),
 		takeover.Sub(killed).Round(time.Millisecond), interval, cleared.Sub(killed).Round(time.Millisecond))
 
 	// Never two instances in one slice at once: no two DELETE transactions
