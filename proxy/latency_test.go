@@ -89,3 +89,17 @@ func TestForegroundLatency(t *testing.T) {
 		conn.Close(context.Background())
 	}
 }
+
+// BenchmarkLatencyObserve is what the foreground latency costs one relayed
+// exchange: two monotonic clock reads and one sample, from parallel
+// sessions.
+func BenchmarkLatencyObserve(b *testing.B) {
+	w := newLatencyWindow()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			start := monoNow()
+			now := monoNow()
+			w.observe(now, time.Duration(now-start))
+		}
+	})
+}

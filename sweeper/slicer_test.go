@@ -276,11 +276,13 @@ func TestRangeBatches(t *testing.T) {
 	}
 	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("ranged")}, BatchSize: 1000})
 	var sizes []int64
-	committed := false
+	started := false
+	committed := make(chan struct{})
 	s.beforeBatch = func(context.Context, string) {
-		if !committed {
-			committed = true
+		if !started {
+			started = true
 			go func() {
+				defer close(committed)
 				time.Sleep(20 * time.Millisecond) // the first batch waits for row 2
 				if err := tx.Commit(e.ctx); err != nil {
 					t.Error(err)
@@ -290,6 +292,7 @@ func TestRangeBatches(t *testing.T) {
 	}
 	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
 	res, err := s.RunOnce(e.ctx)
+	<-committed
 	if err != nil || len(res.Errors) > 0 {
 		t.Fatalf("RunOnce: %v %v", err, res.Errors)
 	}
