@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"math"
 	"math/bits"
 	"sync"
 	"time"
@@ -19,8 +20,8 @@ import (
 //
 // Samples go into one log-spaced histogram per quarter second (eight
 // buckets per doubling, so a reported value is within 12.5% of the true
-// one, from 8µs to about 30s); ForegroundLatency reads the median of the
-// last second. The cost per statement is two monotonic clock reads and a
+// one, from 8µs to about 30s); ForegroundLatency reads their 90th
+// percentile over the last second. The cost per statement is two monotonic clock reads and a
 // short critical section.
 
 const (
@@ -33,6 +34,11 @@ const (
 	latencySlots       = latencyWindowSlots + 1
 	latencyBuckets     = 184 // 0-7: 0-7µs; then 8 per doubling from 8µs up to 15·2^21µs ≈ 31s
 )
+
+// foregroundQuantile is the quantile ForegroundLatency reports: the
+// sweeper's pacing guards the foreground's tail, which a queue behind the
+// sweeper lengthens before it moves the median.
+const foregroundQuantile = 0.9
 
 // monoStart anchors the monotonic timestamps sessions store as integers.
 var monoStart = time.Now()
@@ -95,9 +101,10 @@ func (w *latencyWindow) observe(now int64, d time.Duration) {
 	w.mu.Unlock()
 }
 
-// median returns the median sample of the latencyWindowSlots slots up to
-// now (monoNow), the current one included, or 0 when there is none.
-func (w *latencyWindow) median(now int64) time.Duration {
+// quantile returns the q-quantile (0 < q <= 1) of the samples of the
+// latencyWindowSlots slots up to now (monoNow), the current one included,
+// or 0 when there is none.
+func (w *latencyWindow) quantile(now int64, q float64) time.Duration {
 	slot := now / int64(latencySlotWidth)
 	var counts [latencyBuckets]uint32
 	var n uint32
@@ -116,23 +123,23 @@ func (w *latencyWindow) median(now int64) time.Duration {
 	if n == 0 {
 		return 0
 	}
-	half := (n + 1) / 2
+	rank := max(uint32(math.Ceil(q*float64(n))), 1)
 	var seen uint32
 	for b, c := range counts {
 		seen += c
-		if seen >= half {
+		if seen >= rank {
 			return max(latencyBucketLow(b), time.Microsecond)
 		}
 	}
 	return 0 // unreachable: the counts sum to n
 }
 
-// ForegroundLatency is the median busy period of the sessions over the last
-// second (see latency.go): the time from relaying a Query or an
+// ForegroundLatency is the 90th percentile of the sessions' busy periods
+// over the last second (see latency.go): the time from relaying a Query or an
 // extended-protocol batch to relaying the ReadyForQuery that leaves the
 // session with nothing owed, within 12.5%. It returns 0 when no such exchange
 // ended in that window. Safe for concurrent use; it does not block on I/O.
 // The sweeper paces on it (sweeper.Config.ForegroundLatency).
 func (s *Server) ForegroundLatency() time.Duration {
-	return s.latency.median(monoNow())
+	return s.latency.quantile(monoNow(), foregroundQuantile)
 }

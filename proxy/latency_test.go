@@ -35,7 +35,7 @@ func TestLatencyWindowMedian(t *testing.T) {
 	w := newLatencyWindow()
 	q := int64(latencySlotWidth)
 	now := 400 * q
-	if got := w.median(now); got != 0 {
+	if got := w.quantile(now, 0.5); got != 0 {
 		t.Fatalf("empty window: median %s, want 0", got)
 	}
 	for range 10 {
@@ -44,26 +44,29 @@ func TestLatencyWindowMedian(t *testing.T) {
 	for range 9 {
 		w.observe(now+q+q/2, 50*time.Millisecond)
 	}
-	if got := w.median(now + q + q/2); got < 800*time.Microsecond || got > time.Millisecond {
+	if got := w.quantile(now+q+q/2, 0.5); got < 800*time.Microsecond || got > time.Millisecond {
 		t.Fatalf("10×1ms and 9×50ms: median %s, want about 1ms", got)
 	}
 	for range 2 {
 		w.observe(now+2*q, 50*time.Millisecond)
 	}
-	if got := w.median(now + 3*q); got < 40*time.Millisecond || got > 50*time.Millisecond {
+	if got := w.quantile(now+3*q, 0.5); got < 40*time.Millisecond || got > 50*time.Millisecond {
 		t.Fatalf("10×1ms and 11×50ms: median %s, want about 50ms", got)
+	}
+	if got := w.quantile(now+3*q, 0.4); got < 800*time.Microsecond || got > time.Millisecond {
+		t.Fatalf("10×1ms and 11×50ms: 40th percentile %s, want about 1ms", got)
 	}
 	// Samples older than the window no longer count; a slot reused for a
 	// later span starts empty.
-	if got := w.median(now + latencyWindowSlots*q); got < 40*time.Millisecond {
+	if got := w.quantile(now+latencyWindowSlots*q, 0.5); got < 40*time.Millisecond {
 		t.Fatalf("after the 1ms slot left the window: median %s, want about 50ms", got)
 	}
-	if got := w.median(now + (latencyWindowSlots+2)*q); got != 0 {
+	if got := w.quantile(now+(latencyWindowSlots+2)*q, 0.5); got != 0 {
 		t.Fatalf("after every sample left the window: median %s, want 0", got)
 	}
 	// The slot of now+2q, reused: its two 50ms samples are gone.
 	w.observe(now+(latencySlots+2)*q, 3*time.Millisecond)
-	if got := w.median(now + (latencySlots+2)*q); got < 2500*time.Microsecond || got > 3*time.Millisecond {
+	if got := w.quantile(now+(latencySlots+2)*q, 0.5); got < 2500*time.Microsecond || got > 3*time.Millisecond {
 		t.Fatalf("one 3ms sample in a reused slot: median %s, want about 3ms", got)
 	}
 }
@@ -84,7 +87,7 @@ func TestForegroundLatency(t *testing.T) {
 			mustExec(t, conn, "SELECT pg_sleep(0.06)")
 		}
 		if got := p.srv.ForegroundLatency(); got < 45*time.Millisecond || got > time.Second {
-			t.Fatalf("%v: three statements of 60ms: median %s, want about 60ms", mode, got)
+			t.Fatalf("%v: three statements of 60ms: 90th percentile %s, want about 60ms", mode, got)
 		}
 		conn.Close(context.Background())
 	}

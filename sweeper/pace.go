@@ -22,8 +22,8 @@ import "time"
 // there is no sleep at all; Config.BatchPause adds a fixed one.
 //
 // The second signal is the one only a proxy has: the latency of the
-// foreground statements it relays (Config.ForegroundLatency, a median over
-// the last second). Its floor is the value read when the run starts, before
+// foreground statements it relays (Config.ForegroundLatency, the 90th
+// percentile over the last second). Its floor is the value read when the run starts, before
 // the sweeper loads the server (the baseline, as BBR takes its minimum RTT
 // when its own queue is empty), and the lowest value seen afterwards. A
 // reading over the floor by a quarter and by at least fgMinExcess means the

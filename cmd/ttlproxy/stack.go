@@ -162,8 +162,9 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 }
 
 // foregroundLatency is the sweeper's foreground pacing signal
-// (sweeper.Config.ForegroundLatency): the median latency of the exchanges
-// the proxy relayed over the last seconds (proxy.Server.ForegroundLatency).
+// (sweeper.Config.ForegroundLatency): the 90th percentile latency of the
+// exchanges the proxy relayed over the last second
+// (proxy.Server.ForegroundLatency).
 // A sweep without a proxy (ttlproxy sweep) has no signal: 0.
 func (s *stack) foregroundLatency() time.Duration {
 	if s.proxy == nil {
