@@ -4,8 +4,8 @@
 # cluster (issue 8's goal 1: at least 0.7x the bulk DELETE's rows per second
 # with the index, 0.5x without, every sweeper transaction within 100 ms).
 #
-#   bench/sweep.sh                   # 1,000,000 rows, half of them expired
-#   ROWS=100000 bench/sweep.sh       # a quick check
+#   bench/sweep.sh                   # 1,000,000 rows, half of them expired, 3 rounds
+#   ROWS=100000 ROUNDS=1 bench/sweep.sh   # a quick check
 #
 # For each case two identical tables are built (ROWS rows, every second one
 # expired an hour ago, the others live for an hour, VACUUM ANALYZE); one is
@@ -15,16 +15,19 @@
 # sweeper's (the same rows, so rows per second: 1 is as fast as bulk). Both
 # are wall-clock times of a command (psql -c, ttlproxy sweep --once), start
 # and connection included; the sweeper's longest batch is its longest
-# transaction.
+# transaction. In each of ROUNDS rounds both cases run, bulk then sweeper;
+# the table shows each run, then the medians, and the ratio of the medians.
 #
 # Environment:
 #   ROWS          rows per table (default 1000000)
+#   ROUNDS        interleaved rounds (default 3)
 #   SWEEPER_YAML  extra sweeper keys, YAML flow style without braces,
 #                 e.g. "workers: 2, target_batch_duration: 20ms"
 #   PG_BINDIR, KEEP  see lib.sh
 set -euo pipefail
 
 ROWS=${ROWS:-1000000}
+ROUNDS=${ROUNDS:-3}
 SWEEPER_YAML=${SWEEPER_YAML:-}
 
 PROG=sweep.sh
@@ -57,10 +60,12 @@ SQL
 }
 
 RESULTS=()
+BULK_1=() SWEEP_1=() BULK_0=() SWEEP_0=()
+for round in $(seq "$ROUNDS"); do
 for indexed in 1 0; do
 	label="index"
 	[ "$indexed" = 1 ] || label="no index"
-	log "$label: building two tables of $ROWS rows"
+	log "round $round, $label: building two tables of $ROWS rows"
 	build bulk "$indexed"
 	build swept "$indexed"
 	psql_q -d bench -c CHECKPOINT
@@ -85,11 +90,20 @@ for indexed in 1 0; do
 	left=$(psql_q -d bench -At -c "SELECT count(*) FROM swept WHERE expires_at < now()")
 	[ "$left" = 0 ] || die "$left expired rows left after the sweep"
 	ratio=$(awk -v b="$bulk_ms" -v s="$sweep_ms" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
-	RESULTS+=("| $label | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $batches | $longest | ${ratio}x |")
+	RESULTS+=("| $round | $label | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $batches | $longest | ${ratio}x |")
+	eval "BULK_$indexed+=($bulk_ms) SWEEP_$indexed+=($sweep_ms)"
+done
+done
+for indexed in 1 0; do
+	label="index"
+	[ "$indexed" = 1 ] || label="no index"
+	eval 'b=$(median "${BULK_'$indexed'[@]}") s=$(median "${SWEEP_'$indexed'[@]}")'
+	ratio=$(awk -v b="$b" -v s="$s" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
+	RESULTS+=("| median | $label | $ROWS | $((ROWS / 2)) | $b ms | $s ms | | | **${ratio}x** |")
 done
 
-printf '\n| case | rows | expired | bulk DELETE | sweeper | batches | longest batch | sweeper/bulk (rows/s) |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '\n| round | case | rows | expired | bulk DELETE | sweeper | batches | longest batch | sweeper/bulk (rows/s) |\n'
+printf '|---|---|---|---|---|---|---|---|---|\n'
 printf '%s\n' "${RESULTS[@]}"
 printf '\nPostgreSQL %s, %s cores, sweeper settings: defaults%s\n' \
 	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "${SWEEPER_YAML:+ + $SWEEPER_YAML}"

@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"table"})
 	m.backlog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: name("backlog_rows"),
-		Help: "Expired rows of the table left to delete: counted at the start of the table's sweep (exact up to 100,000, the planner's estimate above), less the rows deleted since.",
+		Help: "Expired rows of the table left to delete: counted at the start of the table's sweep (exact up to 10,000, the planner's estimate above), less the rows deleted since.",
 	}, []string{"table"})
 	m.partitionsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: name("partitions_dropped_total"),

@@ -105,6 +105,7 @@ func TestPacer(t *testing.T) {
 func TestAdaptiveBatches(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "adaptive", 20_000, 50, 5)
+	e.exec(t, "ANALYZE adaptive") // above runBacklogCap the backlog is the planner's estimate
 	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("adaptive")}, BatchSize: 100,
 		// A target far above any batch's time here, so that every batch
 		// doubles whatever the machine's load: the growth is the point, the
@@ -122,8 +123,8 @@ func TestAdaptiveBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if backlogAtStart != 20_000 {
-		t.Errorf("backlog at the start %v, want 20000", backlogAtStart)
+	if backlogAtStart < 18_000 || backlogAtStart > 22_000 {
+		t.Errorf("backlog at the start %v, want the planner's estimate of 20000", backlogAtStart)
 	}
 	if got := testutil.ToFloat64(s.m.backlog.WithLabelValues("public.adaptive")); got != 0 {
 		t.Errorf("backlog after the run %v, want 0", got)

@@ -458,7 +458,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 	}
 	tr := &tableRun{t: t, log: log, pace: pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}}
 	tr.pace.baseline(s.fgBaseline)
-	backlog, _, err := s.countDoomed(ctx, t, cutoff)
+	backlog, _, err := s.countDoomed(ctx, t, cutoff, runBacklogCap)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
 		return 0, 0, 0, err
