@@ -23,8 +23,11 @@
 // slice) and that Config.Workers sweep in parallel. On PostgreSQL a table
 // whose doomed rows the planner finds through an index is one slice that
 // the batches walk; a table it would read sequentially is cut into ranges
-// of 1024 heap blocks swept by TID range scans (PostgreSQL 14+), each batch
-// starting past the previous one's rows, so a run reads the table once. On
+// of 1024 heap blocks swept by TID range scans (PostgreSQL 14+), so a run
+// reads the table once: each batch DELETEs the doomed rows of the next few
+// blocks in one pass, as a bulk DELETE does, under a short lock_timeout,
+// and a range that meets a row lock is swept again by picks that skip the
+// locked rows (sweeper.go, rangeBatches). On
 // YugabyteDB (version() contains "-YB-") the slices are 16 yb_hash_code
 // ranges over the primary key's hash columns and rows are addressed by
 // ybctid, as in the YugabyteDB row-TTL recipe.
