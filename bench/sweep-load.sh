@@ -101,7 +101,7 @@ PROXY_PID=
 start_proxy() {
 	cp "$WORK/base.yaml" "$WORK/run.yaml"
 	: >"$WORK/proxy.log"
-	"$WORK/ttlproxy" serve --config "$WORK/run.yaml" --log-level info >>"$WORK/proxy.log" 2>&1 &
+	"$WORK/ttlproxy" serve --config "$WORK/run.yaml" --log-level ${PROXY_LOG_LEVEL:-info} >>"$WORK/proxy.log" 2>&1 &
 	PROXY_PID=$!
 	PIDS+=("$PROXY_PID")
 	wait_port "$PROXY_PORT" ttlproxy
@@ -164,6 +164,7 @@ one_run() {
 	wait "$bench_pid" || die "pgbench failed: $(cat "$prefix.out")"
 	end_ms=$(now_ms)
 	stop_proxy
+	cp "$WORK/proxy.log" "$prefix.log"
 	if [ "$mode" = sweeper ]; then
 		left=$(psql_q -d bench -At -c "SELECT count(*) FROM events WHERE expires_at < now()")
 		deleted=$((BACKLOG - left))

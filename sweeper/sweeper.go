@@ -451,11 +451,6 @@ func (tr *tableRun) fail(err error) {
 // returns the rows deleted, the batches done and the longest batch's
 // duration also on error.
 func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, time.Duration, error) {
-	slices, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
-	if err != nil {
-		s.m.errors.WithLabelValues(t.name).Inc()
-		return 0, 0, 0, err
-	}
 	tr := &tableRun{t: t, log: log, pace: pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}}
 	tr.pace.baseline(s.fgBaseline)
 	backlog, _, err := s.countDoomed(ctx, t, cutoff, runBacklogCap)
@@ -472,6 +467,17 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 			st.BatchSize, st.LastSwept = s.batchSize(t.name), time.Now()
 		})
 	}()
+	if backlog == 0 {
+		// Nothing is doomed at the cutoff (an exact count): no slice to
+		// read, which on a table read sequentially would be all of it.
+		log.Debug("nothing to sweep")
+		return 0, 0, 0, nil
+	}
+	slices, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
+	if err != nil {
+		s.m.errors.WithLabelValues(t.name).Inc()
+		return 0, 0, 0, err
+	}
 	log.Debug("sweeping table", slog.Int("slices", len(slices)), slog.Int64("backlog", backlog))
 	next := make(chan int, len(slices))
 	for i := range slices {
@@ -592,6 +598,10 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		tr.batches++
 		tr.longest = max(tr.longest, took)
 		nextSize, wait := tr.pace.next(size, work, took, full, fg)
+		if log.Enabled(ctx, slog.LevelDebug) {
+			log.Debug("batch", slog.Int("size", size), slog.Int64("deleted", n), slog.Duration("took", took),
+				slog.Duration("foreground", fg), slog.Float64("share", tr.pace.share), slog.Duration("wait", wait))
+		}
 		if (tr.pace.target > 0 || nextSize < size) && !tr.shrunk {
 			s.setBatchSize(t.name, nextSize)
 		}
