@@ -87,7 +87,7 @@ func TestForegroundLatency(t *testing.T) {
 			mustExec(t, conn, "SELECT pg_sleep(0.06)")
 		}
 		if got := p.srv.ForegroundLatency(); got < 45*time.Millisecond || got > time.Second {
-			t.Fatalf("%v: three statements of 60ms: 90th percentile %s, want about 60ms", mode, got)
+			t.Fatalf("%v: three statements of 60ms: 99th percentile %s, want about 60ms", mode, got)
 		}
 		conn.Close(context.Background())
 	}

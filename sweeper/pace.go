@@ -22,7 +22,7 @@ import "time"
 // there is no sleep at all; Config.BatchPause adds a fixed one.
 //
 // The second signal is the one only a proxy has: the latency of the
-// foreground statements it relays (Config.ForegroundLatency, the 90th
+// foreground statements it relays (Config.ForegroundLatency, the 99th
 // percentile over the last second). Its floor is the value read when the run starts, before
 // the sweeper loads the server (the baseline, as BBR takes its minimum RTT
 // when its own queue is empty), and the lowest value seen afterwards. A

@@ -162,7 +162,7 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 }
 
 // foregroundLatency is the sweeper's foreground pacing signal
-// (sweeper.Config.ForegroundLatency): the 90th percentile latency of the
+// (sweeper.Config.ForegroundLatency): the 99th percentile latency of the
 // exchanges the proxy relayed over the last second
 // (proxy.Server.ForegroundLatency).
 // A sweep without a proxy (ttlproxy sweep) has no signal: 0.
