@@ -39,8 +39,8 @@ const (
 // sweeper's pacing guards the foreground's tail, which a queue behind the
 // sweeper lengthens long before it moves the median (measured with
 // bench/sweep-load.sh: while the sweeper doubled pgbench's p99, the
-// statements' median and 90th percentile moved by a tenth, their 99th
-// percentile by half). With few statements in the last second it is their
+// relayed statements' 90th percentile rose by a fifth, their 99th
+// percentile up to twofold). With few statements in the last second it is their
 // maximum, which errs on the gentle side.
 const foregroundQuantile = 0.99
 
