@@ -21,7 +21,13 @@ import (
 // connection. YugabyteDB has them only in recent releases (YugabyteDB issue
 // #3642): where pg_try_advisory_lock fails there, slices are swept without
 // coordination, which stays correct (each batch re-checks the rule and
-// skips locked rows) but repeats work.
+// skips locked rows) but repeats work. Sources, read but not run: a 2023
+// YugabyteDB post says of pg_advisory_lock that "the PostgreSQL version is
+// not currently supported (#3642)" (dev.to/yugabyte, "Advisory/Custom/
+// Application Lock with YugabyteDB"); the stable documentation's "Explicit
+// locking" page covers "Row locking and advisory locks in YugabyteDB". Which
+// release added them, whether a flag enables them, and what an older
+// release returns were not found; the fallback takes any error.
 
 // lockNamespace prefixes the advisory lock key of a table.
 const lockNamespace = "ttlproxy.sweeper:"

@@ -224,6 +224,16 @@ func (n planNode) seqScanOf(alias string) bool {
 // ybHashBuckets is the number of yb_hash_code slices of a YugabyteDB table:
 // yb_hash_code is 16-bit (0..65535) and the seed recipe uses 16 buckets of
 // width 4096, so each DELETE stays within a few tablets.
+//
+// Sources (read, not run on a YugabyteDB server): YSQL's yb_hash_code
+// "returns the hash of a set of given input values using the hash function
+// DocDB uses to shard its data", an int4, and when a yb_hash_code condition
+// is pushed down, only the tablets that "definitely contain values in the
+// requested ranges" are read (docs.yugabyte.com/stable/api/ysql/exprs/
+// func_yb_hash_code). DocDB's hash space is 0x0000 to 0xFFFF, and "for a
+// table with 16 tablets" it is divided into [0x0000, 0x1000), [0x1000,
+// 0x2000), … (docs.yugabyte.com, architecture, DocDB sharding): the 16
+// slices here are exactly those ranges.
 const ybHashBuckets = 16
 
 // ybHashCodeSpace is the number of yb_hash_code values (0..65535).
