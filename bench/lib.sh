@@ -1,8 +1,9 @@
 # Shared by the sweeper benchmarks (sweep.sh, sweep-load.sh): a throw-away
 # PostgreSQL cluster and ttlproxy built from this checkout in a work
 # directory that is removed at exit. Source it after setting PROG; it sets
-# ROOT, WORK, BIN (the server's bin directory) and PIDS (processes stopped at
-# exit), and defines the functions below.
+# ROOT, WORK, BIN (the server's bin directory), PIDS (processes stopped at
+# exit) and PIDFILES (pid files of daemons stopped at exit), and defines the
+# functions below.
 #
 # Environment:
 #   PG_BINDIR  directory of initdb/pg_ctl (default: PATH, then the newest
@@ -14,6 +15,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttlproxy-$PROG.XXXXXX")
 DATA=$WORK/data
 PG_STARTED=
 PIDS=()
+PIDFILES=()
 
 log() { printf '== %s\n' "$*" >&2; }
 die() { printf '%s: %s\n' "$PROG" "$*" >&2; exit 1; }
@@ -44,6 +46,12 @@ cleanup() {
 	local pid
 	for pid in "${PIDS[@]}"; do
 		stop_pid "$pid"
+	done
+	local f
+	for f in "${PIDFILES[@]}"; do
+		if [ -f "$f" ]; then
+			stop_pid "$(cat "$f")"
+		fi
 	done
 	if [ -n "$PG_STARTED" ]; then
 		as_pg "$BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1 || true

@@ -13,9 +13,7 @@
 #   JOBS          pgbench -j (default 2)
 #   DURATION      pgbench -T in seconds (default 10)
 #   PGBENCH_ARGS  workload flags (default -S: the built-in select-only script)
-#   PG_BINDIR     directory of initdb/pg_ctl (default: PATH, then the newest
-#                 /usr/lib/postgresql/*/bin)
-#   KEEP=1        keep the work directory (logs) after the run
+#   PG_BINDIR, KEEP  see lib.sh
 #
 # Targets:
 #   direct                 pgbench -> PostgreSQL
@@ -32,86 +30,9 @@ JOBS=${JOBS:-2}
 DURATION=${DURATION:-10}
 PGBENCH_ARGS=${PGBENCH_ARGS:--S}
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttlproxy-bench.XXXXXX")
-DATA=$WORK/data
-PIDS=()
-PG_STARTED=
-
-log() { printf '== %s\n' "$*" >&2; }
-die() { printf 'pgbench.sh: %s\n' "$*" >&2; exit 1; }
-
-# as_pg runs a command as the postgres OS user when we are root: the server
-# and PgBouncer both refuse to run as root.
-as_pg() {
-	if [ "$(id -u)" = 0 ]; then
-		runuser -u postgres -- "$@"
-	else
-		"$@"
-	fi
-}
-
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [ -f "$WORK/pgbouncer.pid" ]; then
-		kill "$(cat "$WORK/pgbouncer.pid")" 2>/dev/null || true
-	fi
-	if [ -n "$PG_STARTED" ]; then
-		as_pg "$BIN/pg_ctl" -D "$DATA" -m immediate -w stop >/dev/null 2>&1 || true
-	fi
-	if [ "${KEEP:-}" = 1 ]; then
-		log "kept $WORK"
-	else
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-find_bindir() {
-	if [ -n "${PG_BINDIR:-}" ]; then
-		echo "$PG_BINDIR"
-		return
-	fi
-	if command -v initdb >/dev/null 2>&1; then
-		dirname "$(readlink -f "$(command -v initdb)")"
-		return
-	fi
-	local d
-	d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k4 -n | tail -1)
-	[ -n "$d" ] || die "PostgreSQL server binaries not found (install postgresql or set PG_BINDIR)"
-	echo "$d"
-}
-
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
-free_port() {
-	local p
-	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 40000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	die "no free port found"
-}
-
-wait_port() {
-	local port=$1 what=$2
-	for _ in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			return
-		fi
-		sleep 0.1
-	done
-	die "$what did not start listening on port $port"
-}
+PROG=pgbench.sh
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # run_pgbench PORT LABEL prints the tps of one pgbench run.
 run_pgbench() {
@@ -127,29 +48,8 @@ run_pgbench() {
 }
 
 command -v pgbench >/dev/null || die "pgbench not found (install postgresql-client or postgresql-contrib)"
-command -v go >/dev/null || die "go not found: needed to build ttlproxy"
-BIN=$(find_bindir)
-[ -x "$BIN/initdb" ] || die "$BIN/initdb not found"
-if [ "$(id -u)" = 0 ]; then
-	id postgres >/dev/null 2>&1 || die "running as root needs a postgres OS user"
-	chmod 755 "$WORK"
-	chown postgres "$WORK"
-fi
-
-log "building ttlproxy"
-(cd "$ROOT" && go build -o "$WORK/ttlproxy" ./cmd/ttlproxy)
-
-PGPORT=$(free_port)
-log "starting PostgreSQL ($BIN) on port $PGPORT"
-as_pg "$BIN/initdb" -D "$DATA" -U postgres -A trust -E UTF8 --locale C --no-sync >"$WORK/initdb.log" 2>&1 ||
-	die "initdb failed: $(cat "$WORK/initdb.log")"
-as_pg "$BIN/pg_ctl" -D "$DATA" -l "$WORK/postgres.log" -w -t 60 start \
-	-o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c max_connections=100" >/dev/null ||
-	die "PostgreSQL did not start: $(cat "$WORK/postgres.log")"
-PG_STARTED=1
-
-psql_q() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -v ON_ERROR_STOP=1 "$@"; }
-psql_q -d postgres -c "CREATE DATABASE bench"
+PIDFILES+=("$WORK/pgbouncer.pid")
+start_cluster fsync=off synchronous_commit=off max_connections=100
 log "pgbench -i -s $SCALE"
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$PGPORT" -U postgres bench >"$WORK/pgbench-init.log" 2>&1 ||
 	die "pgbench -i failed: $(cat "$WORK/pgbench-init.log")"
