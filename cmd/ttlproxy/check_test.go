@@ -7,29 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 )
 
 // TestCheckCommand runs ttlproxy check against a deliberately broken setup,
 // then against a sound one.
 func TestCheckCommand(t *testing.T) {
-	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
+	cluster, conn := ownCluster(t, ctx)
 	dsn := cluster.ConnString("postgres")
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	for _, sql := range []string{
 		"CREATE ROLE ttl_sweeper LOGIN",
 		"CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz DEFAULT now() + interval '1 day')",

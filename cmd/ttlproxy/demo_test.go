@@ -8,8 +8,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 )
+
+// ownCluster starts a throw-away cluster for one test (needPostgres) and
+// connects to its database postgres; both are closed when the test ends.
+func ownCluster(t *testing.T, ctx context.Context) (*pgcluster.Cluster, *pgx.Conn) {
+	t.Helper()
+	needPostgres(t)
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Stop() })
+	conn, err := pgx.Connect(ctx, cluster.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return cluster, conn
+}
 
 // needPostgres skips when no PostgreSQL server binaries are installed, except
 // in CI where that is a failure.

@@ -5,27 +5,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 )
 
 func TestInstallCommand(t *testing.T) {
-	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
+	cluster, conn := ownCluster(t, ctx)
 	dsn := cluster.ConnString("postgres")
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz)`); err != nil {
 		t.Fatal(err)
 	}

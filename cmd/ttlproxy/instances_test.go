@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 	"github.com/ttlproxy/ttlproxy/sweeper"
 )
 
@@ -88,20 +85,10 @@ func (in *instance) tables(t *testing.T) map[string]sweeper.TableStatus {
 // application_name, its transaction's start and end and the range of ids it
 // deleted, which is what the checks read.
 func TestInstancesShareSweeping(t *testing.T) {
-	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
+	cluster, conn := ownCluster(t, ctx)
 	dsn := cluster.ConnString("postgres")
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	do := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := conn.Exec(ctx, sql, args...); err != nil {

@@ -5,29 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 )
 
 // TestSweepCommand: --dry-run reports and deletes nothing; --once deletes
 // the expired rows and exits 0.
 func TestSweepCommand(t *testing.T) {
-	needPostgres(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Stop()
+	cluster, conn := ownCluster(t, ctx)
 	dsn := cluster.ConnString("postgres")
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	for _, sql := range []string{
 		"CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz)",
 		"INSERT INTO sessions SELECT g, CASE WHEN g <= 300 THEN now() - interval '1 hour' END FROM generate_series(1, 500) g",
