@@ -145,6 +145,15 @@ latencies() {
 	}'
 }
 
+# server_counters prints the cluster's cumulative "wal_bytes wal_fpi
+# wal_buffers_full buffers_backend": the sweeper's deletes write WAL (a
+# full-page image for each page first changed after a checkpoint) that the
+# foreground's commits and page evictions may have to write out.
+server_counters() {
+	psql_q -d bench -At -F ' ' -c "SELECT w.wal_bytes, w.wal_fpi, w.wal_buffers_full, b.buffers_backend
+		FROM pg_stat_wal w, pg_stat_bgwriter b"
+}
+
 # one_run MODE ROUND runs once, MODE "sweeper" or "none", and prints
 # "round mode tps deleted reload_ms window_ms prefix": window_ms is how long
 # the sweeper worked after the reload (0 without it).
@@ -159,10 +168,15 @@ one_run() {
 	if [ "$mode" = sweeper ]; then
 		cp "$WORK/sweeper.yaml" "$WORK/run.yaml"
 	fi
+	read -r wal0 fpi0 full0 backend0 < <(server_counters)
 	reload_ms=$(now_ms)
 	kill -HUP "$PROXY_PID"
 	wait "$bench_pid" || die "pgbench failed: $(cat "$prefix.out")"
 	end_ms=$(now_ms)
+	read -r wal1 fpi1 full1 backend1 < <(server_counters)
+	log "round $round, $mode: after the reload: WAL $(((${wal1%.*} - ${wal0%.*}) / 1048576)) MB," \
+		"$((fpi1 - fpi0)) full-page images, wal_buffers full $((full1 - full0)) times," \
+		"$((backend1 - backend0)) buffers written by backends"
 	stop_proxy
 	cp "$WORK/proxy.log" "$prefix.log"
 	if [ "$mode" = sweeper ]; then

@@ -18,16 +18,14 @@ import (
 //
 // Advisory locks rather than a lease table: they need no table, no clock
 // and no expiry to tune, and a dead holder's locks vanish with its
-// connection. YugabyteDB has them only in recent releases (YugabyteDB issue
-// #3642): where pg_try_advisory_lock fails there, slices are swept without
-// coordination, which stays correct (each batch re-checks the rule and
-// skips locked rows) but repeats work. Sources, read but not run: a 2023
-// YugabyteDB post says of pg_advisory_lock that "the PostgreSQL version is
-// not currently supported (#3642)" (dev.to/yugabyte, "Advisory/Custom/
-// Application Lock with YugabyteDB"); the stable documentation's "Explicit
-// locking" page covers "Row locking and advisory locks in YugabyteDB". Which
-// release added them, whether a flag enables them, and what an older
-// release returns were not found; the fallback takes any error.
+// connection. YugabyteDB has them from 2.25.1 and 2025.1 (YugabyteDB issue
+// #3642; sources in yugabyte.go). On an older release, or one whose
+// advisory locks may be taken on one node only, the run sweeps without
+// coordination (Sweeper.uncoordinated, logged once), which stays correct
+// (each batch re-checks the rule, and the YugabyteDB batch deletes by
+// ybctid) but repeats work; so does a run where pg_try_advisory_lock fails
+// on YugabyteDB anyway (0A000 "advisory locks are not yet implemented"
+// when the server's ysql_yb_enable_advisory_locks flag is off).
 
 // lockNamespace prefixes the advisory lock key of a table.
 const lockNamespace = "ttlproxy.sweeper:"
@@ -35,6 +33,9 @@ const lockNamespace = "ttlproxy.sweeper:"
 // holdSlice takes the advisory lock of slice i of t. held is false when
 // another instance holds it; release unlocks and returns the connection.
 func (s *Sweeper) holdSlice(ctx context.Context, d dialect, t target, i int) (release func(), held bool, err error) {
+	if s.uncoordinated != "" {
+		return func() {}, true, nil
+	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err

@@ -77,7 +77,7 @@ type TablePlan struct {
 // table the expired rows, the slices, the batch statement, its plan, and
 // warnings (for ttlproxy sweep --dry-run).
 func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
-	cutoff, d, err := s.begin(ctx)
+	cutoff, d, uncoordinated, err := s.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("starting: %w", err)
 	}
@@ -86,6 +86,9 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 		r := &s.rules[i]
 		for _, t := range targets(r) {
 			p := TablePlan{Table: t.name}
+			if uncoordinated != "" {
+				p.Warnings = append(p.Warnings, "instances will sweep without coordination: "+uncoordinated)
+			}
 			var exists bool
 			if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", t.regclass).Scan(&exists); err != nil {
 				return nil, err

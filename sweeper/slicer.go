@@ -286,7 +286,12 @@ var plainIdent = regexp.MustCompile(`^(?:[a-z_][a-z0-9_$]*|"(?:[^"]|"")+")$`)
 // YugabyteDB primary key definition such as
 // `CREATE UNIQUE INDEX t_pkey ON public.t USING lsm ((a, b) HASH, c ASC)` or
 // `... USING lsm (a HASH, c ASC)`, or nil when the key has none or is not
-// made of plain columns.
+// made of plain columns (a collated key column is one slice). These are
+// the forms YSQL's ruleutils.c prints: a group of several hash columns in
+// parentheses followed by ") HASH", one hash column followed by " HASH",
+// range columns by " ASC" or " DESC"; a primary key never gets SPLIT INTO.
+// The columns stay in key order: yb_hash_code over them in another order is
+// not pushed down to the tablets (regression test yb_hash_code).
 func hashColumns(indexdef string) []string {
 	i := strings.Index(strings.ToLower(indexdef), " using lsm (")
 	if i < 0 {

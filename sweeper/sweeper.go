@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,10 @@ type Sweeper struct {
 	// (Config.ForegroundLatency; 0: none); written under runMu before the
 	// run's workers start.
 	fgBaseline time.Duration
+	// uncoordinated says why this run's server cannot coordinate instances
+	// with advisory locks ("": it can; coordinate.go); written under runMu
+	// before the run's workers start.
+	uncoordinated string
 	// originMu makes batches that carry CDCOrigin take turns (origin.go).
 	originMu sync.Mutex
 	// batchSizes is the current batch size per target name: adapted, or
@@ -276,7 +281,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 		return res, ErrStopped
 	}
 	start := time.Now()
-	cutoff, d, err := s.begin(ctx)
+	cutoff, d, uncoordinated, err := s.begin(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -292,6 +297,10 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 	}
 	log := s.log.With(slog.Time("cutoff", cutoff))
 	log.Debug("sweeper run started", slog.String("database", d.String()))
+	if uncoordinated != "" && uncoordinated != s.uncoordinated {
+		log.Warn("sweeping without coordination between instances: " + uncoordinated)
+	}
+	s.uncoordinated = uncoordinated
 	for i := range s.rules {
 		if err := s.sweepRule(ctx, log, &s.rules[i], cutoff, d, &res); err != nil {
 			return res, err
@@ -318,27 +327,43 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 	return res, nil
 }
 
-// begin fixes the run's cutoff and detects the database kind.
-func (s *Sweeper) begin(ctx context.Context) (time.Time, dialect, error) {
+// begin fixes the run's cutoff and detects the database kind. uncoordinated
+// says why advisory locks cannot coordinate instances on this server (""
+// when they can: always on PostgreSQL; yugabyte.go).
+func (s *Sweeper) begin(ctx context.Context) (cutoff time.Time, d dialect, uncoordinated string, err error) {
 	if err := s.createOrigin(ctx); err != nil {
-		return time.Time{}, 0, err
+		return time.Time{}, 0, "", err
 	}
 	var (
-		now time.Time
-		yb  bool
+		version  string
+		silenced *string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT now(), strpos(version(), '-YB-') > 0`).Scan(&now, &yb)
+	err = s.pool.QueryRow(ctx, `SELECT now(), version(),
+		pg_catalog.current_setting('yb_silence_advisory_locks_not_supported_error', true)`).Scan(&cutoff, &version, &silenced)
 	if err != nil {
-		return time.Time{}, 0, err
+		return time.Time{}, 0, "", err
 	}
 	if s.cutoffFunc != nil {
-		now = s.cutoffFunc()
+		cutoff = s.cutoffFunc()
 	}
-	d := dialectPostgres
-	if yb {
+	d = dialectPostgres
+	if strings.Contains(version, "-YB-") {
 		d = dialectYugabyte
+		uncoordinated = ybCoordination(version, deref(silenced))
+		if s.cfg.CDCOrigin != "" {
+			if w := ybOriginWarning(version); w != "" {
+				s.log.Warn(w, slog.String("version", version))
+			}
+		}
 	}
-	return now, d, nil
+	return cutoff, d, uncoordinated, nil
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // sweepRule sweeps one rule's targets and records the outcome in res. It

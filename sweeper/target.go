@@ -101,6 +101,14 @@ func orphanCondition(r *ttl.Rule, q string) string {
 // may also delete other rows that happen to share a ctid; the re-check
 // limits those to rows that are doomed anyway.
 //
+// On YugabyteDB, ybctid is a bytea system column that YugabyteDB's own
+// regression test yb.orig.ctid selects, orders by ("select ybctid, k, v
+// from ybctid_test_hash order by ybctid"), compares ("where ybctid =
+// '\x47121048800000012121'"), deletes by and joins on; no YugabyteDB test
+// runs this exact WITH … DELETE … USING shape (README, "YugabyteDB"). The
+// batch relies on statement_timeout, not lock_timeout, which YugabyteDB
+// does not honour on row locks (YugabyteDB issue #29549).
+//
 // lockRows false leaves out FOR UPDATE SKIP LOCKED (tests use it to make the
 // DELETE wait for a concurrent writer and exercise the re-check).
 func deleteBatchSQL(d dialect, t target, sl slice, lockRows bool) string {
