@@ -1,54 +1,53 @@
 #!/usr/bin/env bash
 # Is the sweeper gentle under load? pgbench runs through ttlproxy at a fixed
-# rate (half the maximum measured through the proxy) while the sweeper works
-# through a large backlog, and the same run without the sweeper, in
-# interleaved rounds against one throw-away cluster (issue 8's goal 2:
-# pgbench's p99 latency at most 10% higher with the sweeper, and the sweeper
-# still making progress).
+# rate (half the maximum measured through the proxy) while the sweeper
+# works through a large backlog (issue 8's goal 2: pgbench's p99 latency at
+# most 10% higher with the sweeper, and the sweeper still making progress).
 #
-#   bench/sweep-load.sh                        # 3 rounds, 2,000,000 expired rows
-#   ROUNDS=1 BACKLOG=300000 DURATION=10 bench/sweep-load.sh   # a quick check
+#   bench/sweep-load.sh                              # 4 pairs of 5 s periods, 4,000,000 expired rows
+#   PAIRS=2 BACKLOG=1000000 bench/sweep-load.sh      # a quick check
 #
-# Each round runs twice, once with the sweeper and once without, in
-# alternating order. A run:
-#   1. (re)builds public.events: BACKLOG rows expired an hour ago, as many
-#      live ones, an index on expires_at; VACUUM ANALYZE; CHECKPOINT;
-#   2. starts `ttlproxy serve` with events as a TTL table and no sweeper;
-#   3. starts pgbench through the proxy: the built-in SCRIPT, -M
-#      simple, -R RATE, -c CLIENTS -j JOBS, -T DURATION, per-transaction log;
-#   4. after WARMUP seconds reloads the proxy (SIGHUP) with a configuration
-#      that adds the sweeper (default settings, interval 1s), or, without
-#      the sweeper, with the same configuration as before;
-#   5. waits for pgbench and counts the expired rows left.
-# The latency compared is pgbench's per-transaction latency (schedule lag
-# included, as pgbench reports it under -R) of the transactions that ended
-# while the sweeper worked: from the reload to the end of its sweep of
-# events (from its log), or the end of pgbench when it did not finish. The
-# run without the sweeper is measured over the same offsets from its own
-# reload. The sweeper paces on its batch times and on the latency of the
-# statements the proxy relays (sweeper/pace.go).
+# One pgbench run, the sweeper switched on and off during it: every PERIOD
+# seconds the proxy is reloaded (SIGHUP) with a configuration with the
+# sweeper (default settings, interval 1s) or without it (the reload stops it
+# after its batch in flight), in the order off on on off off on on off …
+# (each condition comes first in a pair as often as the other). A
+# transaction counts for the period it ended in, leaving out the first
+# SETTLE seconds of each period (the sweeper starting, or finishing its
+# batch). Both conditions thus share one run and the machine's state: a
+# neighbour's burst of work, a checkpoint or the kernel writing back dirty
+# pages falls into both alike over many short periods, where separate runs
+# a minute apart differed by more than the effect measured.
+#
+# Before pgbench starts, public.events gets BACKLOG rows expired an hour ago
+# and as many live ones, an index on expires_at, VACUUM ANALYZE and a
+# CHECKPOINT, and the kernel's dirty pages are written out (sync).
 #
 # Environment:
-#   ROUNDS    interleaved rounds (default 3)
-#   BACKLOG   expired rows (default 2000000)
-#   DURATION  seconds per pgbench run (default 20)
-#   WARMUP    seconds of pgbench before the reload (default 3)
+#   PAIRS     pairs of periods, one with the sweeper and one without (default 4)
+#   PERIOD    seconds per period (default 5)
+#   SETTLE    seconds left out at the start of each period (default 1)
+#   WARMUP    seconds of pgbench before the first period (default 5)
+#   BACKLOG   expired rows (default 4000000): enough that the sweeper
+#             never runs out; the script warns when it does
 #   SCALE     pgbench scale (default 10)
 #   CLIENTS   pgbench -c (default 4)
 #   JOBS      pgbench -j (default 2)
-#   RATE      pgbench -R; default half the tps of an unthrottled run through
-#             the proxy measured first
+#   RATE      pgbench -R; default half the tps of a 10 s unthrottled run
+#             through the proxy, measured first
 #   SCRIPT    pgbench's built-in script (default tpcb-like; select-only has
-#             no row-lock waits between clients, so its tail shows the
-#             sweeper's load more than lock convoys)
-#   SWEEPER_YAML  extra sweeper keys (YAML flow style without braces)
-#   PG_BINDIR, KEEP  see lib.sh
+#             no row-lock waits between clients)
+#   SWEEPER_YAML      extra sweeper keys (YAML flow style without braces)
+#   PG_SETTINGS       extra server settings (name=value, space-separated)
+#   PROXY_LOG_LEVEL   ttlproxy's --log-level (default info; debug logs each batch)
+#   PG_BINDIR, KEEP   see lib.sh (KEEP=1 keeps the logs)
 set -euo pipefail
 
-ROUNDS=${ROUNDS:-3}
-BACKLOG=${BACKLOG:-2000000}
-DURATION=${DURATION:-20}
-WARMUP=${WARMUP:-3}
+PAIRS=${PAIRS:-4}
+PERIOD=${PERIOD:-5}
+SETTLE=${SETTLE:-1}
+WARMUP=${WARMUP:-5}
+BACKLOG=${BACKLOG:-4000000}
 SCALE=${SCALE:-10}
 CLIENTS=${CLIENTS:-4}
 JOBS=${JOBS:-2}
@@ -61,6 +60,7 @@ PROG=sweep-load.sh
 . "$(dirname "$0")/lib.sh"
 
 command -v pgbench >/dev/null || die "pgbench not found (install postgresql-client or postgresql-contrib)"
+# shellcheck disable=SC2086
 start_cluster fsync=off synchronous_commit=off shared_buffers=256MB ${PG_SETTINGS:-}
 log "pgbench -i -s $SCALE"
 pgbench -i -q -s "$SCALE" -h 127.0.0.1 -p "$PGPORT" -U postgres bench >"$WORK/pgbench-init.log" 2>&1 ||
@@ -77,164 +77,130 @@ tables:
   - table: public.events
 EOF
 }
-base_config >"$WORK/base.yaml"
+base_config >"$WORK/off.yaml"
 {
 	base_config
 	printf "sweeper: {dsn: '%s', interval: 1s%s}\n" "$DSN" "${SWEEPER_YAML:+, $SWEEPER_YAML}"
-} >"$WORK/sweeper.yaml"
+} >"$WORK/on.yaml"
 
-build_events() {
-	psql_q -d bench <<SQL
+log "building public.events: $BACKLOG expired rows and as many live ones"
+psql_q -d bench <<SQL
 DROP TABLE IF EXISTS events;
 CREATE TABLE events (id bigint PRIMARY KEY, expires_at timestamptz, payload text);
 INSERT INTO events SELECT g, CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' ELSE now() + interval '1 day' END, 'event ' || g
 	FROM generate_series(1, 2 * $BACKLOG) AS g;
 CREATE INDEX ON events (expires_at);
 VACUUM ANALYZE events;
-VACUUM pgbench_branches, pgbench_tellers;
-TRUNCATE pgbench_history;
+VACUUM ANALYZE pgbench_branches, pgbench_tellers, pgbench_accounts;
 CHECKPOINT;
 SQL
-}
+sync
 
-PROXY_PID=
-start_proxy() {
-	cp "$WORK/base.yaml" "$WORK/run.yaml"
-	: >"$WORK/proxy.log"
-	"$WORK/ttlproxy" serve --config "$WORK/run.yaml" --log-level ${PROXY_LOG_LEVEL:-info} >>"$WORK/proxy.log" 2>&1 &
-	PROXY_PID=$!
-	PIDS+=("$PROXY_PID")
-	wait_port "$PROXY_PORT" ttlproxy
-}
-stop_proxy() {
-	stop_pid "$PROXY_PID"
-	wait "$PROXY_PID" 2>/dev/null || true
-}
+cp "$WORK/off.yaml" "$WORK/run.yaml"
+"$WORK/ttlproxy" serve --config "$WORK/run.yaml" --log-level "${PROXY_LOG_LEVEL:-info}" >"$WORK/proxy.log" 2>&1 &
+PROXY_PID=$!
+PIDS+=("$PROXY_PID")
+wait_port "$PROXY_PORT" ttlproxy
 
-# pgbench_run PREFIX [ARGS...] runs pgbench through the proxy, logging each
-# transaction to PREFIX.*; prints its output.
+# pgbench_run DURATION PREFIX [ARGS...] runs pgbench through the proxy,
+# logging each transaction to PREFIX.*; prints its output.
 pgbench_run() {
-	local prefix=$1
-	shift
-	pgbench -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -n -M simple -b "$SCRIPT" -c "$CLIENTS" -j "$JOBS" -T "$DURATION" \
+	local duration=$1 prefix=$2
+	shift 2
+	pgbench -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -n -M simple -b "$SCRIPT" -c "$CLIENTS" -j "$JOBS" -T "$duration" \
 		"$@" --log --log-prefix="$prefix" bench 2>&1
 }
 
 if [ -z "$RATE" ]; then
-	build_events
-	start_proxy
-	log "the maximum through the proxy: pgbench -c $CLIENTS -j $JOBS -T $DURATION, unthrottled"
-	out=$(pgbench_run "$WORK/max") || die "pgbench failed: $out"
-	stop_proxy
+	log "the maximum through the proxy: pgbench -c $CLIENTS -j $JOBS -T 10, unthrottled"
+	out=$(pgbench_run 10 "$WORK/max") || die "pgbench failed: $out"
 	max_tps=$(printf '%s\n' "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | tail -1)
 	RATE=$(awk -v t="$max_tps" 'BEGIN { printf "%d", t / 2 }')
 	log "maximum $max_tps tps: running at -R $RATE"
 fi
 
-# latencies PREFIX FROM_MS TO_MS prints "count p50 p99" (ms) of the
-# transactions logged under PREFIX that ended within [FROM_MS, TO_MS].
-latencies() {
-	cat "$1".* | awk -v from="$2" -v to="$3" '{
-		end_ms = $5 * 1000 + $6 / 1000
-		if (end_ms >= from && end_ms <= to) print $3 / 1000
-	}' | sort -g | awk '{ v[NR] = $1 } END {
-		if (NR == 0) { print 0, 0, 0; exit }
-		i50 = int(NR * 0.50); if (i50 < 1) i50 = 1
-		i99 = int(NR * 0.99); if (i99 < 1) i99 = 1
-		printf "%d %.2f %.2f\n", NR, v[i50], v[i99]
-	}'
-}
-
 # server_counters prints the cluster's cumulative "wal_bytes wal_fpi
-# wal_buffers_full buffers_backend": the sweeper's deletes write WAL (a
-# full-page image for each page first changed after a checkpoint) that the
-# foreground's commits and page evictions may have to write out.
+# buffers_backend": the sweeper's deletes write WAL (a full-page image for
+# each page first changed after a checkpoint) and dirty pages that
+# backends may have to write out to find a free buffer.
 server_counters() {
-	psql_q -d bench -At -F ' ' -c "SELECT w.wal_bytes, w.wal_fpi, w.wal_buffers_full, b.buffers_backend
+	psql_q -d bench -At -F ' ' -c "SELECT w.wal_bytes::bigint, w.wal_fpi, b.buffers_backend
 		FROM pg_stat_wal w, pg_stat_bgwriter b"
 }
 
-# one_run MODE ROUND runs once, MODE "sweeper" or "none", and prints
-# "round mode tps deleted reload_ms window_ms prefix": window_ms is how long
-# the sweeper worked after the reload (0 without it).
-one_run() {
-	local mode=$1 round=$2 prefix reload_ms end_ms left deleted=0 window=0 swept
-	prefix=$WORK/r$round-$mode
-	build_events
-	start_proxy
-	pgbench_run "$prefix" -R "$RATE" >"$prefix.out" &
-	local bench_pid=$!
-	sleep "$WARMUP"
-	if [ "$mode" = sweeper ]; then
-		cp "$WORK/sweeper.yaml" "$WORK/run.yaml"
-	fi
-	read -r wal0 fpi0 full0 backend0 < <(server_counters)
-	reload_ms=$(now_ms)
+periods=$((2 * PAIRS))
+duration=$((WARMUP + periods * PERIOD + 1))
+log "pgbench -R $RATE for $duration s: $periods periods of $PERIOD s after $WARMUP s, the sweeper off, on, on, off, …"
+pgbench_run "$duration" "$WORK/tx" -R "$RATE" >"$WORK/pgbench.out" &
+BENCH_PID=$!
+sleep "$WARMUP"
+# PERIODS: "index state start_ms end_ms wal_bytes wal_fpi buffers_backend"
+# per period, the counters as deltas over the period.
+: >"$WORK/periods"
+read -r wal0 fpi0 backend0 < <(server_counters)
+for i in $(seq 0 $((periods - 1))); do
+	case $((i % 4)) in
+	1 | 2) state=on ;;
+	*) state=off ;;
+	esac
+	cp "$WORK/$state.yaml" "$WORK/run.yaml"
+	start=$(now_ms)
 	kill -HUP "$PROXY_PID"
-	wait "$bench_pid" || die "pgbench failed: $(cat "$prefix.out")"
-	end_ms=$(now_ms)
-	read -r wal1 fpi1 full1 backend1 < <(server_counters)
-	log "round $round, $mode: after the reload: WAL $(((${wal1%.*} - ${wal0%.*}) / 1048576)) MB," \
-		"$((fpi1 - fpi0)) full-page images, wal_buffers full $((full1 - full0)) times," \
-		"$((backend1 - backend0)) buffers written by backends"
-	stop_proxy
-	cp "$WORK/proxy.log" "$prefix.log"
-	if [ "$mode" = sweeper ]; then
-		left=$(psql_q -d bench -At -c "SELECT count(*) FROM events WHERE expires_at < now()")
-		deleted=$((BACKLOG - left))
-		# The sweep of events ended at its "swept table" line.
-		swept=$(awk '/msg="swept table"/ && /table=public.events/ {
-			match($0, /time=[^ ]+/); print substr($0, RSTART + 5, RLENGTH - 5); exit }' "$WORK/proxy.log")
-		if [ -n "$swept" ]; then
-			window=$(($(date -d "$swept" +%s%3N) - reload_ms))
-		else
-			window=$((end_ms - reload_ms))
-		fi
-	fi
-	tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$prefix.out" | tail -1)
-	printf '%s %s %s %s %s %s %s\n' "$round" "$mode" "$tps" "$deleted" "$reload_ms" "$window" "$prefix"
-}
-
-# Both runs of a round are measured over the sweeper's window, each from its
-# own reload.
-RESULTS=()
-for round in $(seq "$ROUNDS"); do
-	if [ $((round % 2)) = 1 ]; then
-		log "round $round: with the sweeper, then without"
-		on=$(one_run sweeper "$round")
-		off=$(one_run none "$round")
-	else
-		log "round $round: without the sweeper, then with"
-		off=$(one_run none "$round")
-		on=$(one_run sweeper "$round")
-	fi
-	window=$(awk '{ print $6 }' <<<"$on")
-	for r in "$on" "$off"; do
-		read -r _ mode tps deleted reload_ms _ prefix <<<"$r"
-		read -r count p50 p99 < <(latencies "$prefix" "$reload_ms" $((reload_ms + window)))
-		RESULTS+=("$round $mode $tps $count $p50 $p99 $deleted $window")
-		log "round $round, $mode: tps $tps, $count transactions in the window, p50 $p50 ms, p99 $p99 ms"
-	done
+	sleep "$PERIOD"
+	end=$(now_ms)
+	read -r wal1 fpi1 backend1 < <(server_counters)
+	echo "$i $state $start $end $((wal1 - wal0)) $((fpi1 - fpi0)) $((backend1 - backend0))" >>"$WORK/periods"
+	wal0=$wal1 fpi0=$fpi1 backend0=$backend1
 done
+cp "$WORK/off.yaml" "$WORK/run.yaml"
+kill -HUP "$PROXY_PID"
+wait "$BENCH_PID" || die "pgbench failed: $(cat "$WORK/pgbench.out")"
+left=$(psql_q -d bench -At -c "SELECT count(*) FROM events WHERE expires_at < now()")
 
-printf '\n| round | sweeper | tps | transactions in window | p50 ms | p99 ms | expired rows deleted | window ms |\n'
+# A transaction's log line: client, number, latency µs (schedule lag
+# included, as pgbench reports it under -R), script, end time s, µs, lag.
+# period_stats prints, per period, "index state count p50 p99 wal fpi
+# backend", then per state the pooled "state count p50 p99".
+cat "$WORK"/tx.* | awk -v settle="$((SETTLE * 1000))" '
+	NR == FNR { idx[NR] = $1; st[NR] = $2; from[NR] = $3 + settle; to[NR] = $4; rest[NR] = $5 " " $6 " " $7; n = NR; next }
+	{
+		end_ms = $5 * 1000 + $6 / 1000
+		for (i = 1; i <= n; i++) if (end_ms >= from[i] && end_ms < to[i]) { print idx[i], st[i], $3 / 1000, rest[i]; break }
+	}' "$WORK/periods" - >"$WORK/classed"
+
+quantiles() { sort -g | awk '{ v[NR] = $1 } END {
+	if (NR == 0) { print 0, 0, 0; exit }
+	i50 = int(NR * 0.50); if (i50 < 1) i50 = 1
+	i99 = int(NR * 0.99); if (i99 < 1) i99 = 1
+	printf "%d %.2f %.2f\n", NR, v[i50], v[i99] }'; }
+
+printf '\n| period | sweeper | transactions | p50 ms | p99 ms | WAL MB | full-page images | buffers written by backends |\n'
 printf '|---|---|---|---|---|---|---|---|\n'
-for r in "${RESULTS[@]}"; do
-	read -r round mode tps count p50 p99 deleted window <<<"$r"
-	[ "$mode" = sweeper ] || deleted="–"
-	printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$round" "$mode" "$tps" "$count" "$p50" "$p99" "$deleted" "$window"
-done
-p99_on=() p99_off=() p50_on=() p50_off=()
-for r in "${RESULTS[@]}"; do
-	read -r _ mode _ _ p50 p99 _ _ <<<"$r"
-	if [ "$mode" = sweeper ]; then p99_on+=("$p99"); p50_on+=("$p50"); else p99_off+=("$p99"); p50_off+=("$p50"); fi
+p99_on=() p99_off=()
+while read -r i state _ _ wal fpi backend; do
+	read -r count p50 p99 < <(awk -v i="$i" '$1 == i { print $3 }' "$WORK/classed" | quantiles)
+	printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$i" "$state" "$count" "$p50" "$p99" \
+		"$((wal / 1048576))" "$fpi" "$backend"
+	if [ "$state" = on ]; then p99_on+=("$p99"); else p99_off+=("$p99"); fi
+done <"$WORK/periods"
+
+printf '\n| sweeper | transactions | p50 ms | p99 ms | median of the periods'"'"' p99 ms |\n|---|---|---|---|---|\n'
+for state in on off; do
+	read -r count p50 p99 < <(awk -v s="$state" '$2 == s { print $3 }' "$WORK/classed" | quantiles)
+	if [ "$state" = on ]; then m=$(median "${p99_on[@]}"); pooled_on=$p99; else m=$(median "${p99_off[@]}"); pooled_off=$p99; fi
+	printf '| %s | %s | %s | %s | %s |\n' "$state" "$count" "$p50" "$p99" "$m"
 done
 m_on=$(median "${p99_on[@]}")
 m_off=$(median "${p99_off[@]}")
-printf '\np99 median: %s ms with the sweeper, %s ms without: %s (spread with: %s–%s ms, without: %s–%s ms)\n' \
-	"$m_on" "$m_off" "$(awk -v a="$m_on" -v b="$m_off" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')" \
+printf '\np99 with the sweeper vs without: pooled %s\n' \
+	"$(awk -v a="$pooled_on" -v b="$pooled_off" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')"
+printf 'median of the periods: %s (periods with: %s–%s ms, without: %s–%s ms)\n' \
+	"$(awk -v a="$m_on" -v b="$m_off" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')" \
 	"$(printf '%s\n' "${p99_on[@]}" | sort -g | head -1)" "$(printf '%s\n' "${p99_on[@]}" | sort -g | tail -1)" \
 	"$(printf '%s\n' "${p99_off[@]}" | sort -g | head -1)" "$(printf '%s\n' "${p99_off[@]}" | sort -g | tail -1)"
-printf 'p50 median: %s ms with the sweeper, %s ms without\n' "$(median "${p50_on[@]}")" "$(median "${p50_off[@]}")"
-printf 'pgbench -R %s (-c %s -j %s, %s, -M simple, scale %s) through ttlproxy; backlog %s expired rows; PostgreSQL %s, %s cores\n' \
-	"$RATE" "$CLIENTS" "$JOBS" "$SCRIPT" "$SCALE" "$BACKLOG" "$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)"
+printf 'expired rows deleted: %s of %s in %s s with the sweeper on\n' "$((BACKLOG - left))" "$BACKLOG" "$((PAIRS * PERIOD))"
+if [ "$left" = 0 ]; then
+	printf 'warning: the backlog ran out: later periods with the sweeper had nothing to delete; raise BACKLOG\n'
+fi
+printf 'pgbench -R %s (-c %s -j %s, %s, -M simple, scale %s) through ttlproxy; PostgreSQL %s, %s cores\n' \
+	"$RATE" "$CLIENTS" "$JOBS" "$SCRIPT" "$SCALE" "$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)"

@@ -23,11 +23,13 @@ import "time"
 //
 // The second signal is the one only a proxy has: the latency of the
 // foreground statements it relays (Config.ForegroundLatency, the 99th
-// percentile over the last second). Its floor is the value read when the run starts, before
-// the sweeper loads the server (the baseline, as BBR takes its minimum RTT
-// when its own queue is empty), and the lowest value seen afterwards. A
-// reading over the floor by a quarter and by at least fgMinExcess means the
-// foreground is queueing behind someone, quite possibly the sweeper.
+// percentile over the last second). Its floor is the value read when the
+// run starts, before the sweeper loads the server (the baseline, as BBR
+// takes its minimum RTT when its own queue is empty), and the lowest value
+// seen afterwards. A reading over the floor by an eighth (fgRise, about one
+// bucket of the proxy's latency histogram) and by at least fgMinExcess
+// means the foreground is queueing behind someone, quite possibly the
+// sweeper.
 //
 // Against that signal the pacer controls the sweeper's share of time, the
 // fraction it spends in batches, with AIMD (as TCP controls its window, and
@@ -43,12 +45,14 @@ import "time"
 // latency of 0 means no signal: nothing relayed lately, or no proxy.
 
 const (
-	// fgMinExcess is the smallest rise of the foreground latency over its
-	// floor that counts as a queue: below it, a rise is jitter more often
-	// than contention (a quarter of a 0.3 ms point select). CoDel's own
-	// target delay is 5 ms for a network queue; a database statement's
-	// jitter is smaller.
-	fgMinExcess = 250 * time.Microsecond
+	// fgRise is the rise of the foreground latency over its floor, as a
+	// fraction of the floor, that counts as a queue.
+	fgRise = 1.0 / 8
+	// fgMinExcess is the smallest rise that counts: below it, a rise is
+	// jitter more often than contention (a third of a 0.3 ms point
+	// select). CoDel's own target delay is 5 ms for a network queue; a
+	// database statement's jitter is smaller.
+	fgMinExcess = 100 * time.Microsecond
 	// fgReact is the least time between two cuts of the share: a quarter
 	// of the signal's one-second window, so that one queue is not cut for
 	// again and again before the cut can show.
@@ -57,21 +61,36 @@ const (
 	fgMinShare = 1.0 / 32
 	// fgStartShare is the share of a run that starts with foreground
 	// traffic.
-	fgStartShare = 1.0 / 4
+	fgStartShare = 1.0 / 8
 	// fgIncrease is the share's additive increase per second without a
-	// queue: from fgMinShare to 1 in about 4 s.
-	fgIncrease = 0.25
+	// queue: from fgMinShare to 1 in about 10 s.
+	fgIncrease = 0.1
+	// fgTailShare: with foreground traffic a batch's target time is the
+	// foreground latency's floor divided by this.
+	fgTailShare = 10
+	// fgMinTarget is the shortest target time: below it a batch is mostly
+	// the round trip and planning.
+	fgMinTarget = time.Millisecond
 )
 
 // pacer adapts one table's batches within a run.
 type pacer struct {
+	// target is the transaction time batch sizes adapt to: want, or less
+	// with foreground traffic (retarget).
 	target   time.Duration
+	want     time.Duration // Config.TargetBatchDuration; 0: fixed sizes
 	max      int
 	floorRow time.Duration // lowest time per row seen; 0 before the first batch
 	floorFg  time.Duration // lowest foreground latency seen; 0 before the first
 	share    float64       // the sweeper's share of time; 0 means 1 (not yet set)
 	sinceCut time.Duration // run time since the share was last cut
 	lastWait time.Duration
+}
+
+// newPacer returns a pacer for batches that take about target (0: fixed
+// sizes), of at most max rows.
+func newPacer(target time.Duration, max int) pacer {
+	return pacer{target: target, want: target, max: max}
 }
 
 // baseline seeds the foreground floor with the latency before the run's
@@ -84,6 +103,15 @@ func (p *pacer) baseline(fg time.Duration) {
 		if p.floorFg == 0 || fg < p.floorFg {
 			p.floorFg = fg
 		}
+	}
+	p.retarget()
+}
+
+// retarget sets the target time from want and the foreground floor.
+func (p *pacer) retarget() {
+	p.target = p.want
+	if p.want > 0 && p.floorFg > 0 {
+		p.target = min(p.want, max(p.floorFg/fgTailShare, fgMinTarget))
 	}
 }
 
@@ -111,7 +139,8 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Dura
 		switch {
 		case p.floorFg == 0 || fg < p.floorFg:
 			p.floorFg = fg
-		case fg-p.floorFg > max(p.floorFg/4, fgMinExcess):
+			p.retarget()
+		case fg-p.floorFg > max(time.Duration(float64(p.floorFg)*fgRise), fgMinExcess):
 			fgQueue = true
 		}
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 func TestPacer(t *testing.T) {
-	p := pacer{target: 50 * time.Millisecond, max: 10_000}
+	p := newPacer(50*time.Millisecond, 10_000)
 	// Quiet and fast: the size doubles at most per batch, up to the cap.
 	size, wait := p.next(1000, 1000, 5*time.Millisecond, true, 0)
 	if size != 2000 || wait != 0 {
@@ -38,7 +38,7 @@ func TestPacer(t *testing.T) {
 
 	// CoDel: rows that cost over twice the best seen mean contention, and
 	// the sweeper waits as long as the batch took.
-	q := pacer{target: 50 * time.Millisecond, max: 10_000}
+	q := newPacer(50*time.Millisecond, 10_000)
 	if _, wait := q.next(1000, 1000, 10*time.Millisecond, true, 0); wait != 0 {
 		t.Errorf("first batch waits %v", wait)
 	}
@@ -49,52 +49,80 @@ func TestPacer(t *testing.T) {
 		t.Errorf("4x the floor waits %v, want 40ms", wait)
 	}
 	// The foreground's latency against its baseline. Foreground traffic at
-	// the start: a quarter of the time, so the wait is three batch times.
+	// the start: an eighth of the time, so the wait is seven batch times;
+	// the target is a tenth of the baseline.
 	near := func(got, want time.Duration) bool { return got >= want*95/100 && got <= want*105/100 }
-	f := pacer{target: 50 * time.Millisecond, max: 10_000}
-	f.baseline(2 * time.Millisecond)
-	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 2400*time.Microsecond) // +20%: no queue
-	if size != 2000 || !near(wait, 30*time.Millisecond) {
-		t.Errorf("start with foreground traffic: next %d, wait %s; want 2000, about 30ms", size, wait)
+	f := newPacer(50*time.Millisecond, 10_000)
+	f.baseline(200 * time.Millisecond)
+	if f.target != 20*time.Millisecond {
+		t.Errorf("foreground baseline 200ms: target %s, want 20ms", f.target)
+	}
+	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 220*time.Millisecond) // +10%: no queue
+	if size != 2000 || !near(wait, 70*time.Millisecond) {
+		t.Errorf("start with foreground traffic: next %d, wait %s; want 2000, about 70ms", size, wait)
 	}
 	// A queue (+50%): the share and the size halve; a second reading of
 	// the same queue within fgReact does not cut again.
-	size, wait = f.next(2000, 2000, 10*time.Millisecond, true, 3*time.Millisecond)
-	if size != 1000 || !near(wait, 70*time.Millisecond) {
-		t.Errorf("queue: next %d, wait %s; want 1000, about 70ms (share 1/8)", size, wait)
+	size, wait = f.next(2000, 2000, 10*time.Millisecond, true, 300*time.Millisecond)
+	if size != 1000 || !near(wait, 150*time.Millisecond) {
+		t.Errorf("queue: next %d, wait %s; want 1000, about 150ms (share 1/16)", size, wait)
 	}
-	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 3*time.Millisecond)
-	if size != 500 || !near(wait, 70*time.Millisecond) {
-		t.Errorf("the same queue within fgReact: next %d, wait %s; want 500, about 70ms", size, wait)
+	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 300*time.Millisecond)
+	if size != 500 || !near(wait, 150*time.Millisecond) {
+		t.Errorf("the same queue within fgReact: next %d, wait %s; want 500, about 150ms", size, wait)
+	}
+	// +15% is a queue too (over an eighth).
+	if size, _ = f.next(1000, 1000, 10*time.Millisecond, true, 230*time.Millisecond); size != 500 {
+		t.Errorf("+15%%: next %d, want 500 (a queue)", size)
 	}
 	// A lasting queue takes the share down to fgMinShare.
 	for range 20 {
-		_, wait = f.next(1000, 1000, 10*time.Millisecond, true, 3*time.Millisecond)
+		_, wait = f.next(1000, 1000, 10*time.Millisecond, true, 300*time.Millisecond)
 	}
 	if want := time.Duration(float64(10*time.Millisecond) * (1 - fgMinShare) / fgMinShare); !near(wait, want) {
 		t.Errorf("a lasting queue: wait %s, want %s", wait, want)
 	}
-	// Without a queue the share grows back to 1 within seconds: no wait.
-	for run := time.Duration(0); run < 5*time.Second; run += 10*time.Millisecond + wait {
-		_, wait = f.next(1000, 1000, 10*time.Millisecond, true, 2*time.Millisecond)
+	// Without a queue the share grows back to 1 within about ten seconds:
+	// no wait.
+	for run := time.Duration(0); run < 12*time.Second; run += 10*time.Millisecond + wait {
+		_, wait = f.next(1000, 1000, 10*time.Millisecond, true, 200*time.Millisecond)
 	}
 	if wait != 0 {
 		t.Errorf("the queue gone for seconds: wait %s, want 0", wait)
 	}
-	// No foreground traffic at the start: full speed.
-	quiet := pacer{target: 50 * time.Millisecond, max: 10_000}
+	// A lower floor lowers the target.
+	f.next(1000, 1000, time.Millisecond, true, 40*time.Millisecond)
+	if f.target != 4*time.Millisecond {
+		t.Errorf("floor 40ms: target %s, want 4ms", f.target)
+	}
+	// No foreground traffic at the start: full speed, the whole target.
+	quiet := newPacer(50*time.Millisecond, 10_000)
 	quiet.baseline(0)
-	if size, wait := quiet.next(1000, 1000, 10*time.Millisecond, true, 0); size != 2000 || wait != 0 {
-		t.Errorf("no foreground: next %d, wait %s; want 2000, 0", size, wait)
+	if size, wait := quiet.next(1000, 1000, 10*time.Millisecond, true, 0); size != 2000 || wait != 0 || quiet.target != 50*time.Millisecond {
+		t.Errorf("no foreground: next %d, wait %s, target %s; want 2000, 0, 50ms", size, wait, quiet.target)
+	}
+	// The target is a tenth of the foreground floor, between fgMinTarget
+	// and the configured target.
+	for _, tc := range []struct{ fg, want time.Duration }{
+		{2 * time.Millisecond, fgMinTarget},
+		{100 * time.Millisecond, 10 * time.Millisecond},
+		{2 * time.Second, 50 * time.Millisecond},
+	} {
+		r := newPacer(50*time.Millisecond, 10_000)
+		r.baseline(tc.fg)
+		if r.target != tc.want {
+			t.Errorf("foreground floor %s: target %s, want %s", tc.fg, r.target, tc.want)
+		}
 	}
 	// Sub-millisecond latencies: a rise under fgMinExcess is noise.
-	g := pacer{target: 50 * time.Millisecond, max: 10_000}
+	g := newPacer(50*time.Millisecond, 10_000)
 	g.baseline(300 * time.Microsecond)
-	if size, _ := g.next(2000, 2000, 20*time.Millisecond, true, 500*time.Microsecond); size != 4000 {
-		t.Errorf("0.3ms to 0.5ms: next %d; want 4000 (no queue)", size)
+	if size, _ := g.next(2000, 2000, 500*time.Microsecond, true, 380*time.Microsecond); size != 4000 {
+		t.Errorf("0.3ms to 0.38ms: next %d; want 4000 (no queue)", size)
 	}
-	// Without a target the size is fixed.
-	fixed := pacer{max: 10_000}
+	// Without a target the size is fixed, with foreground traffic too.
+	fixed := newPacer(0, 10_000)
+	fixed.baseline(100 * time.Millisecond)
 	if size, _ := fixed.next(1000, 1000, time.Millisecond, true, 0); size != 1000 {
 		t.Errorf("no target: next %d, want 1000", size)
 	}
@@ -155,12 +183,14 @@ func TestForegroundLatencyPaces(t *testing.T) {
 		// Far above any batch's time: without the foreground signal every
 		// batch would double.
 		TargetBatchDuration: 10 * time.Second,
+		// Latencies ten times the target, so that the target stays whole
+		// (a tenth of the baseline; TestForegroundShortensBatches).
 		ForegroundLatency: func() time.Duration {
 			calls++
 			if calls >= 3 && calls <= 5 {
-				return 20 * time.Millisecond // the foreground queues
+				return 1000 * time.Second // the foreground queues
 			}
-			return 2 * time.Millisecond // the baseline, and after the queue
+			return 100 * time.Second // the baseline, and after the queue
 		}})
 	s.pickBlocks = true // batch sizes in rows picked, not ranges of blocks
 	var sizes []int64
@@ -180,5 +210,30 @@ func TestForegroundLatencyPaces(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.m.batchSize.WithLabelValues("public.fg")); got != 500 {
 		t.Errorf("batch_size gauge %v, want 500", got)
+	}
+}
+
+// TestForegroundShortensBatches: with foreground traffic a run's first batch
+// is scaled down to a tenth of the foreground baseline's time, and the
+// sizes grow back by doubling while the batches stay under it.
+func TestForegroundShortensBatches(t *testing.T) {
+	e := setup(t)
+	createSessions(t, e, "fgshort", 3000, 10, 0)
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{sessionsRule("fgshort")}, BatchSize: 1000,
+		TargetBatchDuration: 10 * time.Second,
+		// Target: a tenth of 10s, 1s; the first batch 1000·1s/10s = 100 rows.
+		ForegroundLatency: func() time.Duration { return 10 * time.Second }})
+	s.pickBlocks = true // batch sizes in rows picked, not ranges of blocks
+	var sizes []int64
+	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if got := res.Deleted["public.fgshort"]; got != 3000 {
+		t.Errorf("deleted %d, want 3000", got)
+	}
+	if want := []int64{100, 200, 400, 800, 1500}; !slices.Equal(sizes, want) {
+		t.Errorf("batch sizes %v, want %v", sizes, want)
 	}
 }

@@ -470,8 +470,15 @@ func (tr *tableRun) fail(err error) {
 // returns the rows deleted, the batches done and the longest batch's
 // duration also on error.
 func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, time.Duration, error) {
-	tr := &tableRun{t: t, log: log, pace: pacer{target: s.cfg.TargetBatchDuration, max: s.cfg.MaxBatchSize}}
+	tr := &tableRun{t: t, log: log, pace: newPacer(s.cfg.TargetBatchDuration, s.cfg.MaxBatchSize)}
 	tr.pace.baseline(s.fgBaseline)
+	if want := tr.pace.want; tr.pace.target < want {
+		// With foreground traffic batches are shorter (pace.go): the
+		// first one is scaled down with the target, and the sizes grow
+		// back by doubling once they are under it.
+		size := s.batchSize(t.name)
+		s.setBatchSize(t.name, max(minBatchSize, int(int64(size)*int64(tr.pace.target)/int64(want))))
+	}
 	backlog, _, err := s.countDoomed(ctx, t, cutoff, runBacklogCap)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.name).Inc()
