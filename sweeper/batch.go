@@ -34,10 +34,21 @@ func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 		from = &pgtype.TID{BlockNumber: sl.firstBlock, Valid: true}
 		to = &pgtype.TID{BlockNumber: sl.endBlock, Valid: true}
 	}
-	if t.registry != nil && d == dialectPostgres {
-		lock, del := lockedBatchSQL(t, sl, s.lockRows)
+	if t.registry != nil && d == dialectYugabyte {
+		lock, del := lockedBatchSQL(d, t, sl, s.lockRows)
 		return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
-			n, picked, err := s.execLockedBatch(ctx, lock, del, cutoff, size, from, to)
+			n, picked, err := execLockedBatch[[]byte](ctx, s, lock, del, cutoff, []any{cutoff, int64(size)})
+			return n, int64(len(picked)), len(picked) >= size, err
+		}
+	}
+	if t.registry != nil {
+		lock, del := lockedBatchSQL(d, t, sl, s.lockRows)
+		return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
+			args := []any{cutoff, int64(size)}
+			if from != nil {
+				args = append(args, *from, *to)
+			}
+			n, picked, err := execLockedBatch[pgtype.TID](ctx, s, lock, del, cutoff, args)
 			if from != nil && len(picked) > 0 {
 				*from = after(slices.MaxFunc(picked, compareTID))
 			}
@@ -57,8 +68,6 @@ func (s *Sweeper) batchFunc(d dialect, t target, sl slice) batchFunc {
 			return n, picked, picked >= int64(size), err
 		}
 	}
-	// TODO(sweeper): the locked two-statement batch on YugabyteDB for
-	// sidecar rules, once it can be tested there.
 	sql := deleteBatchSQL(d, t, sl, s.lockRows)
 	return func(ctx context.Context, cutoff time.Time, size int) (int64, int64, bool, error) {
 		n, err := s.execBatch(ctx, sql, cutoff, size)
@@ -195,43 +204,29 @@ func (s *Sweeper) execBatch(ctx context.Context, sql string, cutoff time.Time, s
 }
 
 // execLockedBatch runs lockedBatchSQL's statements in one short
-// transaction and returns the rows deleted and the addresses locked (the
-// batch is full when they are size, whatever the DELETE then kept). from
-// and to are a block slice's bounds, nil for another slice.
-func (s *Sweeper) execLockedBatch(ctx context.Context, lock, del string, cutoff time.Time, size int, from, to *pgtype.TID) (int64, []pgtype.TID, error) {
+// transaction with args ($1 the cutoff, $2 the batch size, then the slice's
+// bounds) and returns the rows deleted and the ids of the rows picked: ID
+// is pgtype.TID (ctid) on PostgreSQL, []byte (ybctid) on YugabyteDB.
+func execLockedBatch[ID any](ctx context.Context, s *Sweeper, lock, del string, cutoff time.Time, args []any) (int64, []ID, error) {
 	bctx, cancel := context.WithTimeout(ctx, s.cfg.BatchTimeout+clientTimeoutSlack)
 	defer cancel()
-	args := []any{cutoff, int64(size)}
-	if from != nil {
-		args = append(args, *from, *to)
-	}
 	var deleted int64
-	var tids []pgtype.TID
+	var ids []ID
 	err := s.withOrigin(bctx, func(db execer) error {
 		return pgx.BeginTxFunc(bctx, db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
-			var err error
-			deleted, tids, err = lockedBatch(bctx, tx, lock, del, cutoff, args)
+			rows, err := tx.Query(bctx, lock, args...)
+			if err != nil {
+				return err
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[ID]); err != nil || len(ids) == 0 {
+				return err
+			}
+			tag, err := tx.Exec(bctx, del, cutoff, ids)
+			deleted = tag.RowsAffected()
 			return err
 		})
 	})
-	return deleted, tids, err
-}
-
-// lockedBatch is execLockedBatch's transaction.
-func lockedBatch(ctx context.Context, tx pgx.Tx, lock, del string, cutoff time.Time, args []any) (int64, []pgtype.TID, error) {
-	rows, err := tx.Query(ctx, lock, args...)
-	if err != nil {
-		return 0, nil, err
-	}
-	tids, err := pgx.CollectRows(rows, pgx.RowTo[pgtype.TID])
-	if err != nil || len(tids) == 0 {
-		return 0, tids, err
-	}
-	tag, err := tx.Exec(ctx, del, cutoff, tids)
-	if err != nil {
-		return 0, tids, err
-	}
-	return tag.RowsAffected(), tids, nil
+	return deleted, ids, err
 }
 
 // isTimeout reports a batch that ran out of time: the server's

@@ -128,8 +128,8 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 					pgtype.TID{BlockNumber: first.endBlock, Valid: true})
 			}
 			switch {
-			case t.registry != nil && d == dialectPostgres:
-				lock, del := lockedBatchSQL(t, first, true)
+			case t.registry != nil:
+				lock, del := lockedBatchSQL(d, t, first, true)
 				p.Statement = lock + ";\n" + del
 			case first.blocks:
 				p.Statement = "-- $2 and $3: the first and the first excluded row address of a range of blocks\n" +

@@ -161,19 +161,27 @@ func rangeBatchSQL(t target) string {
 }
 
 // lockedBatchSQL returns the two statements of a batch on a sidecar rule's
-// base table on PostgreSQL, run in one READ COMMITTED transaction:
+// base table, run in one transaction:
 //
 //	lock: up to $2 doomed base rows, locked together with their registry
-//	      rows (FOR UPDATE SKIP LOCKED when lockRows); returns their ctids.
-//	del:  DELETE of those ctids ($2) that are still doomed at $1.
+//	      rows (FOR UPDATE SKIP LOCKED when lockRows); returns their row
+//	      ids (ctid on PostgreSQL, ybctid on YugabyteDB).
+//	del:  DELETE of those rows ($2, an array of ids) that are still doomed
+//	      at $1.
 //
 // A refresh of a sidecar row updates the registry row only, so locking the
 // base row (as deleteBatchSQL does) does not order the DELETE after it, and
 // the DELETE's re-check reads the registry in the statement's snapshot: a
-// refresh in flight would be lost. Here the registry rows are locked first,
-// and del starts with a new snapshot: a refresh either committed before it
-// (and is seen) or waits for the batch to commit.
-func lockedBatchSQL(t target, sl slice, lockRows bool) (lock, del string) {
+// refresh in flight would be lost. Here the registry rows are locked first.
+// Under READ COMMITTED (PostgreSQL) del starts with a new snapshot: a
+// refresh either committed before it (and is seen) or waits for the batch
+// to commit. Under snapshot isolation (YugabyteDB's REPEATABLE READ, to
+// which it maps READ COMMITTED unless yb_enable_read_committed_isolation is
+// on) the lock itself fails with 40001 when a registry row changed after
+// the transaction's snapshot, and the batch is retried at the next run; a
+// later refresh waits for the batch or is aborted, per YugabyteDB's
+// concurrency control.
+func lockedBatchSQL(d dialect, t target, sl slice, lockRows bool) (lock, del string) {
 	inner := t.doomed("s")
 	if c := sl.cond("s"); c != "" {
 		inner += " AND " + c
@@ -190,8 +198,12 @@ func lockedBatchSQL(t target, sl slice, lockRows bool) (lock, del string) {
 	if lockRows {
 		skip = " SKIP LOCKED"
 	}
-	lock = fmt.Sprintf("SELECT s.ctid FROM %s AS s JOIN %s AS _ttl_lock ON %s WHERE %s LIMIT %s FOR UPDATE OF s, _ttl_lock%s",
-		t.quoted, t.registry.quoted, join.String(), inner, limitParam, skip)
-	del = fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid = ANY ($2::tid[]) AND %s", t.quoted, t.doomed("t"))
+	id, ids := "ctid", "tid[]"
+	if d == dialectYugabyte {
+		id, ids = "ybctid", "bytea[]"
+	}
+	lock = fmt.Sprintf("SELECT s.%s FROM %s AS s JOIN %s AS _ttl_lock ON %s WHERE %s LIMIT %s FOR UPDATE OF s, _ttl_lock%s",
+		id, t.quoted, t.registry.quoted, join.String(), inner, limitParam, skip)
+	del = fmt.Sprintf("DELETE FROM %s AS t WHERE t.%s = ANY ($2::%s) AND %s", t.quoted, id, ids, t.doomed("t"))
 	return lock, del
 }
