@@ -177,10 +177,11 @@ func rangeBatchSQL(t target) string {
 // refresh either committed before it (and is seen) or waits for the batch
 // to commit. Under snapshot isolation (YugabyteDB's REPEATABLE READ, to
 // which it maps READ COMMITTED unless yb_enable_read_committed_isolation is
-// on) the lock itself fails with 40001 when a registry row changed after
-// the transaction's snapshot, and the batch is retried at the next run; a
-// later refresh waits for the batch or is aborted, per YugabyteDB's
-// concurrency control.
+// on; YugabyteDB issue #12004) the lock is expected to fail with 40001
+// when a registry row changed after the transaction's snapshot, as
+// PostgreSQL's REPEATABLE READ does (not verified on YugabyteDB), and the
+// batch is retried at the next run; a later refresh waits for the batch or
+// is aborted, per YugabyteDB's concurrency control.
 func lockedBatchSQL(d dialect, t target, sl slice, lockRows bool) (lock, del string) {
 	inner := t.doomed("s")
 	if c := sl.cond("s"); c != "" {
