@@ -192,16 +192,7 @@ func TestForegroundLatencyPaces(t *testing.T) {
 			}
 			return 100 * time.Second // the baseline, and after the queue
 		}})
-	s.pickBlocks = true // batch sizes in rows picked, not ranges of blocks
-	var sizes []int64
-	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
-	res, err := s.RunOnce(e.ctx)
-	if err != nil || len(res.Errors) > 0 {
-		t.Fatalf("RunOnce: %v %v", err, res.Errors)
-	}
-	if got := res.Deleted["public.fg"]; got != 5000 {
-		t.Errorf("deleted %d, want 5000", got)
-	}
+	sizes := runBatchSizes(t, e, s, "public.fg", 5000)
 	// Call 1 is the baseline; after batch 1 (1000 rows) the latency is on
 	// it: 2000; after batches 2-4 it queues: 1000, 500, 250; then it is
 	// gone: 500, of which 250 rows are left.
@@ -223,17 +214,26 @@ func TestForegroundShortensBatches(t *testing.T) {
 		TargetBatchDuration: 10 * time.Second,
 		// Target: a tenth of 10s, 1s; the first batch 1000·1s/10s = 100 rows.
 		ForegroundLatency: func() time.Duration { return 10 * time.Second }})
-	s.pickBlocks = true // batch sizes in rows picked, not ranges of blocks
+	sizes := runBatchSizes(t, e, s, "public.fgshort", 3000)
+	if want := []int64{100, 200, 400, 800, 1500}; !slices.Equal(sizes, want) {
+		t.Errorf("batch sizes %v, want %v", sizes, want)
+	}
+}
+
+// runBatchSizes runs s once with batch sizes counted in rows picked (not
+// ranges of blocks), checks that it deleted want rows of table, and returns
+// the rows each batch deleted.
+func runBatchSizes(t *testing.T, e *env, s *Sweeper, table string, want int64) []int64 {
+	t.Helper()
+	s.pickBlocks = true
 	var sizes []int64
 	s.afterBatch = func(_ string, n int64) { sizes = append(sizes, n) }
 	res, err := s.RunOnce(e.ctx)
 	if err != nil || len(res.Errors) > 0 {
 		t.Fatalf("RunOnce: %v %v", err, res.Errors)
 	}
-	if got := res.Deleted["public.fgshort"]; got != 3000 {
-		t.Errorf("deleted %d, want 3000", got)
+	if got := res.Deleted[table]; got != want {
+		t.Errorf("deleted %d from %s, want %d", got, table, want)
 	}
-	if want := []int64{100, 200, 400, 800, 1500}; !slices.Equal(sizes, want) {
-		t.Errorf("batch sizes %v, want %v", sizes, want)
-	}
+	return sizes
 }
