@@ -32,19 +32,22 @@ type catalogEntry struct {
 	at  time.Time
 }
 
-func (c *catalogCache) get(db string, ttl time.Duration) *rewrite.Catalog {
+// get returns db's catalog snapshot and when it was read, or nil when there
+// is none younger than ttl.
+func (c *catalogCache) get(db string, ttl time.Duration) (*rewrite.Catalog, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[db]
 	if !ok || time.Since(e.at) > ttl {
-		return nil
+		return nil, time.Time{}
 	}
-	return e.cat
+	return e.cat, e.at
 }
 
-func (c *catalogCache) put(db string, cat *rewrite.Catalog) {
+// put records cat, read at at, as db's snapshot.
+func (c *catalogCache) put(db string, cat *rewrite.Catalog, at time.Time) {
 	c.mu.Lock()
-	c.m[db] = catalogEntry{cat: cat, at: time.Now()}
+	c.m[db] = catalogEntry{cat: cat, at: at}
 	c.mu.Unlock()
 }
 
@@ -319,7 +322,7 @@ func (s *session) finishStartup() error {
 func (s *session) loadCatalog() error {
 	srv := s.srv
 	rs := s.rs.Load()
-	cat := rs.catalogs.get(s.database, srv.cfg.CatalogTTL)
+	cat, at := rs.catalogs.get(s.database, srv.cfg.CatalogTTL)
 	query := rs.queries.state
 	if cat == nil {
 		query = rs.queries.full
@@ -345,10 +348,15 @@ func (s *session) loadCatalog() error {
 	}
 	s.txStatus.Store(uint32(status))
 	if _, r, ok := catalogResults(results, false); cat == nil && qerr == nil && ok {
-		cat = buildCatalog(s.log, r)
-		rs.catalogs.put(s.database, cat)
+		cat, at = buildCatalog(s.log, r), time.Now()
+		rs.catalogs.put(s.database, cat, at)
 	}
-	s.st.setCatalog(cat)
+	if at.IsZero() {
+		// The catalog query failed: try again when a snapshot would
+		// have expired (ageCatalog), not before every statement.
+		at = time.Now()
+	}
+	s.st.setCatalog(cat, at)
 	if row, ok := stateResult(results, rs.queries.names); ok {
 		s.st.apply(&row)
 	} else {

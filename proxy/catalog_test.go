@@ -104,12 +104,15 @@ func TestCatalogRefreshAndSessionSettings(t *testing.T) {
 }
 
 // TestCatalogQueryFailure: a role that cannot read pg_attribute gets a
-// session without catalog, and its connection works.
+// session without catalog, and its connection works, also after the
+// catalog has aged and its reload (in a transaction block of its own) has
+// failed too.
 func TestCatalogQueryFailure(t *testing.T) {
 	db := pgtest.NewDatabase(t)
 	ensureRole(t, roleSQL("ttl_trust", "unused"))
 	execDirect(t, db, catalogSchema, "REVOKE SELECT ON pg_catalog.pg_attribute FROM PUBLIC")
-	p := startProxy(t, Config{})
+	const ttl = 200 * time.Millisecond
+	p := startProxy(t, Config{CatalogTTL: ttl})
 	cfg, err := pgx.ParseConfig(p.connString(t, db))
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +128,12 @@ func TestCatalogQueryFailure(t *testing.T) {
 	}
 	if !slices.Equal(s.SearchPath, []string{"ttl_trust", "public"}) {
 		t.Fatalf("search_path %q", s.SearchPath)
+	}
+	time.Sleep(ttl + 100*time.Millisecond)
+	for range 2 {
+		if got := queryString(t, conn, "SELECT current_user::text"); got != "ttl_trust" {
+			t.Fatalf("after the failed reload: current_user %q", got)
+		}
 	}
 }
 

@@ -164,6 +164,9 @@ func (s *session) announce(refresh bool) error {
 	if rs := s.srv.set.Load(); refresh && rs != s.rs.Load() {
 		s.adopt(rs)
 	}
+	if refresh {
+		s.ageCatalog()
+	}
 	refresh = refresh && s.st.needsRefresh()
 	if refresh {
 		if err := s.awaitIdle(); err != nil {

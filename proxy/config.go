@@ -27,8 +27,9 @@ const (
 	// DefaultClientLoginTimeout is PgBouncer's client_login_timeout and
 	// PostgreSQL's authentication_timeout: 60 seconds.
 	DefaultClientLoginTimeout = 60 * time.Second
-	// DefaultCatalogTTL bounds how stale a new session's view of the TTL
-	// tables' columns can be after DDL made elsewhere.
+	// DefaultCatalogTTL bounds how stale a session's view of the TTL
+	// tables, and of the views and functions that read them, can be after
+	// DDL made elsewhere.
 	DefaultCatalogTTL = 30 * time.Second
 )
 
@@ -78,8 +79,9 @@ type Config struct {
 	// 57P05, as the server's idle_session_timeout). 0 means never.
 	IdleSessionTimeout time.Duration
 	// CatalogTTL is how long a database's catalog snapshot (columns and keys
-	// of the TTL tables) is reused by new sessions; 0 means
-	// DefaultCatalogTTL.
+	// of the TTL tables, the views and functions that read them) is reused
+	// by new sessions and kept by a session before it takes a younger one
+	// (refresh.go's ageCatalog); 0 means DefaultCatalogTTL.
 	CatalogTTL time.Duration
 
 	// rewriter replaces Rewriter.Rewrite when set (tests).

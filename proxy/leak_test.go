@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
@@ -148,5 +149,42 @@ func TestLeakPathsRowSecurity(t *testing.T) {
 	}
 	if got := queryString(t, conn, "SELECT count(*)::text FROM v_invoker"); got != "1" {
 		t.Errorf("security_invoker view: %s rows, want 1", got)
+	}
+}
+
+// TestLongSessionSeesViewMadeDirectly: a view over a TTL table created
+// outside the proxy reaches a session that was open before it, within
+// CatalogTTL, and with no DDL through that session: read through it, the
+// view shows live rows only. A second session adopts the younger catalog
+// the first one read.
+func TestLongSessionSeesViewMadeDirectly(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, leakSchema[:2]...)
+	rw, err := rewrite.New(testRules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 300 * time.Millisecond
+	p := startProxy(t, Config{Rewriter: rw, rewriter: rw, CatalogTTL: ttl})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			first := p.connect(t, db, m.mode)
+			second := p.connect(t, db, m.mode)
+			for _, c := range []*pgx.Conn{first, second} {
+				if got := queryString(t, c, "SELECT count(*)::text FROM items"); got != "2" {
+					t.Fatalf("items: %s rows, want 2", got)
+				}
+			}
+			view := "v_direct_" + strings.ReplaceAll(m.name, " ", "_")
+			execDirect(t, db, "CREATE VIEW "+view+" AS SELECT * FROM items")
+			time.Sleep(ttl + 100*time.Millisecond)
+			// Read raw, the view would show the expired row too.
+			for i, c := range []*pgx.Conn{first, second} {
+				if got := queryString(t, c, "SELECT count(*)::text FROM "+view); got != "2" {
+					t.Errorf("session %d, a view made directly after it started: %s rows, want the 2 live ones", i+1, got)
+				}
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -88,7 +89,7 @@ func (s *session) syncState() error {
 		if len(s.rs.Load().rules) > 0 {
 			return s.reloadCatalog()
 		}
-		s.st.setCatalog(nil) // no TTL tables, no catalog
+		s.st.setCatalog(nil, time.Time{}) // no TTL tables, no catalog
 	}
 	res, err := s.ask(s.rs.Load().queries.refresh, 1)
 	if err != nil {
@@ -107,9 +108,14 @@ func (s *session) syncState() error {
 	return s.applyRefresh(row, res.status)
 }
 
+// rollbackMsgs ends a failed reload's transaction block: a simple Query,
+// since the failed Execute left the reload's portal open until then.
+var rollbackMsgs = appendQuery(nil, "ROLLBACK")
+
 // reloadCatalog reads the state and the database's catalog again (after
-// DDL through this session), outside a transaction block, and shares the
-// new catalog with the sessions that start later.
+// DDL through this session, or when its catalog is older than CatalogTTL),
+// outside a transaction block, and shares the new catalog with the
+// sessions that start later.
 func (s *session) reloadCatalog() error {
 	res, err := s.ask(s.rs.Load().queries.reload, 1)
 	if err != nil {
@@ -122,12 +128,19 @@ func (s *session) reloadCatalog() error {
 		if res.qerr != nil {
 			msg = res.qerr.Code + ": " + res.qerr.Message
 		}
-		s.log.Warn("reading the catalog after DDL failed; will retry before the next statement", "err", msg)
+		s.log.Warn("reading the catalog again failed; will retry before the next statement", "err", msg)
+		if res.status == 'E' {
+			// The reload's own transaction block failed: end it, so that
+			// the client, which was idle, is idle again.
+			if _, err := s.ask(rollbackMsgs, 1); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
-	cat := buildCatalog(s.log, r)
-	s.rs.Load().catalogs.put(s.database, cat)
-	s.st.setCatalog(cat)
+	cat, at := buildCatalog(s.log, r), time.Now()
+	s.rs.Load().catalogs.put(s.database, cat, at)
+	s.st.setCatalog(cat, at)
 	row, ok := stateResult(state, s.rs.Load().queries.names)
 	if !ok {
 		s.log.Warn("reading session state failed; will retry before the next statement", "err", "unexpected result")
@@ -223,5 +236,27 @@ func (s *session) noteIdle() {
 		case s.answers.idle <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// ageCatalog bounds how stale a long-lived session's catalog gets: DDL made
+// outside the proxy (a view over a TTL table created by a migration tool,
+// say) reaches it within CatalogTTL, as it reaches new sessions. When the
+// session's snapshot is older than that, it takes a younger one another
+// session read (no round trip), or, outside a transaction block, reads the
+// catalog again before the statement (syncState). Inside a block it waits
+// for the block's end: a reload there would cost a round trip per
+// statement until then.
+func (s *session) ageCatalog() {
+	ttl := s.srv.cfg.CatalogTTL
+	if !s.st.track || s.st.catalogStale || time.Since(s.st.catalogAt) <= ttl {
+		return
+	}
+	if cat, at := s.rs.Load().catalogs.get(s.database, ttl); cat != nil && at.After(s.st.catalogAt) {
+		s.st.setCatalog(cat, at)
+		return
+	}
+	if s.txStatus.Load() == 'I' {
+		s.st.catalogStale, s.st.dirty = true, true
 	}
 }

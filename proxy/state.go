@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -152,6 +153,8 @@ type sessionState struct {
 	// forwarded since the state was last read. catalogStale: DDL went
 	// through this session, read the catalog again too.
 	dirty, unseen, catalogStale bool
+	// catalogAt is when base was read (refresh.go's ageCatalog).
+	catalogAt time.Time
 	// stateStmts are the prepared statements that may change the state,
 	// and txStmts those that may end a transaction, with their texts.
 	stateStmts, txStmts map[string]string
@@ -175,9 +178,10 @@ func (st *sessionState) needsRefresh() bool { return st.track && st.dirty }
 // markDirty records that the state may have changed.
 func (st *sessionState) markDirty() { st.dirty, st.unseen = true, true }
 
-// setCatalog sets the database's catalog (nil: unknown).
-func (st *sessionState) setCatalog(cat *rewrite.Catalog) {
+// setCatalog sets the database's catalog (nil: unknown), read at at.
+func (st *sessionState) setCatalog(cat *rewrite.Catalog, at time.Time) {
 	st.base, st.shadows, st.shadowed, st.catalogStale = cat, nil, nil, false
+	st.catalogAt = at
 	st.apply(nil)
 }
 
