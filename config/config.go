@@ -73,6 +73,10 @@ type Config struct {
 	// IdleSessionTimeout closes clients idle outside a transaction block
 	// for longer (SQLSTATE 57P05); 0: never.
 	IdleSessionTimeout time.Duration
+	// CatalogTTL bounds how old a session's catalog snapshot (the TTL
+	// tables' columns and keys, the views and functions that read them)
+	// gets before it is read again; 0: proxy.DefaultCatalogTTL.
+	CatalogTTL time.Duration
 	// ShutdownTimeout bounds how long in-flight statements may run after a
 	// shutdown signal before their connections are closed; 0:
 	// proxy.DefaultShutdownTimeout.
@@ -197,7 +201,7 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "listen_reuseport", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "tables", "sweeper")
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "tables", "sweeper")
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +273,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["idle_session_timeout"]; ok {
 		if cfg.IdleSessionTimeout, err = v.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["catalog_ttl"]; ok {
+		if cfg.CatalogTTL, err = v.positiveDuration(); err != nil {
 			return nil, err
 		}
 	}

@@ -26,6 +26,7 @@ client_login_timeout: 15s
 idle_session_timeout: 10m
 dial_timeout: 3s
 shutdown_timeout: 20s
+catalog_ttl: 5s
 tables:
   - table: public.sessions
     rule: column
@@ -81,6 +82,7 @@ sweeper:
 		IdleSessionTimeout: 10 * time.Minute,
 		DialTimeout:        3 * time.Second,
 		ShutdownTimeout:    20 * time.Second,
+		CatalogTTL:         5 * time.Second,
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true, CreateIndex: true},
@@ -192,6 +194,7 @@ func TestParseErrors(t *testing.T) {
 		{"dial timeout zero", up + "dial_timeout: 0s\n", `dial_timeout: must be positive, got "0s"`},
 		{"shutdown timeout bad", up + "shutdown_timeout: soon\n", `shutdown_timeout: invalid duration "soon"`},
 		{"shutdown timeout zero", up + "shutdown_timeout: 0\n", `shutdown_timeout: must be positive, got "0"`},
+		{"catalog ttl bad", up + "catalog_ttl: often\n", `catalog_ttl: invalid duration "often"`},
 
 		// tables: shape and names.
 		{"tables not list", up + "tables: {table: t}\n", "tables: expected a list, got a mapping"},

@@ -40,6 +40,7 @@ func restartKeys(old, cur *config.Config) []string {
 		{"upstream_tls", old.UpstreamTLS, cur.UpstreamTLS},
 		{"dial_timeout", old.DialTimeout, cur.DialTimeout},
 		{"shutdown_timeout", old.ShutdownTimeout, cur.ShutdownTimeout},
+		{"catalog_ttl", old.CatalogTTL, cur.CatalogTTL},
 	} {
 		if !reflect.DeepEqual(k.old, k.cur) {
 			keys = append(keys, k.key)
@@ -72,7 +73,7 @@ func (s *stack) reload() (err error) {
 		s.log.Warn("configuration keys changed that take effect only after a restart", "keys", keys)
 		cfg.Listen, cfg.AdminListen, cfg.Upstream = s.cfg.Listen, s.cfg.AdminListen, s.cfg.Upstream
 		cfg.TLS, cfg.UpstreamTLS = s.cfg.TLS, s.cfg.UpstreamTLS
-		cfg.DialTimeout, cfg.ShutdownTimeout = s.cfg.DialTimeout, s.cfg.ShutdownTimeout
+		cfg.DialTimeout, cfg.ShutdownTimeout, cfg.CatalogTTL = s.cfg.DialTimeout, s.cfg.ShutdownTimeout, s.cfg.CatalogTTL
 	}
 	rw, err := newRewriter(cfg)
 	if err != nil {

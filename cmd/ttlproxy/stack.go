@@ -135,6 +135,7 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		MaxClientConnections: cfg.Limits.MaxClientConnections,
 		ClientLoginTimeout:   cfg.ClientLoginTimeout,
 		IdleSessionTimeout:   cfg.IdleSessionTimeout,
+		CatalogTTL:           cfg.CatalogTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building proxy: %w", err)
