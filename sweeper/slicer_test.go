@@ -57,14 +57,18 @@ func TestHashSlicesCoverTheHashSpace(t *testing.T) {
 	}
 }
 
+// ybHashCodeStandIn creates a test-only yb_hash_code onto 0..65535, for
+// running YugabyteDB statements on PostgreSQL.
+const ybHashCodeStandIn = `CREATE FUNCTION yb_hash_code(bigint) RETURNS int LANGUAGE sql IMMUTABLE
+	AS $$ SELECT (abs(hashint8($1)) % 65536)::int $$`
+
 // TestYugabyteStatement runs the YugabyteDB batch statement on PostgreSQL
 // with stand-ins for ybctid (a unique column) and yb_hash_code (a function
 // onto 0..65535): it checks the statement's shape and that the slices
 // together delete exactly the expired rows, not YugabyteDB's behaviour.
 func TestYugabyteStatement(t *testing.T) {
 	e := setup(t)
-	e.exec(t, `CREATE FUNCTION yb_hash_code(bigint) RETURNS int LANGUAGE sql IMMUTABLE
-		AS $$ SELECT (abs(hashint8($1)) % 65536)::int $$`)
+	e.exec(t, ybHashCodeStandIn)
 	e.exec(t, `CREATE TABLE yb (id bigint PRIMARY KEY, ybctid uuid UNIQUE DEFAULT gen_random_uuid(), expires_at timestamptz)`)
 	e.exec(t, `INSERT INTO yb (id, expires_at) SELECT g, CASE WHEN g % 3 = 0 THEN now() - interval '1 day'
 		WHEN g % 3 = 1 THEN now() + interval '1 day' END FROM generate_series(1, 600) g`)

@@ -334,12 +334,9 @@ func (s *Sweeper) begin(ctx context.Context) (cutoff time.Time, d dialect, uncoo
 	if err := s.createOrigin(ctx); err != nil {
 		return time.Time{}, 0, "", err
 	}
-	var (
-		version  string
-		silenced *string
-	)
+	var version, silenced string
 	err = s.pool.QueryRow(ctx, `SELECT now(), version(),
-		pg_catalog.current_setting('yb_silence_advisory_locks_not_supported_error', true)`).Scan(&cutoff, &version, &silenced)
+		coalesce(pg_catalog.current_setting('yb_silence_advisory_locks_not_supported_error', true), '')`).Scan(&cutoff, &version, &silenced)
 	if err != nil {
 		return time.Time{}, 0, "", err
 	}
@@ -349,7 +346,7 @@ func (s *Sweeper) begin(ctx context.Context) (cutoff time.Time, d dialect, uncoo
 	d = dialectPostgres
 	if strings.Contains(version, "-YB-") {
 		d = dialectYugabyte
-		uncoordinated = ybCoordination(version, deref(silenced))
+		uncoordinated = ybCoordination(version, silenced)
 		if s.cfg.CDCOrigin != "" {
 			if w := ybOriginWarning(version); w != "" {
 				s.log.Warn(w, slog.String("version", version))
@@ -357,13 +354,6 @@ func (s *Sweeper) begin(ctx context.Context) (cutoff time.Time, d dialect, uncoo
 		}
 	}
 	return cutoff, d, uncoordinated, nil
-}
-
-func deref(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
 }
 
 // sweepRule sweeps one rule's targets and records the outcome in res. It

@@ -3,6 +3,7 @@ package sweeper
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 )
 
@@ -47,21 +48,9 @@ func parseYBRelease(version string) (ybRelease, bool) {
 // is 0 (any year), a stable one only when its own series is.
 func (r ybRelease) atLeast(preview, stable ybRelease) bool {
 	if r[0] >= 2000 {
-		return stable[0] != 0 && compareRelease(r, stable) >= 0
+		return stable[0] != 0 && slices.Compare(r[:], stable[:]) >= 0
 	}
-	return preview[0] != 0 && compareRelease(r, preview) >= 0
-}
-
-func compareRelease(a, b ybRelease) int {
-	for i := range a {
-		if a[i] != b[i] {
-			if a[i] < b[i] {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
+	return preview[0] != 0 && slices.Compare(r[:], preview[:]) >= 0
 }
 
 func (r ybRelease) String() string {

@@ -74,8 +74,7 @@ func TestYBOriginWarning(t *testing.T) {
 // checks the statements' shape and locking, not YugabyteDB's behaviour.
 func TestYugabyteSidecarBatch(t *testing.T) {
 	e := setup(t)
-	e.exec(t, `CREATE FUNCTION yb_hash_code(bigint) RETURNS int LANGUAGE sql IMMUTABLE
-		AS $$ SELECT (abs(hashint8($1)) % 65536)::int $$`)
+	e.exec(t, ybHashCodeStandIn)
 	e.exec(t, `CREATE TABLE ybitems (id bigint PRIMARY KEY, payload text,
 		ybctid bytea UNIQUE DEFAULT decode(md5(random()::text || clock_timestamp()::text), 'hex'))`)
 	e.exec(t, "CREATE TABLE ybitems_ttl (id bigint PRIMARY KEY, expires_at timestamptz NOT NULL)")
