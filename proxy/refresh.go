@@ -89,7 +89,7 @@ func (s *session) syncState() error {
 		if len(s.rs.Load().rules) > 0 {
 			return s.reloadCatalog()
 		}
-		s.st.setCatalog(nil, time.Time{}) // no TTL tables, no catalog
+		s.st.setCatalog(nil, time.Now()) // no TTL tables, no catalog
 	}
 	res, err := s.ask(s.rs.Load().queries.refresh, 1)
 	if err != nil {
@@ -128,7 +128,10 @@ func (s *session) reloadCatalog() error {
 		if res.qerr != nil {
 			msg = res.qerr.Code + ": " + res.qerr.Message
 		}
-		s.log.Warn("reading the catalog again failed; will retry before the next statement", "err", msg)
+		s.log.Warn("reading the catalog again failed; will retry when CatalogTTL has passed", "err", msg)
+		// As after a failed first read (loadCatalog): the catalog kept is
+		// retried when it ages, not before every statement.
+		s.st.catalogStale, s.st.catalogAt = false, time.Now()
 		if res.status == 'E' {
 			// The reload's own transaction block failed: end it, so that
 			// the client, which was idle, is idle again.
