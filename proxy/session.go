@@ -119,7 +119,7 @@ func newSession(srv *Server, conn net.Conn) *session {
 		id:      id,
 		log:     log,
 		st:      newSessionState(log, rs.rw, rs.bypass),
-		client:  conn,
+		client:  newRawConn(conn),
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
 		answers: newHandoff(),
@@ -202,16 +202,25 @@ func (s *session) forward() error {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		report(s.guard("client_to_server", s.clientToServer))
+		report(s.pump("client_to_server", s.client, s.clientToServer))
 	}()
 	go func() {
 		defer wg.Done()
 		defer close(s.quit)
-		report(s.guard("server_to_client", s.serverToClient))
+		report(s.pump("server_to_client", s.upstream, s.serverToClient))
 	}()
 	err := <-errc
 	wg.Wait()
 	return err
+}
+
+// pump runs one forwarding loop, which reads src, under guard; when src is
+// a socket, it reads it under drive (rawconn.go).
+func (s *session) pump(name string, src net.Conn, loop func() error) error {
+	if rc := rawConnOf(src); rc != nil {
+		return rc.drive(func() error { return s.guard(name, loop) })
+	}
+	return s.guard(name, loop)
 }
 
 // guard runs one forwarding loop; a panic closes this session only. A

@@ -106,6 +106,7 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: connecting to upstream %s: %w", s.cfg.Upstream, err)
 	}
+	conn = newRawConn(conn)
 	if s.upstreamTLS == nil {
 		return conn, nil
 	}

@@ -1,0 +1,318 @@
+package proxy
+
+import (
+	"crypto/tls"
+	"io"
+	"iter"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// rawConn is a net.Conn over a non-blocking TCP or Unix socket whose Read and
+// Write make read(2) and write(2) with unix.RawSyscall inside
+// syscall.RawConn's Read and Write. The netpoller still parks the goroutine
+// while the socket is not ready, and deadlines and Close still wake it; what
+// goes is the runtime's entersyscall/exitsyscall around each call, which
+// wakes the sysmon thread with a futex whenever the Ps are idle
+// (entersyscallWakeSysmon in Go's runtime/proc.go) and then keeps it polling
+// in 20 µs naps. gnet and other event loops call RawSyscall for the same
+// reason. Raw calls are fine here because a call on a non-blocking socket
+// never blocks, which newRawConn checks.
+//
+// A session's pump reads its connection under drive, which saves the other
+// system call net.Conn makes per message: the read that returns EAGAIN.
+//
+// As with net.Conn, Read and Write are safe for concurrent use, and each
+// Write is written whole before another starts (the startup's catalog query
+// and a pump can both write upstream). Everything else (deadlines,
+// addresses) is the wrapped connection's.
+type rawConn struct {
+	net.Conn
+	rc syscall.RawConn
+
+	// The arguments and results of the read in progress, under rmu (or, in
+	// drive, handed between the driver and the pump): the callbacks are
+	// built once, so a call allocates nothing.
+	rmu    sync.Mutex
+	rbuf   []byte
+	rn     int
+	rerr   error
+	readFn func(fd uintptr) bool
+
+	// drive's state: yield is set while the pump runs as drive's coroutine
+	// (only the pump reads then); next resumes the pump.
+	driving  atomic.Bool
+	closed   atomic.Bool
+	yield    func(struct{}) bool
+	next     func() (struct{}, bool)
+	drained  bool
+	pumpDone bool
+	driveFn  func(fd uintptr) bool
+
+	wmu     sync.Mutex
+	wbuf    []byte
+	wn      int
+	werr    syscall.Errno
+	writeFn func(fd uintptr) bool
+}
+
+// syscallConn is what newRawConn needs: *net.TCPConn and *net.UnixConn.
+type syscallConn interface {
+	net.Conn
+	SyscallConn() (syscall.RawConn, error)
+}
+
+// newRawConn wraps c when it is a TCP or Unix socket in non-blocking mode
+// (every socket the net package opens is); any other net.Conn (a net.Pipe in
+// tests, a conn already wrapped) is returned as it is.
+func newRawConn(c net.Conn) net.Conn {
+	sc, ok := c.(syscallConn)
+	if !ok {
+		return c
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	nonblocking := false
+	if err := rc.Control(func(fd uintptr) {
+		flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		nonblocking = err == nil && flags&unix.O_NONBLOCK != 0
+	}); err != nil || !nonblocking {
+		// A blocking socket would hold an OS thread and its P in a raw
+		// call: keep the runtime's path.
+		return c
+	}
+	r := &rawConn{Conn: c, rc: rc}
+	r.readFn = r.read
+	r.driveFn = r.driven
+	r.writeFn = r.write
+	return r
+}
+
+// rawConnOf returns the rawConn under c (through TLS and the replay of
+// bytes read before a direct TLS handshake), or nil.
+func rawConnOf(c net.Conn) *rawConn {
+	for {
+		switch v := c.(type) {
+		case *rawConn:
+			return v
+		case *tls.Conn:
+			c = v.NetConn()
+		case *prefixConn:
+			c = v.Conn
+		default:
+			return nil
+		}
+	}
+}
+
+// sysRead is read(2) into b; 0 errno on success.
+func sysRead(fd uintptr, b []byte) (int, syscall.Errno) {
+	n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	return int(n), errno
+}
+
+// read is the syscall.RawConn.Read callback of Read: false means "not
+// ready, wait".
+func (c *rawConn) read(fd uintptr) bool {
+	for {
+		n, errno := sysRead(fd, c.rbuf)
+		switch errno {
+		case 0:
+			c.rn = n
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			c.rerr = errno
+			return true
+		}
+	}
+}
+
+// write is the syscall.RawConn.Write callback: it writes until wbuf is
+// sent, and returns false to wait when the socket's buffer is full.
+func (c *rawConn) write(fd uintptr) bool {
+	for c.wn < len(c.wbuf) {
+		p := c.wbuf[c.wn:]
+		n, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch errno {
+		case 0:
+			c.wn += int(n)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			c.werr = errno
+			return true
+		}
+	}
+	return true
+}
+
+// Read reads up to len(b) bytes: io.EOF at the peer's end of stream; a
+// *net.OpError for a failed read, a deadline (Timeout() true) or a closed
+// connection (net.ErrClosed), as net.Conn's Read.
+func (c *rawConn) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if c.yield != nil {
+		// The pump under drive: the driver reads into b.
+		c.rbuf, c.rn, c.rerr = b, 0, nil
+		if !c.yield(struct{}{}) {
+			return 0, c.opError("read", net.ErrClosed)
+		}
+		n, err := c.rn, c.rerr
+		c.rbuf = nil
+		return c.readResult(b, n, err)
+	}
+	c.rmu.Lock()
+	c.rbuf, c.rn, c.rerr = b, 0, nil
+	err := c.rc.Read(c.readFn)
+	n := c.rn
+	if err == nil {
+		err = c.rerr
+	}
+	c.rbuf = nil
+	c.rmu.Unlock()
+	return c.readResult(b, n, err)
+}
+
+func (c *rawConn) readResult(b []byte, n int, err error) (int, error) {
+	if err != nil {
+		if errno, ok := err.(syscall.Errno); ok {
+			err = os.NewSyscallError("read", errno)
+		}
+		return 0, c.opError("read", err)
+	}
+	raceReadDone(b[:n])
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// drive runs pump, the one reader of c, so that c is read inside a single
+// syscall.RawConn.Read for as long as nothing fails. Its callback reads into
+// the buffer of the pump's pending Read, hands the result over and resumes
+// the pump (a coroutine, iter.Pull) until it asks for more. After a read
+// that drained the socket (fewer bytes than asked for), the callback waits
+// for readiness instead of reading again: within one RawConn.Read the
+// netpoller's readiness is never reset (internal/poll resets it only when a
+// RawRead starts), so data that arrived since that read is not missed, and
+// the EAGAIN read that net.Conn makes before each wait goes. A deadline, a
+// Close or a failed read ends that RawConn.Read, hands its error to the
+// pump and starts another. drive returns pump's error when pump returns.
+func (c *rawConn) drive(pump func() error) (err error) {
+	c.driving.Store(true)
+	defer c.driving.Store(false)
+	next, stop := iter.Pull(func(yield func(struct{}) bool) {
+		c.yield = yield
+		defer func() { c.yield = nil }()
+		err = pump()
+	})
+	defer stop()
+	c.next = next
+	defer func() { c.next = nil }()
+	if _, ok := next(); !ok {
+		return err
+	}
+	for {
+		c.drained, c.pumpDone = false, false
+		if rerr := c.rc.Read(c.driveFn); rerr != nil {
+			c.rerr = rerr
+			if _, ok := next(); !ok {
+				return err
+			}
+			continue
+		}
+		if c.pumpDone {
+			return err
+		}
+	}
+}
+
+// driven is drive's RawConn.Read callback: false means "wait for
+// readiness", true that the pump has returned.
+func (c *rawConn) driven(fd uintptr) bool {
+	for {
+		if c.drained {
+			c.drained = false
+			return false
+		}
+		if c.closed.Load() {
+			c.rerr = net.ErrClosed
+		} else {
+			n, errno := sysRead(fd, c.rbuf)
+			switch errno {
+			case 0:
+				c.rn = n
+				c.drained = n > 0 && n < len(c.rbuf)
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false
+			default:
+				c.rerr = errno
+			}
+		}
+		if _, ok := c.next(); !ok {
+			c.pumpDone = true
+			return true
+		}
+	}
+}
+
+// Write writes all of b, or returns how much it wrote with a *net.OpError,
+// as net.Conn's Write.
+func (c *rawConn) Write(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	raceWriteStart(b)
+	c.wmu.Lock()
+	c.wbuf, c.wn, c.werr = b, 0, 0
+	err := c.rc.Write(c.writeFn)
+	n, errno := c.wn, c.werr
+	c.wbuf = nil
+	c.wmu.Unlock()
+	if err == nil && errno != 0 {
+		err = os.NewSyscallError("write", errno)
+	}
+	if err != nil {
+		return n, c.opError("write", err)
+	}
+	return n, nil
+}
+
+// Close closes the connection. While a pump drives it, the pump holds the
+// descriptor inside RawConn.Read, and net's Close would wait for that to
+// return: the pump may be the caller, or blocked on what the caller is
+// about to close next. So the socket is shut down at once (the peer sees
+// the end, the pump's next read fails) and closed when the pump lets go.
+func (c *rawConn) Close() error {
+	c.closed.Store(true)
+	if !c.driving.Load() {
+		return c.Conn.Close()
+	}
+	_ = c.rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	go func() { _ = c.Conn.Close() }()
+	return nil
+}
+
+func (c *rawConn) opError(op string, err error) error {
+	if _, ok := err.(*net.OpError); ok {
+		return err
+	}
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
