@@ -119,7 +119,9 @@
 # says so once at start; PERF=0 turns the counters off. As a cross-check,
 # the raw table also has ctxsw_proc_per_tx: the sum of voluntary_ctxt_switches
 # and nonvoluntary_ctxt_switches over /proc/PID/task/*/status before and
-# after the run (threads that exit during the run are missed there).
+# after the run (threads that exit during the run are missed there); each
+# run's log (KEEP=1) ends with both counts and the process's thread count
+# before and after the run.
 #
 # Environment:
 #   SCALE      pgbench scale factor (default 10)
@@ -857,7 +859,7 @@ per_tx() { [ -z "$1" ] || awk -v u="$1" -v n="$2" 'BEGIN { printf "%.2f", u / n 
 run_pgbench() {
 	local name=$1 target=$2 script=$3 proto=$4 c=$5 j=$6 secs=$7 opts=,${8:-},
 	local inst=$target sslmode=disable port pid admin out rc=0 t0=0 t1=0 x0=0 x1=0 w0 w1 wall failed
-	local scrape_out='' scrape_kind='' m0='' m1=''
+	local scrape_out='' scrape_kind='' m0='' m1='' n0=0 n1=0
 	local -a wl lg=()
 	case $opts in *,tls,*) inst=$target-tls sslmode=require ;; esac
 	port=${T_PORT[$inst]}
@@ -891,6 +893,7 @@ run_pgbench() {
 		perf_start "$pid" "$name"
 		t0=$(cpu_ticks "$pid")
 		x0=$(proc_ctxsw "$pid")
+		n0=$(find "/proc/$pid/task" -mindepth 1 -maxdepth 1 | wc -l)
 	fi
 	if [ -n "$scrape_kind" ]; then
 		scrape_loop "$scrape_kind" "${admin:-$port}" "$scrape_out" &
@@ -909,9 +912,10 @@ run_pgbench() {
 	if [ -n "$pid" ]; then
 		t1=$(cpu_ticks "$pid")
 		x1=$(proc_ctxsw "$pid")
+		n1=$(find "/proc/$pid/task" -mindepth 1 -maxdepth 1 | wc -l)
 		R_CTXSW_PROC=$((x1 - x0))
 		perf_stop
-		echo "($PROG: $inst context switches: perf ${R_CTXSW:-n/a}, /proc/$pid/task/*/status $R_CTXSW_PROC)" >>"$out"
+		echo "($PROG: $inst context switches: perf ${R_CTXSW:-n/a}, /proc/$pid/task/*/status $R_CTXSW_PROC; threads $n0 before, $n1 after)" >>"$out"
 	fi
 	wall=$(awk -v a="$w0" -v b="$w1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
 	echo "($PROG: pgbench exit status $rc after ${wall}s wall-clock)" >>"$out"
