@@ -77,6 +77,10 @@ type Config struct {
 	// tables' columns and keys, the views and functions that read them)
 	// gets before it is read again; 0: proxy.DefaultCatalogTTL.
 	CatalogTTL time.Duration
+	// GOMAXPROCS is how many OS threads run the process's Go code at once
+	// (runtime.GOMAXPROCS); 0: the GOMAXPROCS environment variable when it
+	// is set, else the number of CPUs the process may use.
+	GOMAXPROCS int
 	// ShutdownTimeout bounds how long in-flight statements may run after a
 	// shutdown signal before their connections are closed; 0:
 	// proxy.DefaultShutdownTimeout.
@@ -201,7 +205,7 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "listen_reuseport", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "tables", "sweeper")
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "tables", "sweeper")
 	if err != nil {
 		return nil, err
 	}
@@ -278,6 +282,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["catalog_ttl"]; ok {
 		if cfg.CatalogTTL, err = v.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["gomaxprocs"]; ok {
+		if cfg.GOMAXPROCS, err = v.positiveInt(); err != nil {
 			return nil, err
 		}
 	}

@@ -27,6 +27,7 @@ idle_session_timeout: 10m
 dial_timeout: 3s
 shutdown_timeout: 20s
 catalog_ttl: 5s
+gomaxprocs: 1
 tables:
   - table: public.sessions
     rule: column
@@ -83,6 +84,7 @@ sweeper:
 		DialTimeout:        3 * time.Second,
 		ShutdownTimeout:    20 * time.Second,
 		CatalogTTL:         5 * time.Second,
+		GOMAXPROCS:         1,
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true, CreateIndex: true},
@@ -195,6 +197,8 @@ func TestParseErrors(t *testing.T) {
 		{"shutdown timeout bad", up + "shutdown_timeout: soon\n", `shutdown_timeout: invalid duration "soon"`},
 		{"shutdown timeout zero", up + "shutdown_timeout: 0\n", `shutdown_timeout: must be positive, got "0"`},
 		{"catalog ttl bad", up + "catalog_ttl: often\n", `catalog_ttl: invalid duration "often"`},
+		{"gomaxprocs zero", up + "gomaxprocs: 0\n", "gomaxprocs: must be positive, got 0"},
+		{"gomaxprocs not int", up + "gomaxprocs: all\n", `gomaxprocs: expected an integer, got "all"`},
 
 		// tables: shape and names.
 		{"tables not list", up + "tables: {table: t}\n", "tables: expected a list, got a mapping"},

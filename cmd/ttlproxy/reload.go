@@ -41,6 +41,7 @@ func restartKeys(old, cur *config.Config) []string {
 		{"dial_timeout", old.DialTimeout, cur.DialTimeout},
 		{"shutdown_timeout", old.ShutdownTimeout, cur.ShutdownTimeout},
 		{"catalog_ttl", old.CatalogTTL, cur.CatalogTTL},
+		{"gomaxprocs", old.GOMAXPROCS, cur.GOMAXPROCS},
 	} {
 		if !reflect.DeepEqual(k.old, k.cur) {
 			keys = append(keys, k.key)
@@ -74,6 +75,7 @@ func (s *stack) reload() (err error) {
 		cfg.Listen, cfg.AdminListen, cfg.Upstream = s.cfg.Listen, s.cfg.AdminListen, s.cfg.Upstream
 		cfg.TLS, cfg.UpstreamTLS = s.cfg.TLS, s.cfg.UpstreamTLS
 		cfg.DialTimeout, cfg.ShutdownTimeout, cfg.CatalogTTL = s.cfg.DialTimeout, s.cfg.ShutdownTimeout, s.cfg.CatalogTTL
+		cfg.GOMAXPROCS = s.cfg.GOMAXPROCS
 	}
 	rw, err := newRewriter(cfg)
 	if err != nil {

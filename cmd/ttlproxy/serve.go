@@ -84,6 +84,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	o.applyOverrides(cfg)
+	applyGOMAXPROCS(cfg.GOMAXPROCS, log)
 
 	st, err := newStack(cfg, log)
 	if err != nil {
