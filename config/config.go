@@ -79,7 +79,7 @@ type Config struct {
 	CatalogTTL time.Duration
 	// GOMAXPROCS is how many OS threads run the process's Go code at once
 	// (runtime.GOMAXPROCS); 0: the GOMAXPROCS environment variable when it
-	// is set, else the number of CPUs the process may use.
+	// is set, else 1 (cmd/ttlproxy's DefaultGOMAXPROCS).
 	GOMAXPROCS int
 	// ShutdownTimeout bounds how long in-flight statements may run after a
 	// shutdown signal before their connections are closed; 0:
