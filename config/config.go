@@ -81,6 +81,11 @@ type Config struct {
 	// (runtime.GOMAXPROCS); 0: the GOMAXPROCS environment variable when it
 	// is set, else 1 (cmd/ttlproxy's DefaultGOMAXPROCS).
 	GOMAXPROCS int
+	// DDLEventsDSN is the connection string of the login the proxy
+	// listens for DDL events with and reads the catalog with after them
+	// (proxy.Config.DDLEventsDSN); "": the sweeper's DSN (DDLEventsLogin).
+	// It may hold a password, so it is never logged.
+	DDLEventsDSN string
 	// ShutdownTimeout bounds how long in-flight statements may run after a
 	// shutdown signal before their connections are closed; 0:
 	// proxy.DefaultShutdownTimeout.
@@ -205,7 +210,7 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "listen_reuseport", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "tables", "sweeper")
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper")
 	if err != nil {
 		return nil, err
 	}
@@ -290,6 +295,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 			return nil, err
 		}
 	}
+	if v, ok := f["ddl_events_dsn"]; ok {
+		if cfg.DDLEventsDSN, err = v.str(); err != nil {
+			return nil, err
+		}
+	}
 	if v, ok := f["tables"]; ok {
 		if cfg.Tables, err = parseTables(v); err != nil {
 			return nil, err
@@ -301,6 +311,18 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// DDLEventsLogin returns the connection string the proxy listens for DDL
+// events with: ddl_events_dsn, else the sweeper's, else "" (none).
+func (c *Config) DDLEventsLogin() string {
+	if c.DDLEventsDSN != "" {
+		return c.DDLEventsDSN
+	}
+	if c.Sweeper != nil {
+		return c.Sweeper.DSN
+	}
+	return ""
 }
 
 // address checks a host:port value. The upstream needs a host; a listen

@@ -28,6 +28,7 @@ dial_timeout: 3s
 shutdown_timeout: 20s
 catalog_ttl: 5s
 gomaxprocs: 1
+ddl_events_dsn: postgres://ttl_catalog@127.0.0.1:5432/app
 tables:
   - table: public.sessions
     rule: column
@@ -85,6 +86,7 @@ sweeper:
 		ShutdownTimeout:    20 * time.Second,
 		CatalogTTL:         5 * time.Second,
 		GOMAXPROCS:         1,
+		DDLEventsDSN:       "postgres://ttl_catalog@127.0.0.1:5432/app",
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true, CreateIndex: true},
@@ -152,6 +154,23 @@ func TestParseNoTablesNoSweeper(t *testing.T) {
 	}
 }
 
+// TestDDLEventsLogin: ddl_events_dsn, else the sweeper's DSN, else none.
+func TestDDLEventsLogin(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{"upstream: h:1\n", ""},
+		{"upstream: h:1\nsweeper: {dsn: 'postgres://s@h/db'}\n", "postgres://s@h/db"},
+		{"upstream: h:1\nddl_events_dsn: 'postgres://c@h/db'\nsweeper: {dsn: 'postgres://s@h/db'}\n", "postgres://c@h/db"},
+	} {
+		cfg, err := Parse([]byte(c.text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.DDLEventsLogin(); got != c.want {
+			t.Errorf("%q: DDLEventsLogin() = %q, want %q", c.text, got, c.want)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	const up = "upstream: db:5432\n"
 	tbl := func(body string) string { return up + "tables:\n  - table: t\n" + body }
@@ -199,6 +218,7 @@ func TestParseErrors(t *testing.T) {
 		{"catalog ttl bad", up + "catalog_ttl: often\n", `catalog_ttl: invalid duration "often"`},
 		{"gomaxprocs zero", up + "gomaxprocs: 0\n", "gomaxprocs: must be positive, got 0"},
 		{"gomaxprocs not int", up + "gomaxprocs: all\n", `gomaxprocs: expected an integer, got "all"`},
+		{"ddl events dsn empty", up + "ddl_events_dsn: ''\n", "ddl_events_dsn: must not be empty"},
 
 		// tables: shape and names.
 		{"tables not list", up + "tables: {table: t}\n", "tables: expected a list, got a mapping"},
