@@ -30,24 +30,30 @@ type catalogCache struct {
 type catalogEntry struct {
 	cat *rewrite.Catalog
 	at  time.Time
+	// gen is the database's DDL events generation (ddlevents.go) the
+	// snapshot was read at.
+	gen uint64
 }
 
-// get returns db's catalog snapshot and when it was read, or nil when there
-// is none younger than ttl.
-func (c *catalogCache) get(db string, ttl time.Duration) (*rewrite.Catalog, time.Time) {
+// get returns db's catalog snapshot, when it was read and the DDL events
+// generation it was read at, or nil when there is none younger than ttl.
+func (c *catalogCache) get(db string, ttl time.Duration) (*rewrite.Catalog, time.Time, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[db]
 	if !ok || time.Since(e.at) > ttl {
-		return nil, time.Time{}
+		return nil, time.Time{}, 0
 	}
-	return e.cat, e.at
+	return e.cat, e.at, e.gen
 }
 
-// put records cat, read at at, as db's snapshot.
-func (c *catalogCache) put(db string, cat *rewrite.Catalog, at time.Time) {
+// put records cat, read at at and at DDL events generation gen, as db's
+// snapshot, unless the one held was read at a later generation.
+func (c *catalogCache) put(db string, cat *rewrite.Catalog, at time.Time, gen uint64) {
 	c.mu.Lock()
-	c.m[db] = catalogEntry{cat: cat, at: at}
+	if e, ok := c.m[db]; !ok || e.gen <= gen {
+		c.m[db] = catalogEntry{cat: cat, at: at, gen: gen}
+	}
 	c.mu.Unlock()
 }
 
@@ -62,6 +68,10 @@ type catalogQueries struct {
 	// reload: full in the extended protocol, in a transaction block
 	// (reloadResults result sets; after DDL, outside a transaction block).
 	reload []byte
+	// catalog: catalogSQL alone as a simple Query, for the proxy's own
+	// connection (ddlevents.go); a result set per statement that returns
+	// rows.
+	catalog string
 	// names are the distinct TTL table names, in the order the state query
 	// numbers them.
 	names []string
@@ -101,6 +111,8 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 	stmts := append([]string{"SET LOCAL jit = off", stateQuery}, cat[:viewsStatement]...)
 	stmts = append(append(stmts, "SET LOCAL search_path = pg_catalog"), cat[viewsStatement:]...)
 	q.full = appendQuery(nil, strings.Join(stmts, ";\n"))
+	q.catalog = strings.Join(slices.Concat([]string{"SET LOCAL jit = off"}, cat[:viewsStatement],
+		[]string{"SET LOCAL search_path = pg_catalog"}, cat[viewsStatement:]), ";\n")
 	q.reload = encodeStatements(append(append([]string{"BEGIN"}, stmts...), "COMMIT")...)
 	return q
 }
@@ -320,9 +332,8 @@ func (s *session) finishStartup() error {
 }
 
 func (s *session) loadCatalog() error {
-	srv := s.srv
 	rs := s.rs.Load()
-	cat, at := rs.catalogs.get(s.database, srv.cfg.CatalogTTL)
+	cat, at, gen := s.startupCatalog(rs)
 	query := rs.queries.state
 	if cat == nil {
 		query = rs.queries.full
@@ -349,7 +360,7 @@ func (s *session) loadCatalog() error {
 	s.txStatus.Store(uint32(status))
 	if _, r, ok := catalogResults(results, false); cat == nil && qerr == nil && ok {
 		cat, at = buildCatalog(s.log, r), time.Now()
-		rs.catalogs.put(s.database, cat, at)
+		rs.catalogs.put(s.database, cat, at, gen)
 	}
 	if at.IsZero() {
 		// The catalog query failed: try again when a snapshot would
@@ -357,6 +368,7 @@ func (s *session) loadCatalog() error {
 		at = time.Now()
 	}
 	s.st.setCatalog(cat, at)
+	s.st.catalogGen = gen
 	if row, ok := stateResult(results, rs.queries.names); ok {
 		s.st.apply(&row)
 	} else {

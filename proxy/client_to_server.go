@@ -165,7 +165,9 @@ func (s *session) announce(refresh bool) error {
 		s.adopt(rs)
 	}
 	if refresh {
-		s.ageCatalog()
+		if err := s.ageCatalog(); err != nil {
+			return err
+		}
 	}
 	refresh = refresh && s.st.needsRefresh()
 	if refresh {

@@ -83,6 +83,13 @@ type Config struct {
 	// by new sessions and kept by a session before it takes a younger one
 	// (refresh.go's ageCatalog); 0 means DefaultCatalogTTL.
 	CatalogTTL time.Duration
+	// DDLEventsDSN is the connection string (URL or key=value, as libpq)
+	// of the login the proxy listens for DDL events with and reads the
+	// catalog with after them, per database with the database name replaced
+	// by the session's (ddlevents.go). Any login that may connect works:
+	// the catalog is readable by all. "" means no DDL events: DDL made
+	// outside the proxy reaches sessions within CatalogTTL.
+	DDLEventsDSN string
 
 	// rewriter replaces Rewriter.Rewrite when set (tests).
 	rewriter statementRewriter

@@ -29,6 +29,11 @@ type metrics struct {
 	retired       rewrite.Stats
 	loginTimeouts prometheus.Counter
 	idleTimeouts  prometheus.Counter
+	// DDL events (ddlevents.go), by database.
+	ddlFlowing *prometheus.GaugeVec
+	ddlEvents  *prometheus.CounterVec
+	ddlReads   *prometheus.CounterVec
+	ddlClosed  prometheus.Counter
 }
 
 const (
@@ -99,6 +104,26 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Name: "cancel_requests_total",
 			Help: "CancelRequests relayed to the upstream server.",
 		}),
+		ddlFlowing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "ddl_events_flowing",
+			Help: "1 while the proxy listens for the database's DDL events (ttlproxy install --ddl-events) and its event triggers are installed; 0 otherwise, when DDL made outside the proxy reaches sessions within catalog_ttl.",
+		}, []string{"database"}),
+		ddlEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "ddl_events_total",
+			Help: "DDL event notifications received, by database.",
+		}, []string{"database"}),
+		ddlReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "ddl_catalog_reads_total",
+			Help: "Catalog reads on the proxy's own connection after DDL events (at most one per database per 100 ms), by database and result (ok, failed).",
+		}, []string{"database", "result"}),
+		ddlClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "ddl_sessions_closed_total",
+			Help: "Sessions closed inside a transaction block because the catalog changed and could not be read again within 5 s.",
+		}),
 		sessionRefreshes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "session_refreshes_total",
@@ -111,6 +136,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, timeouts, m.rejections,
+		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed,
 	}
 	if rw != nil {
 		stats := func() rewrite.Stats {

@@ -117,6 +117,12 @@ var rollbackMsgs = appendQuery(nil, "ROLLBACK")
 // outside a transaction block, and shares the new catalog with the
 // sessions that start later.
 func (s *session) reloadCatalog() error {
+	if s.st.events == nil {
+		// A session that started without TTL tables, under a reload that
+		// brought some.
+		s.st.events = s.srv.events.forDB(s.database)
+	}
+	gen := s.st.eventsGen()
 	res, err := s.ask(s.rs.Load().queries.reload, 1)
 	if err != nil {
 		return err
@@ -142,8 +148,9 @@ func (s *session) reloadCatalog() error {
 		return nil
 	}
 	cat, at := buildCatalog(s.log, r), time.Now()
-	s.rs.Load().catalogs.put(s.database, cat, at)
+	s.rs.Load().catalogs.put(s.database, cat, at, gen)
 	s.st.setCatalog(cat, at)
+	s.st.catalogGen = gen
 	row, ok := stateResult(state, s.rs.Load().queries.names)
 	if !ok {
 		s.log.Warn("reading session state failed; will retry before the next statement", "err", "unexpected result")
@@ -244,22 +251,34 @@ func (s *session) noteIdle() {
 
 // ageCatalog bounds how stale a long-lived session's catalog gets: DDL made
 // outside the proxy (a view over a TTL table created by a migration tool,
-// say) reaches it within CatalogTTL, as it reaches new sessions. When the
-// session's snapshot is older than that, it takes a younger one another
-// session read (no round trip), or, outside a transaction block, reads the
-// catalog again before the statement (syncState). Inside a block it waits
-// for the block's end: a reload there would cost a round trip per
-// statement until then.
-func (s *session) ageCatalog() {
-	ttl := s.srv.cfg.CatalogTTL
-	if !s.st.track || s.st.catalogStale || time.Since(s.st.catalogAt) <= ttl {
-		return
+// say) reaches it before its next statement when DDL events flow
+// (ddlevents.go: the generation check is one atomic load), and otherwise
+// within CatalogTTL, as it reaches new sessions. When the session's
+// snapshot is older than that, it takes a younger one another session read
+// (no round trip), or, outside a transaction block, reads the catalog again
+// before the statement (syncState). Inside a block it waits for the
+// block's end: a reload there would cost a round trip per statement until
+// then. An error ends the session (followDDL).
+func (s *session) ageCatalog() error {
+	if !s.st.track {
+		return nil
 	}
-	if cat, at := s.rs.Load().catalogs.get(s.database, ttl); cat != nil && at.After(s.st.catalogAt) {
+	if d := s.st.events; d != nil {
+		if gen := d.gen.Load(); gen != s.st.catalogGen {
+			return s.followDDL(d, gen)
+		}
+	}
+	ttl := s.srv.cfg.CatalogTTL
+	if s.st.catalogStale || time.Since(s.st.catalogAt) <= ttl {
+		return nil
+	}
+	if cat, at, gen := s.rs.Load().catalogs.get(s.database, ttl); cat != nil && at.After(s.st.catalogAt) {
 		s.st.setCatalog(cat, at)
-		return
+		s.st.catalogGen = gen
+		return nil
 	}
 	if s.txStatus.Load() == 'I' {
 		s.st.catalogStale, s.st.dirty = true, true
 	}
+	return nil
 }

@@ -32,6 +32,8 @@ type Server struct {
 
 	// latency holds the sessions' recent busy periods (latency.go).
 	latency *latencyWindow
+	// events are the databases' DDL events (ddlevents.go).
+	events *ddlEvents
 
 	nextID atomic.Uint64
 	// active counts the client connections open (MaxClientConnections).
@@ -60,6 +62,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.events, err = newDDLEvents(s, cfg.DDLEventsDSN); err != nil {
+		return nil, err
+	}
 	if cfg.TLSConfig != nil {
 		s.tlsConfig = cfg.TLSConfig.Clone()
 		if !slices.Contains(s.tlsConfig.NextProtos, alpnProtocol) {
@@ -84,6 +89,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	// net.ipv4.tcp_migrate_req is 1.)
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
+	defer s.events.start(ctx)()
 	s.log.Info("proxy listening", "listen_addr", ln.Addr().String(), "upstream", s.cfg.Upstream)
 
 	var serveErr error

@@ -153,8 +153,12 @@ type sessionState struct {
 	// forwarded since the state was last read. catalogStale: DDL went
 	// through this session, read the catalog again too.
 	dirty, unseen, catalogStale bool
-	// catalogAt is when base was read (refresh.go's ageCatalog).
-	catalogAt time.Time
+	// catalogAt is when base was read (refresh.go's ageCatalog), and
+	// catalogGen the generation of the database's DDL events it was read
+	// at; events is nil without DDL events (ddlevents.go).
+	catalogAt  time.Time
+	catalogGen uint64
+	events     *dbEvents
 	// stateStmts are the prepared statements that may change the state,
 	// and txStmts those that may end a transaction, with their texts.
 	stateStmts, txStmts map[string]string
@@ -177,6 +181,15 @@ func (st *sessionState) needsRefresh() bool { return st.track && st.dirty }
 
 // markDirty records that the state may have changed.
 func (st *sessionState) markDirty() { st.dirty, st.unseen = true, true }
+
+// eventsGen returns the database's DDL events generation, 0 without them:
+// load it before reading the catalog.
+func (st *sessionState) eventsGen() uint64 {
+	if st.events == nil {
+		return 0
+	}
+	return st.events.gen.Load()
+}
 
 // setCatalog sets the database's catalog (nil: unknown), read at at.
 func (st *sessionState) setCatalog(cat *rewrite.Catalog, at time.Time) {

@@ -15,6 +15,9 @@ type Status struct {
 	Tables []TableStatus `json:"tables"`
 	// Sessions are the client connections open, oldest first.
 	Sessions []SessionStatus `json:"sessions"`
+	// DDLEvents are the databases' DDL events (ddlevents.go), by name; empty
+	// without Config.DDLEventsDSN or before a session used a database.
+	DDLEvents []DDLEventsStatus `json:"ddl_events"`
 }
 
 // TableStatus is one TTL table's rule.
@@ -75,6 +78,8 @@ func (s *Server) Status() Status {
 		st.Sessions = append(st.Sessions, sess.status())
 	}
 	slices.SortFunc(st.Sessions, func(a, b SessionStatus) int { return a.Since.Compare(b.Since) })
+	st.DDLEvents = s.events.status()
+	slices.SortFunc(st.DDLEvents, func(a, b DDLEventsStatus) int { return strings.Compare(a.Database, b.Database) })
 	return st
 }
 

@@ -42,6 +42,7 @@ func restartKeys(old, cur *config.Config) []string {
 		{"shutdown_timeout", old.ShutdownTimeout, cur.ShutdownTimeout},
 		{"catalog_ttl", old.CatalogTTL, cur.CatalogTTL},
 		{"gomaxprocs", old.GOMAXPROCS, cur.GOMAXPROCS},
+		{"ddl_events_dsn", old.DDLEventsDSN, cur.DDLEventsDSN},
 	} {
 		if !reflect.DeepEqual(k.old, k.cur) {
 			keys = append(keys, k.key)
@@ -76,6 +77,7 @@ func (s *stack) reload() (err error) {
 		cfg.TLS, cfg.UpstreamTLS = s.cfg.TLS, s.cfg.UpstreamTLS
 		cfg.DialTimeout, cfg.ShutdownTimeout, cfg.CatalogTTL = s.cfg.DialTimeout, s.cfg.ShutdownTimeout, s.cfg.CatalogTTL
 		cfg.GOMAXPROCS = s.cfg.GOMAXPROCS
+		cfg.DDLEventsDSN = s.cfg.DDLEventsDSN
 	}
 	rw, err := newRewriter(cfg)
 	if err != nil {

@@ -136,6 +136,7 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		ClientLoginTimeout:   cfg.ClientLoginTimeout,
 		IdleSessionTimeout:   cfg.IdleSessionTimeout,
 		CatalogTTL:           cfg.CatalogTTL,
+		DDLEventsDSN:         cfg.DDLEventsLogin(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building proxy: %w", err)
