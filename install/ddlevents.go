@@ -20,7 +20,7 @@ import (
 // objects sql_drop reports), unless every object the command touched is
 // temporary (the proxy's catalog holds no temporary object, and an
 // application creating temporary tables would otherwise make every proxy
-// read its catalog again). Both triggers are ENABLE ALWAYS, so DDL run with
+// read its catalog again), but for ttlproxy check's probe (ProbeTable). Both triggers are ENABLE ALWAYS, so DDL run with
 // session_replication_role = replica (some migration and replication tools)
 // is reported too. NOTIFY is transactional: a rolled-back DDL sends nothing,
 // a committed one is delivered once it is visible.
@@ -31,6 +31,14 @@ import (
 
 // DDLChannel is the channel notified; proxy.DDLEventsChannel is the same.
 const DDLChannel = "ttlproxy_ddl"
+
+// ProbeTable is the temporary table whose creation ttlproxy check uses to
+// see notifications flow end to end: it sends ProbePayload, which proxies
+// count without reading their catalog again.
+const (
+	ProbeTable   = "ttlproxy_ddl_probe"
+	ProbePayload = "probe"
+)
 
 // DDL event trigger and function names; proxy.DDLEventTriggers are the same.
 const (
@@ -50,6 +58,10 @@ const ddlFunctionBody = `BEGIN
   ELSIF EXISTS (SELECT FROM pg_catalog.pg_event_trigger_ddl_commands())
     AND NOT EXISTS (SELECT FROM pg_catalog.pg_event_trigger_ddl_commands() c
                      WHERE c.schema_name IS NULL OR c.schema_name !~ '^pg_(toast_)?temp') THEN
+    IF EXISTS (SELECT FROM pg_catalog.pg_event_trigger_ddl_commands() c
+                WHERE c.command_tag = 'CREATE TABLE' AND c.object_identity LIKE '%.` + ProbeTable + `') THEN
+      PERFORM pg_catalog.pg_notify('` + DDLChannel + `', '` + ProbePayload + `');
+    END IF;
     RETURN;
   END IF;
   PERFORM pg_catalog.pg_notify('` + DDLChannel + `', TG_TAG);

@@ -97,6 +97,7 @@ func TestDDLEvents(t *testing.T) {
 		{[]string{"CREATE TEMP TABLE scratch (a int)", "DROP TABLE scratch"}, ""},
 		{[]string{"SET session_replication_role = replica", "CREATE VIEW v_replica AS SELECT id FROM items", "RESET session_replication_role"}, "CREATE VIEW"},
 		{[]string{"DROP VIEW IF EXISTS no_such_view"}, ""},
+		{[]string{"CREATE TEMP TABLE " + ProbeTable + " ()", "DROP TABLE " + ProbeTable}, ProbePayload},
 	} {
 		e.exec(c.sqls...)
 		wait := 5 * time.Second

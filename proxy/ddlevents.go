@@ -60,8 +60,13 @@ const (
 	ddlHeartbeat = time.Second
 	// ddlRetryMax caps the wait between attempts to (re)connect.
 	ddlRetryMax = 10 * time.Second
-	// ddlApplicationName names the proxy's connections in pg_stat_activity.
-	ddlApplicationName = "ttlproxy ddl events"
+	// DDLListenerApplicationName names the listening connections in
+	// pg_stat_activity (ttlproxy check counts them);
+	// ddlReaderApplicationName the catalog readers.
+	DDLListenerApplicationName = "ttlproxy ddl events"
+	ddlReaderApplicationName   = "ttlproxy catalog"
+	// ddlProbe is the payload of ttlproxy check's probe (install.ProbePayload).
+	ddlProbe = "probe"
 )
 
 // installedQuery reports whether both event triggers are installed and
@@ -95,7 +100,6 @@ func newDDLEvents(srv *Server, dsn string) (*ddlEvents, error) {
 		// pgconn's parse errors do not repeat the password.
 		return nil, fmt.Errorf("proxy: DDLEventsDSN: %w", err)
 	}
-	conf.RuntimeParams["application_name"] = ddlApplicationName
 	// A catalog read waiting for a lock (pg_get_viewdef locks the tables a
 	// view reads) gives up instead of holding statements back.
 	conf.RuntimeParams["lock_timeout"] = "2s"
@@ -238,10 +242,12 @@ func (d *dbEvents) setFlowing(ok bool, reason string) {
 	}
 }
 
-// connect opens one of the proxy's own connections to the database.
-func (d *dbEvents) connect(ctx context.Context) (*pgx.Conn, error) {
+// connect opens one of the proxy's own connections to the database, named
+// app in pg_stat_activity.
+func (d *dbEvents) connect(ctx context.Context, app string) (*pgx.Conn, error) {
 	conf := d.ev.conf.Copy()
 	conf.Database = d.name
+	conf.RuntimeParams["application_name"] = app
 	ctx, cancel := context.WithTimeout(ctx, d.ev.srv.cfg.DialTimeout+catalogTimeout)
 	defer cancel()
 	return pgx.ConnectConfig(ctx, conf)
@@ -276,7 +282,7 @@ func (d *dbEvents) listen(ctx context.Context) {
 // the connection fails; it returns why events stopped, whether they had
 // flowed, and final when retrying cannot help (YugabyteDB).
 func (d *dbEvents) listenOnce(ctx context.Context) (reason string, listened, final bool) {
-	conn, err := d.connect(ctx)
+	conn, err := d.connect(ctx, DDLListenerApplicationName)
 	if err != nil {
 		return "connecting: " + err.Error(), false, false
 	}
@@ -313,7 +319,7 @@ func (d *dbEvents) listenOnce(ctx context.Context) (reason string, listened, fin
 		}
 	}()
 	for {
-		err := conn.PgConn().WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		if err != nil {
 			if wctx.Err() != nil && ctx.Err() == nil {
 				d.mu.Lock()
@@ -323,12 +329,15 @@ func (d *dbEvents) listenOnce(ctx context.Context) (reason string, listened, fin
 			}
 			return "listening connection lost: " + err.Error(), true, false
 		}
-		d.gen.Add(1)
 		d.eventsTotal.Inc()
 		d.mu.Lock()
 		d.events++
 		d.lastEvent = time.Now()
 		d.mu.Unlock()
+		if n.Payload == ddlProbe {
+			continue // ttlproxy check's probe: no DDL
+		}
+		d.gen.Add(1)
 		d.poke()
 	}
 }
@@ -394,7 +403,7 @@ func (d *dbEvents) read(ctx context.Context, conn **pgx.Conn, rs *ruleSet) (*rew
 		return nil, nil
 	}
 	if *conn == nil || (*conn).IsClosed() {
-		c, err := d.connect(ctx)
+		c, err := d.connect(ctx, ddlReaderApplicationName)
 		if err != nil {
 			return nil, fmt.Errorf("connecting: %w", err)
 		}
@@ -432,7 +441,7 @@ func (d *dbEvents) read(ctx context.Context, conn **pgx.Conn, rs *ruleSet) (*rew
 // over (and events stop flowing until it is back).
 func (d *dbEvents) heartbeat(ctx context.Context, conn **pgx.Conn) {
 	if *conn == nil || (*conn).IsClosed() {
-		c, err := d.connect(ctx)
+		c, err := d.connect(ctx, ddlReaderApplicationName)
 		if err != nil {
 			return // the listener's own connection reports a down server
 		}

@@ -20,6 +20,9 @@ func TestDDLEventNames(t *testing.T) {
 	if install.DDLChannel != DDLEventsChannel {
 		t.Errorf("install notifies %q, the proxy listens on %q", install.DDLChannel, DDLEventsChannel)
 	}
+	if install.ProbePayload != ddlProbe {
+		t.Errorf("install's probe sends %q, the proxy ignores %q", install.ProbePayload, ddlProbe)
+	}
 	if got := [2]string{install.DDLCommandEndTrigger, install.SQLDropTrigger}; got != DDLEventTriggers {
 		t.Errorf("install creates %v, the proxy checks %v", got, DDLEventTriggers)
 	}
@@ -254,8 +257,18 @@ func TestDDLEventsFailClosed(t *testing.T) {
 	direct := connectDirect(t, db, pgx.QueryExecModeSimpleProtocol)
 	mustExec(t, direct, "CREATE TEMP TABLE scratch (a int)")
 	mustExec(t, direct, "DROP TABLE scratch")
-	mustExec(t, direct, "COMMENT ON TABLE items IS 'marker'")
+	events := counterValue(t, p.reg, "ttlproxy_proxy_ddl_events_total")
+	// ttlproxy check's probe is counted, and is no DDL.
+	mustExec(t, direct, "CREATE TEMP TABLE "+install.ProbeTable+" ()")
 	deadline := time.Now().Add(10 * time.Second)
+	for counterValue(t, p.reg, "ttlproxy_proxy_ddl_events_total") == events {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe was not received")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mustExec(t, direct, "COMMENT ON TABLE items IS 'marker'")
+	deadline = time.Now().Add(10 * time.Second)
 	for d.gen.Load() == before {
 		if time.Now().After(deadline) {
 			t.Fatal("no notification for COMMENT ON TABLE")
@@ -263,7 +276,7 @@ func TestDDLEventsFailClosed(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	if got := d.gen.Load() - before; got != 1 {
-		t.Errorf("the generation moved by %d for a temporary table and one COMMENT, want 1", got)
+		t.Errorf("the generation moved by %d for a temporary table, the probe and one COMMENT, want 1", got)
 	}
 
 	// The listening backend goes away: not flowing, then back, stale.
