@@ -90,6 +90,12 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "ttlproxy check: %v\n", err)
 		return exitFailure
 	}
+	events, err := checkDDLEvents(ctx, conn, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "ttlproxy check: DDL events: %v\n", err)
+		return exitFailure
+	}
+	reports = append(reports, events)
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -68,6 +68,10 @@ func TestCheckCommand(t *testing.T) {
 		"has no unique key on (id)",
 		"public.missing",
 		"no such table",
+		"database postgres (DDL events)",
+		"not installed (ttlproxy_ddl_command_end, ttlproxy_sql_drop)",
+		"reaches sessions only within catalog_ttl (30s)",
+		"run ttlproxy install --ddl-events",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
@@ -77,11 +81,16 @@ func TestCheckCommand(t *testing.T) {
 	// JSON, for automation.
 	code, out, _ = runCmd(t, ctx, "check", "--config", p, "--dsn", dsn, "--format", "json")
 	var reports []tableReport
-	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 4 {
+	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 5 {
 		t.Fatalf("--format json: code %d, %v, %d reports", code, err, len(reports))
 	}
 
-	// A sound setup exits 0.
+	// A sound setup exits 0: with the DDL event triggers, whose
+	// notifications flow.
+	if code, out, errOut := runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--ddl-events"); code != 0 ||
+		!strings.Contains(out, "CREATE EVENT TRIGGER ttlproxy_ddl_command_end") {
+		t.Fatalf("install --ddl-events: code %d\n%s%s", code, out, errOut)
+	}
 	for _, sql := range []string{
 		"DROP VIEW v_sessions", "DROP MATERIALIZED VIEW m_sessions", "DROP FUNCTION f_calls()", "DROP FUNCTION f_sessions()",
 		"DROP RULE r_audit ON audit", "ALTER TABLE sessions ALTER COLUMN expires_at DROP DEFAULT",
@@ -92,7 +101,21 @@ func TestCheckCommand(t *testing.T) {
 		}
 	}
 	good := writeFile(t, "good.yaml", "upstream: "+cluster.Addr()+"\nsweeper: {dsn: '"+u.String()+"'}\ntables:\n  - table: sessions\n    default_ttl: 1h\n")
-	if code, out, errOut := runCmd(t, ctx, "check", "--config", good, "--dsn", dsn); code != 0 {
+	code, out, errOut = runCmd(t, ctx, "check", "--config", good, "--dsn", dsn)
+	if code != 0 {
 		t.Errorf("check of a sound setup: code %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{"ttlproxy_ddl_command_end, ttlproxy_sql_drop", "a probe DDL's notification arrived in", "proxies listening"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+	// Disabled triggers are a warning.
+	if _, err := conn.Exec(ctx, "ALTER EVENT TRIGGER ttlproxy_sql_drop DISABLE"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCmd(t, ctx, "check", "--config", good, "--dsn", dsn)
+	if code != 1 || !strings.Contains(out, "disabled (ttlproxy_sql_drop)") {
+		t.Errorf("check with a disabled event trigger: code %d\n%s", code, out)
 	}
 }

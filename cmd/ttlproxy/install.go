@@ -18,10 +18,11 @@ import (
 // configured TTL tables, or with --row-security the row-level security
 // policies, in one transaction, and prints what it ran.
 func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("install", "--config FILE --dsn URL [--row-security] [--uninstall] [--dry-run]", stderr)
+	fs := newFlagSet("install", "--config FILE --dsn URL [--row-security | --ddl-events] [--uninstall] [--dry-run]", stderr)
 	configPath := fs.String("config", "", "configuration `file` (required)")
 	dsn := fs.String("dsn", "", "connection `string` of a role that owns the TTL tables (required; the password may come from PGPASSWORD or ~/.pgpass)")
 	rowSecurity := fs.Bool("row-security", false, "install row-level security policies that hide expired rows inside the database instead of the collision triggers (the sweeper's login, bypass_roles and the --dsn login see every row)")
+	ddlEvents := fs.Bool("ddl-events", false, "install the event triggers that tell running proxies about DDL at once, instead of the collision triggers (needs a superuser; in every database the proxy serves)")
 	uninstall := fs.Bool("uninstall", false, "remove what the command installs instead")
 	dryRun := fs.Bool("dry-run", false, "print the statements without running them")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -36,12 +37,15 @@ func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *dsn == "" {
 		return usageError(fs, "--dsn is required")
 	}
+	if *rowSecurity && *ddlEvents {
+		return usageError(fs, "--row-security and --ddl-events install different things: run the command once for each")
+	}
 	cfg, err := config.Load(*configPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "ttlproxy install: %v\n", err)
 		return exitFailure
 	}
-	if len(cfg.Tables) == 0 {
+	if len(cfg.Tables) == 0 && !*ddlEvents {
 		fmt.Fprintln(stderr, "ttlproxy install: the configuration has no tables")
 		return exitFailure
 	}
@@ -72,6 +76,14 @@ func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				return install.PreviewRowSecurity(ctx, conn, rules, exempt, uninstall)
 			}
 			return install.ApplyRowSecurity(ctx, conn, rules, exempt, uninstall)
+		}
+	}
+	if *ddlEvents {
+		apply = func(ctx context.Context, conn *pgx.Conn, _ []ttl.Rule, uninstall bool) ([]string, error) {
+			if *dryRun {
+				return install.PreviewDDLEvents(ctx, conn, uninstall)
+			}
+			return install.ApplyDDLEvents(ctx, conn, uninstall)
 		}
 	}
 	done, err := apply(ctx, conn, cfg.Tables, *uninstall)

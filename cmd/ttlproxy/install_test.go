@@ -75,6 +75,32 @@ func TestInstallCommand(t *testing.T) {
 		t.Fatalf("policies after --uninstall: %d, %v", policies, err)
 	}
 
+	// --ddl-events: the event triggers; --dry-run prints them only,
+	// --uninstall removes them; with --row-security, a usage error.
+	events := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'ttlproxy%'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	code, out, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--ddl-events", "--dry-run")
+	if code != 0 || !strings.Contains(out, "CREATE EVENT TRIGGER ttlproxy_ddl_command_end ON ddl_command_end") || events() != 0 {
+		t.Fatalf("--ddl-events --dry-run: code %d, %d event triggers\nstdout:\n%s\nstderr:\n%s", code, events(), out, errOut)
+	}
+	code, out, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--ddl-events")
+	if code != 0 || events() != 2 {
+		t.Fatalf("--ddl-events: code %d, %d event triggers\nstdout:\n%s\nstderr:\n%s", code, events(), out, errOut)
+	}
+	code, out, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--ddl-events", "--uninstall")
+	if code != 0 || !strings.Contains(out, "DROP EVENT TRIGGER") || events() != 0 {
+		t.Fatalf("--ddl-events --uninstall: code %d, %d event triggers\nstdout:\n%s\nstderr:\n%s", code, events(), out, errOut)
+	}
+	if code, _, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--ddl-events", "--row-security"); code != 2 ||
+		!strings.Contains(errOut, "--row-security and --ddl-events") {
+		t.Errorf("--ddl-events --row-security: code %d stderr %q", code, errOut)
+	}
+
 	badDSN := strings.Replace(dsn, ":postgres@", ":wrong-secret@", 1)
 	code, _, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", badDSN)
 	if code != 1 || !strings.Contains(errOut, "connecting") || strings.Contains(errOut, "wrong-secret") {
