@@ -89,6 +89,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			ss.Since.Format(time.RFC3339), ss.Statements, ss.Rejected, ss.Generation)
 	}
 	_ = tw.Flush()
+	if len(st.DDLEvents) > 0 {
+		fmt.Fprintln(stdout)
+		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DDL EVENTS\tFLOWING\tSINCE\tEVENTS\tCATALOG READS\tFAILED\tREASON")
+		for _, e := range st.DDLEvents {
+			fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%d\t%d\t%s\n", e.Database, e.Flowing, e.Since.Format(time.RFC3339),
+				e.Events, e.CatalogReads, e.CatalogReadFailures, e.Reason)
+		}
+		_ = tw.Flush()
+	}
 	if len(st.Sweeper.Tables) > 0 {
 		fmt.Fprintln(stdout)
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
