@@ -341,3 +341,36 @@ func TestDDLEventsNoDSN(t *testing.T) {
 		t.Errorf("a bad DSN: %v, want an error naming DDLEventsDSN", err)
 	}
 }
+
+// TestDDLEventsBlockWithoutFreshCatalog: a session inside a transaction
+// block that cannot get a fresh catalog after DDL committed elsewhere is
+// closed (08006) rather than served with a catalog that may miss a view:
+// here it holds an ACCESS EXCLUSIVE lock on the TTL table, which the
+// reader's pg_get_viewdef of a view over it waits for until its
+// lock_timeout. The reader recovers once the lock is gone.
+func TestDDLEventsBlockWithoutFreshCatalog(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	p := ddlProxy(t)
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, append(slices.Clone(ddlSchema), "CREATE VIEW v_items AS SELECT id FROM items")...)
+	installDDLEvents(t, db)
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	waitFlowing(t, p, db, true)
+	mustExec(t, conn, "SELECT count(*) FROM items")
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+	execDirect(t, db, "CREATE VIEW v_other AS SELECT 1 AS one")
+	_, err := conn.Exec(testContext(t), "SELECT 1")
+	pe := requireCode(t, err, "08006")
+	if !strings.Contains(pe.Message, "catalog changed") {
+		t.Errorf("message %q", pe.Message)
+	}
+	if got := counterValue(t, p.reg, "ttlproxy_proxy_ddl_sessions_closed_total"); got != 1 {
+		t.Errorf("ttlproxy_proxy_ddl_sessions_closed_total = %v, want 1", got)
+	}
+	// The lock went with the session: the next one reads the view filtered.
+	next := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	if got := queryString(t, next, "SELECT count(*)::text FROM v_items"); got != "2" {
+		t.Errorf("v_items after the close: %s rows, want 2", got)
+	}
+}
