@@ -376,3 +376,29 @@ func TestDDLEventsBlockWithoutFreshCatalog(t *testing.T) {
 		t.Errorf("v_items after the close: %s rows, want 2", got)
 	}
 }
+
+// TestDDLEventsFailedBlock: a session in a failed transaction block is not
+// closed for want of a fresh catalog (the server refuses its statements
+// but ROLLBACK anyway); after ROLLBACK TO SAVEPOINT its next statement
+// gets one.
+func TestDDLEventsFailedBlock(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	p := ddlProxy(t)
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, ddlSchema...)
+	installDDLEvents(t, db)
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	waitFlowing(t, p, db, true)
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "SAVEPOINT s")
+	if _, err := conn.Exec(testContext(t), "SELECT 1/0"); pgCode(err) != "22012" {
+		t.Fatalf("SELECT 1/0: %v", err)
+	}
+	execDirect(t, db, "CREATE VIEW v_failed AS SELECT id FROM items")
+	time.Sleep(100 * time.Millisecond)
+	mustExec(t, conn, "ROLLBACK TO SAVEPOINT s")
+	if got := queryString(t, conn, "SELECT count(*)::text FROM v_failed"); got != "2" {
+		t.Errorf("the view after ROLLBACK TO SAVEPOINT: %s rows, want 2", got)
+	}
+	mustExec(t, conn, "COMMIT")
+}

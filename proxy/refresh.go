@@ -263,7 +263,9 @@ func (s *session) ageCatalog() error {
 	if !s.st.track {
 		return nil
 	}
-	if d := s.st.events; d != nil {
+	// In a failed block the server refuses every statement but ROLLBACK:
+	// the one after it is checked.
+	if d := s.st.events; d != nil && s.txStatus.Load() != 'E' {
 		if gen := d.gen.Load(); gen != s.st.catalogGen {
 			return s.followDDL(d, gen)
 		}
