@@ -402,3 +402,22 @@ func TestDDLEventsFailedBlock(t *testing.T) {
 	}
 	mustExec(t, conn, "COMMIT")
 }
+
+// BenchmarkAgeCatalog is the per-statement check, with and without DDL
+// events, when nothing changed.
+func BenchmarkAgeCatalog(b *testing.B) {
+	for _, events := range []bool{false, true} {
+		b.Run(fmt.Sprintf("events=%v", events), func(b *testing.B) {
+			s := &session{srv: &Server{cfg: Config{CatalogTTL: time.Hour}}}
+			s.st.track, s.st.catalogAt = true, time.Now()
+			if events {
+				s.st.events = &dbEvents{}
+			}
+			for b.Loop() {
+				if err := s.ageCatalog(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
