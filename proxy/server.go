@@ -57,14 +57,15 @@ func New(cfg Config) (*Server, error) {
 		latency:  newLatencyWindow(),
 	}
 	s.set.Store(newRuleSet(&cfg, 1))
+	var err error
+	if s.events, err = newDDLEvents(s, cfg.DDLEventsDSN); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Registerer, func() *rewrite.Rewriter { return s.set.Load().rw })
 	if err != nil {
 		return nil, err
 	}
 	s.metrics = m
-	if s.events, err = newDDLEvents(s, cfg.DDLEventsDSN); err != nil {
-		return nil, err
-	}
 	if cfg.TLSConfig != nil {
 		s.tlsConfig = cfg.TLSConfig.Clone()
 		if !slices.Contains(s.tlsConfig.NextProtos, alpnProtocol) {
