@@ -108,11 +108,13 @@ func newDDLEvents(srv *Server, dsn string) (*ddlEvents, error) {
 	return e, nil
 }
 
-// start lets listeners run until ctx ends or stop; it returns stop, which
-// ends them and waits.
+// start lets listeners run until stop, which it returns: stop ends them
+// and waits. ctx gives them its values only.
 func (e *ddlEvents) start(ctx context.Context) (stop func()) {
 	e.mu.Lock()
-	e.ctx, e.cancel = context.WithCancel(ctx)
+	// Not cancelled with ctx: the sessions draining after it still follow
+	// DDL; Serve calls stop once they are gone.
+	e.ctx, e.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.mu.Unlock()
 	return func() {
 		e.mu.Lock()
@@ -475,13 +477,22 @@ func (d *dbEvents) heartbeat(ctx context.Context, conn **pgx.Conn) {
 
 // fresh returns a snapshot of rs's catalog read at generation gen or
 // later, waiting for the reader at most ddlWait; false when there is none
-// (the read failed or took too long) or quit was closed.
+// (the read failed twice or took too long) or quit was closed.
 func (d *dbEvents) fresh(rs *ruleSet, gen uint64, quit <-chan struct{}) (*eventSnapshot, bool) {
 	var deadline <-chan time.Time
+	retried := false
 	for {
 		s := d.snap.Load()
 		if s.rs == rs && s.gen >= gen {
-			return s, s.err == nil
+			if s.err == nil {
+				return s, true
+			}
+			if retried {
+				return s, false
+			}
+			// One read failed (a lock timeout, a lost connection): ask
+			// for another before giving up.
+			retried = true
 		}
 		d.poke()
 		if deadline == nil {

@@ -76,6 +76,19 @@ func waitFlowing(t *testing.T, p *testProxy, db string, want bool) DDLEventsStat
 	}
 }
 
+// waitGen polls until d's generation has moved past before: the proxy
+// received the notification.
+func waitGen(t *testing.T, d *dbEvents, before uint64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.gen.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("no DDL notification within 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestDDLEventsWindow: a view created directly over a TTL table is read
 // filtered 100 ms after its CREATE VIEW committed, by (a) a session opened
 // before it, outside a transaction block, (b) a session opened before it,
@@ -361,7 +374,10 @@ func TestDDLEventsBlockWithoutFreshCatalog(t *testing.T) {
 	mustExec(t, conn, "SELECT count(*) FROM items")
 	mustExec(t, conn, "BEGIN")
 	mustExec(t, conn, "LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+	d := p.srv.events.forDB(db)
+	before := d.gen.Load()
 	execDirect(t, db, "CREATE VIEW v_other AS SELECT 1 AS one")
+	waitGen(t, d, before)
 	_, err := conn.Exec(testContext(t), "SELECT 1")
 	pe := requireCode(t, err, "08006")
 	if !strings.Contains(pe.Message, "catalog changed") {
@@ -394,8 +410,10 @@ func TestDDLEventsFailedBlock(t *testing.T) {
 	if _, err := conn.Exec(testContext(t), "SELECT 1/0"); pgCode(err) != "22012" {
 		t.Fatalf("SELECT 1/0: %v", err)
 	}
+	d := p.srv.events.forDB(db)
+	before := d.gen.Load()
 	execDirect(t, db, "CREATE VIEW v_failed AS SELECT id FROM items")
-	time.Sleep(100 * time.Millisecond)
+	waitGen(t, d, before)
 	mustExec(t, conn, "ROLLBACK TO SAVEPOINT s")
 	if got := queryString(t, conn, "SELECT count(*)::text FROM v_failed"); got != "2" {
 		t.Errorf("the view after ROLLBACK TO SAVEPOINT: %s rows, want 2", got)
