@@ -70,9 +70,10 @@ const (
 )
 
 // installedQuery reports whether both event triggers are installed and
-// enabled, and which release the server is.
+// enabled (ALWAYS, as installed, or ORIGIN; REPLICA fires only under
+// session_replication_role = replica), and which release the server is.
 var installedQuery = `SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_event_trigger
-         WHERE evtname IN ('` + DDLEventTriggers[0] + `', '` + DDLEventTriggers[1] + `') AND evtenabled <> 'D') = 2,
+         WHERE evtname IN ('` + DDLEventTriggers[0] + `', '` + DDLEventTriggers[1] + `') AND evtenabled IN ('O', 'A')) = 2,
        pg_catalog.version()`
 
 // ddlEvents holds the Server's per-database listeners.
@@ -294,7 +295,7 @@ func (d *dbEvents) listenOnce(ctx context.Context) (reason string, listened, fin
 	if err := conn.QueryRow(ctx, installedQuery).Scan(&installed, &version); err != nil {
 		return "checking the event triggers: " + err.Error(), false, false
 	}
-	if strings.Contains(version, "-YB-") {
+	if isYugabyte(version) {
 		// YugabyteDB's support for event triggers and LISTEN/NOTIFY varies
 		// by release: not relied on.
 		return "YugabyteDB: DDL events are not used; the catalog follows DDL within catalog_ttl", false, true
@@ -542,6 +543,11 @@ func (d *dbEvents) status() DDLEventsStatus {
 	}
 	return st
 }
+
+// isYugabyte reports whether version() names a YugabyteDB server, as the
+// sweeper detects it: "-YB-" after the PostgreSQL version, e.g.
+// "PostgreSQL 11.2-YB-2.20.0.0-b0 on x86_64-…".
+func isYugabyte(version string) bool { return strings.Contains(version, "-YB-") }
 
 // sleepCtx sleeps for d; false when ctx ended first.
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -28,6 +28,20 @@ func TestDDLEventNames(t *testing.T) {
 	}
 }
 
+// TestIsYugabyte: YugabyteDB falls back to catalog_ttl; PostgreSQL does
+// not.
+func TestIsYugabyte(t *testing.T) {
+	for v, want := range map[string]bool{
+		"PostgreSQL 11.2-YB-2.20.0.0-b0 on x86_64-pc-linux-gnu, compiled by clang": true,
+		"PostgreSQL 15.2-YB-2.23.0.1500-b0 on x86_64-pc-linux-gnu":                 true,
+		"PostgreSQL 15.18 (Debian 15.18-0+deb12u1) on x86_64-pc-linux-gnu":         false,
+	} {
+		if got := isYugabyte(v); got != want {
+			t.Errorf("isYugabyte(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 // ddlSchema is items with one row without expiry, one live and one expired.
 var ddlSchema = leakSchema[:2]
 

@@ -60,7 +60,8 @@ WHERE evtname IN ($1, $2) ORDER BY 1`, install.DDLCommandEndTrigger, install.SQL
 		switch state[name] {
 		case "":
 			missing = append(missing, name)
-		case "D":
+		case "O", "A":
+		default: // D, or R: fires only under session_replication_role = replica
 			disabled = append(disabled, name)
 		}
 	}
