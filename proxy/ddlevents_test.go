@@ -453,3 +453,41 @@ func BenchmarkAgeCatalog(b *testing.B) {
 		})
 	}
 }
+
+// TestDDLEventsOtherFacts: the other catalog facts follow DDL made
+// directly too, for a session inside a transaction block: a new child of
+// the TTL table is filtered by its rule, and a view over it is refused
+// once row security is switched on for the table.
+func TestDDLEventsOtherFacts(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	p := ddlProxy(t)
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, append(slices.Clone(ddlSchema), "CREATE VIEW v_items AS SELECT id FROM items")...)
+	installDDLEvents(t, db)
+	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
+	waitFlowing(t, p, db, true)
+	d := p.srv.events.forDB(db)
+	if got := queryString(t, conn, "SELECT count(*)::text FROM v_items"); got != "2" {
+		t.Fatalf("v_items: %s rows, want 2", got)
+	}
+	// The block takes no lock on items, which the ALTER TABLE below needs.
+	mustExec(t, conn, "BEGIN")
+	mustExec(t, conn, "SELECT 1")
+
+	before := d.gen.Load()
+	execDirect(t, db, "CREATE TABLE items_child () INHERITS (items)",
+		"INSERT INTO items_child VALUES (10, NULL), (11, now() - interval '1 hour')")
+	waitGen(t, d, before)
+	if got := queryString(t, conn, "SELECT count(*)::text FROM items_child"); got != "1" {
+		t.Errorf("a child made directly, read inside a block: %s rows, want the 1 live one", got)
+	}
+
+	before = d.gen.Load()
+	execDirect(t, db, "ALTER TABLE items ENABLE ROW LEVEL SECURITY")
+	waitGen(t, d, before)
+	_, err := conn.Exec(testContext(t), "SELECT count(*) FROM v_items")
+	if pe := requireCode(t, err, "0A000"); !strings.Contains(pe.Message, "public.v_items") {
+		t.Errorf("v_items over a table with row security: %v", err)
+	}
+	mustExec(t, conn, "ROLLBACK")
+}
