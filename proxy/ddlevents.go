@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -357,6 +358,7 @@ func (d *dbEvents) readLoop(ctx context.Context) {
 	heartbeat := time.NewTicker(ddlHeartbeat)
 	defer heartbeat.Stop()
 	var last time.Time
+	var good *eventSnapshot // the last read that succeeded
 	for {
 		select {
 		case <-ctx.Done():
@@ -386,6 +388,12 @@ func (d *dbEvents) readLoop(ctx context.Context) {
 			d.ev.srv.log.Warn("reading the catalog after DDL failed", "database", d.name, "err", err)
 		} else {
 			d.readsOK.Inc()
+			if good != nil && good.rs == rs && sameCatalog(good.cat, cat) {
+				// DDL that changed nothing the catalog holds: keep the
+				// snapshot, so that sessions' rewrite state (and their
+				// prepared statements) stay as they are.
+				cat = good.cat
+			}
 			rs.catalogs.put(d.name, cat, at, gen)
 		}
 		d.mu.Lock()
@@ -394,8 +402,11 @@ func (d *dbEvents) readLoop(ctx context.Context) {
 			d.failure++
 		}
 		d.mu.Unlock()
-		old := d.snap.Swap(&eventSnapshot{rs: rs, cat: cat, at: at, gen: gen, err: err, next: make(chan struct{})})
-		close(old.next)
+		snap := &eventSnapshot{rs: rs, cat: cat, at: at, gen: gen, err: err, next: make(chan struct{})}
+		if err == nil {
+			good = snap
+		}
+		close(d.snap.Swap(snap).next)
 	}
 }
 
@@ -544,6 +555,17 @@ func (d *dbEvents) status() DDLEventsStatus {
 	return st
 }
 
+// sameCatalog reports whether a and b hold the same facts.
+func sameCatalog(a, b *rewrite.Catalog) bool {
+	if a == b {
+		return true
+	}
+	if a == nil || b == nil {
+		return false
+	}
+	return reflect.DeepEqual(a.Data(), b.Data())
+}
+
 // isYugabyte reports whether version() names a YugabyteDB server, as the
 // sweeper detects it: "-YB-" after the PostgreSQL version, e.g.
 // "PostgreSQL 11.2-YB-2.20.0.0-b0 on x86_64-…".
@@ -572,6 +594,13 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func (s *session) followDDL(d *dbEvents, gen uint64) error {
 	rs := s.rs.Load()
 	if snap, ok := d.fresh(rs, gen, s.quit); ok {
+		if sameCatalog(s.st.base, snap.cat) {
+			// Nothing the rewrite depends on changed: keep the state, so
+			// that statements prepared under it stay valid (inside a block
+			// they could not be prepared again).
+			s.st.catalogAt, s.st.catalogGen = snap.at, snap.gen
+			return nil
+		}
 		stale := s.st.catalogStale // DDL through this session, read at the block's end
 		s.st.setCatalog(snap.cat, snap.at)
 		s.st.catalogGen = snap.gen

@@ -491,3 +491,46 @@ func TestDDLEventsOtherFacts(t *testing.T) {
 	}
 	mustExec(t, conn, "ROLLBACK")
 }
+
+// TestDDLEventsUnrelatedDDL: DDL that changes nothing the catalog holds
+// leaves the snapshot (and so the sessions' rewrite state and their
+// prepared statements) as it was; a statement prepared inside a
+// transaction block before the DDL runs after it.
+func TestDDLEventsUnrelatedDDL(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	p := ddlProxy(t)
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, ddlSchema...)
+	installDDLEvents(t, db)
+	conn := p.connect(t, db, pgx.QueryExecModeCacheStatement)
+	waitFlowing(t, p, db, true)
+	d := p.srv.events.forDB(db)
+	const q = "SELECT count(*)::text FROM items WHERE id > $1"
+	mustExec(t, conn, "SELECT 1")
+	mustExec(t, conn, "BEGIN")
+	if got := queryString(t, conn, q, 0); got != "2" {
+		t.Fatalf("items: %s rows, want 2", got)
+	}
+	prev := d.snap.Load()
+	before := d.gen.Load()
+	execDirect(t, db, "CREATE TABLE unrelated (a int)", "CREATE VIEW v_unrelated AS SELECT a FROM unrelated")
+	waitGen(t, d, before)
+	if got := queryString(t, conn, q, 0); got != "2" {
+		t.Errorf("the statement prepared before unrelated DDL: %s rows, want 2", got)
+	}
+	if cur := d.snap.Load(); cur == prev || cur.cat != prev.cat {
+		t.Errorf("after unrelated DDL: snapshot %p (catalog %p), before %p (catalog %p); want a new snapshot of the same catalog",
+			cur, cur.cat, prev, prev.cat)
+	}
+	mustExec(t, conn, "COMMIT")
+	// DDL that matters makes a new catalog.
+	prev, before = d.snap.Load(), d.gen.Load()
+	execDirect(t, db, "CREATE VIEW v_items AS SELECT id FROM items")
+	waitGen(t, d, before)
+	if got := queryString(t, conn, "SELECT count(*)::text FROM v_items"); got != "2" {
+		t.Errorf("v_items: %s rows, want 2", got)
+	}
+	if d.snap.Load().cat == prev.cat {
+		t.Error("a view over the TTL table left the catalog as it was")
+	}
+}
