@@ -24,18 +24,14 @@ func (s *session) clientToServer() error {
 	open := false // extended-protocol messages sent since the last Sync
 	var buf []byte
 	for {
-		rs := s.rs.Load()
-		limit, idleTimeout := int64(rs.maxMessageBytes), rs.idleSessionTimeout
+		limit := int64(s.rs.Load().maxMessageBytes)
 		// An idle session (nothing owed, outside a transaction block) waits
-		// for its client at most IdleSessionTimeout: serverToClient arms the
-		// read deadline with the ReadyForQuery that leaves it idle.
+		// for its client at most IdleSessionTimeout: the read fails when
+		// the server's idle sweep finds it so (idle.go).
 		typ, length, err := peekHeader(r)
-		if idleTimeout > 0 {
-			_ = s.clientConn().SetReadDeadline(time.Time{})
-		}
 		if err != nil {
 			var ne net.Error
-			if idleTimeout > 0 && errors.As(err, &ne) && ne.Timeout() && s.pending.Load() == 0 {
+			if errors.As(err, &ne) && ne.Timeout() && s.pending.Load() == 0 {
 				return s.idleTimedOut()
 			}
 			return s.clientEnded(err, true)

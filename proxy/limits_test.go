@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,5 +105,55 @@ func TestClientLoginTimeout(t *testing.T) {
 			t.Fatalf("login timeout metric %v, want 1", testutil.ToFloat64(p.srv.metrics.loginTimeouts))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestIdleSweepLateDeadline: the idle sweep may set a client's read deadline
+// just as the session becomes busy again; such a deadline is taken back and
+// the session goes on, also when it lands in the middle of a message larger
+// than the read buffer. A client that logs in and sends nothing is closed
+// once idle, as the server's idle_session_timeout does.
+func TestIdleSweepLateDeadline(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	p := startProxy(t, Config{IdleSessionTimeout: time.Hour})
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	mustExec(t, conn, "SELECT 1")
+	var sess *session
+	p.srv.mu.Lock()
+	for s := range p.srv.sessions {
+		sess = s
+	}
+	p.srv.mu.Unlock()
+	if sess == nil {
+		t.Fatal("no session")
+	}
+	big := "SELECT length('" + strings.Repeat("x", 4*bufSize) + "')"
+	for i := range 3 {
+		// As the sweep does for a session it found idle.
+		_ = sess.clientConn().SetReadDeadline(time.Unix(1, 0))
+		q := "SELECT 1"
+		if i == 2 {
+			q = big
+		}
+		if _, err := conn.Exec(testContext(t), q); err != nil {
+			t.Fatalf("statement %d after a stale deadline: %v", i, err)
+		}
+	}
+	if got := testutil.ToFloat64(p.srv.metrics.idleTimeouts); got != 0 {
+		t.Errorf("idle timeout metric %v, want 0", got)
+	}
+
+	short := startProxy(t, Config{IdleSessionTimeout: 200 * time.Millisecond})
+	silent := short.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(short.srv.metrics.idleTimeouts) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("a client silent since its login was not closed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := silent.Exec(testContext(t), "SELECT 1"); err == nil {
+		t.Fatal("the silent client's session still runs statements")
 	}
 }

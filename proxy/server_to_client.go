@@ -49,6 +49,7 @@ func (s *session) serverToClient() error {
 					}
 					return s.upstreamEnded(err, false, lastType)
 				}
+				s.idleAt.Store(monoNow())
 				s.writeZ(status)
 				// Shut down while authenticating: the client gets its first
 				// exchange (beginShutdown), closed at its ReadyForQuery.
@@ -58,6 +59,10 @@ func (s *session) serverToClient() error {
 			if s.rejects.pending() {
 				s.rejects.drop(zSeq)
 			}
+			// idleAt and txStatus before pending: a pending of 0 comes
+			// with them (idle.go).
+			now := monoNow()
+			s.idleAt.Store(now)
 			s.txStatus.Store(uint32(status))
 			v := s.pending.Add(-1)
 			if v < 0 && !isClosed(v) {
@@ -66,16 +71,10 @@ func (s *session) serverToClient() error {
 				s.pending.CompareAndSwap(v, 0)
 			}
 			if v == 0 {
-				now := monoNow()
 				s.srv.latency.observe(now, time.Duration(now-s.busySince.Load()))
 			}
 			if v <= 0 {
 				s.noteIdle()
-				if t := s.rs.Load().idleSessionTimeout; t > 0 && status == 'I' {
-					// Armed before the client can answer the ReadyForQuery;
-					// clientToServer disarms it when a message arrives.
-					_ = s.clientConn().SetReadDeadline(time.Now().Add(t))
-				}
 			}
 			s.writeZ(status)
 			if v <= 0 && s.shutdown.Load() && s.pending.CompareAndSwap(0, closedMark) {

@@ -84,7 +84,10 @@ type session struct {
 	// busySince is when pending last rose from 0 (monoNow), the start of
 	// a foreground latency sample (latency.go).
 	busySince atomic.Int64
-	shutdown  atomic.Bool
+	// idleAt is when the last ReadyForQuery came (monoNow): with pending
+	// at 0, since when the session waits for its client (idle.go).
+	idleAt   atomic.Int64
+	shutdown atomic.Bool
 	// closing marks a deliberate close: losing the upstream is not an error.
 	closing atomic.Bool
 	// fatal is the ErrorResponse serverToClient sends the client before
@@ -186,7 +189,7 @@ func (s *session) loginTimedOut() {
 
 // forward runs the two forwarding goroutines and returns the first error.
 func (s *session) forward() error {
-	s.cr = bufio.NewReaderSize(s.client, bufSize)
+	s.cr = bufio.NewReaderSize(clientReader{s.client, s}, bufSize)
 	s.cw = bufio.NewWriterSize(s.client, bufSize)
 	s.ur = bufio.NewReaderSize(s.upstream, bufSize)
 	s.uw = bufio.NewWriterSize(s.upstream, bufSize)

@@ -1,0 +1,110 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"time"
+)
+
+// IdleSessionTimeout without a timer per transaction: serverToClient notes
+// when a ReadyForQuery leaves the session idle (idleAt), a sweep over the
+// sessions (sweepIdle) finds those idle outside a transaction block for
+// longer than the timeout and sets their client's read deadline in the
+// past, and clientToServer, whose read then fails, closes the session
+// (idleTimedOut). A session that became busy after the sweep looked at it
+// reads on (clientReader), so the race costs nothing but a retried read.
+// The sweep runs every quarter of the timeout (at least every
+// idleSweepMax, at most every idleSweepMin), so a session is closed up to a
+// quarter of the timeout late, as PgBouncer's once-a-second janitor does.
+
+const (
+	idleSweepMin = 10 * time.Millisecond
+	idleSweepMax = time.Second
+)
+
+// idleSweepPeriod is how often sweepIdle looks at the sessions for timeout
+// (0: disabled).
+func idleSweepPeriod(timeout time.Duration) time.Duration {
+	if timeout <= 0 {
+		return idleSweepMax
+	}
+	return min(max(timeout/4, idleSweepMin), idleSweepMax)
+}
+
+// sweepIdle marks the sessions idle for longer than IdleSessionTimeout
+// until ctx is done; the timeout is read again at every round (a reload
+// may change it).
+func (s *Server) sweepIdle(ctx context.Context) {
+	t := time.NewTimer(idleSweepPeriod(s.set.Load().idleSessionTimeout))
+	defer t.Stop()
+	var idle []*session
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		timeout := s.set.Load().idleSessionTimeout
+		if timeout > 0 {
+			now := monoNow()
+			idle = idle[:0]
+			s.mu.Lock()
+			for sess := range s.sessions {
+				if sess.idleExpired(now, timeout) {
+					idle = append(idle, sess)
+				}
+			}
+			s.mu.Unlock()
+			for _, sess := range idle {
+				_ = sess.clientConn().SetReadDeadline(time.Unix(1, 0))
+			}
+		}
+		t.Reset(idleSweepPeriod(timeout))
+	}
+}
+
+// idleExpired reports a logged-in session (idleAt is set from the
+// ReadyForQuery that ends the startup on) that has waited for its client
+// outside a transaction block, with nothing outstanding, for at least
+// timeout, as of now (monoNow). The ReadyForQuery sets idleAt and txStatus before it
+// lowers pending, so a pending of 0 seen here comes with the idleAt of the
+// exchange that ended.
+func (s *session) idleExpired(now int64, timeout time.Duration) bool {
+	if timeout <= 0 || s.pending.Load() != 0 || s.txStatus.Load() != 'I' {
+		return false
+	}
+	at := s.idleAt.Load()
+	return at != 0 && now-at >= int64(timeout)
+}
+
+// clientReader is what clientToServer reads the client through: a read
+// deadline that sweepIdle set for a session that has become busy since (or
+// sent a message it was about to read) is taken back and the read goes
+// on. Every other error, a real idle timeout and the login timeout's
+// included, is returned.
+type clientReader struct {
+	net.Conn
+	s *session
+}
+
+func (c clientReader) Read(b []byte) (int, error) {
+	for {
+		n, err := c.Conn.Read(b)
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || c.s.timedOut() {
+			return n, err
+		}
+		_ = c.Conn.SetReadDeadline(time.Time{})
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+// timedOut reports that a read deadline of the client's is meant: the
+// session is closing (the login timeout), or it is idle for longer than
+// IdleSessionTimeout.
+func (s *session) timedOut() bool {
+	return isClosed(s.pending.Load()) || s.idleExpired(monoNow(), s.rs.Load().idleSessionTimeout)
+}
