@@ -89,14 +89,14 @@ func BenchmarkIdleSession(b *testing.B) {
 	p := startProxy(b, Config{Rewriter: rw, rewriter: rw})
 	const sessions = 50
 	ctx := context.Background()
-	inUse := func() int64 {
+	inUse := func() (heap, stack int64) {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapInuse + ms.StackInuse)
+		return int64(ms.HeapInuse), int64(ms.StackInuse)
 	}
-	open := func(connString string) int64 {
-		before := inUse()
+	open := func(connString string) (heap, stack int64) {
+		heap0, stack0 := inUse()
 		conns := make([]*pgconn.PgConn, 0, sessions)
 		for range sessions {
 			c, err := pgconn.Connect(ctx, connString)
@@ -110,15 +110,18 @@ func BenchmarkIdleSession(b *testing.B) {
 			conns = append(conns, c)
 		}
 		time.Sleep(100 * time.Millisecond) // the proxy's goroutines settle
-		grown := inUse() - before
+		heap1, stack1 := inUse()
 		for _, c := range conns {
 			c.Close(ctx)
 		}
-		return grown
+		return heap1 - heap0, stack1 - stack0
 	}
 	for b.Loop() {
-		direct := open(pgtest.Server(b).ConnString("postgres"))
-		proxied := open(p.connString(b, "postgres"))
-		b.ReportMetric(float64(proxied-direct)/sessions, "bytes/session")
+		directHeap, directStack := open(pgtest.Server(b).ConnString("postgres"))
+		heap, stack := open(p.connString(b, "postgres"))
+		heap, stack = heap-directHeap, stack-directStack
+		b.ReportMetric(float64(heap+stack)/sessions, "bytes/session")
+		b.ReportMetric(float64(heap)/sessions, "heap-bytes/session")
+		b.ReportMetric(float64(stack)/sessions, "stack-bytes/session")
 	}
 }
