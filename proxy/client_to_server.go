@@ -217,15 +217,7 @@ func (s *session) upstreamWriteFailed(err error) error {
 func (s *session) idleTimedOut() error {
 	s.srv.metrics.idleTimeouts.Inc()
 	s.log.Info("closing client: idle session timeout", "timeout", s.rs.Load().idleSessionTimeout)
-	b := errorResponse(nil, "FATAL", codeIdleSessionTimeout, "terminating connection due to idle-session timeout", "", "")
-	s.fatal.CompareAndSwap(nil, &b)
-	s.pending.Store(closedMark)
-	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if _, err := s.uw.WriteString(terminateMsg); err == nil {
-		_ = s.uw.Flush()
-	}
-	s.closeUpstream()
+	s.endWithFatal(codeIdleSessionTimeout, "terminating connection due to idle-session timeout")
 	return errIdleTimeout
 }
 
@@ -233,6 +225,15 @@ func (s *session) idleTimedOut() error {
 // FATAL ErrorResponse after what it has already relayed, then closes.
 func (s *session) violation(code, msg string) error {
 	s.log.Warn("closing client: protocol violation", "sqlstate", code, "err", msg)
+	s.endWithFatal(code, msg)
+	return &protocolError{code: code, msg: msg}
+}
+
+// endWithFatal ends the session from clientToServer: no statement is
+// forwarded any more, the server gets a Terminate, and serverToClient,
+// woken by the upstream's close, sends the client a FATAL ErrorResponse
+// (code, msg) after what it has already relayed.
+func (s *session) endWithFatal(code, msg string) {
 	b := errorResponse(nil, "FATAL", code, msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.pending.Store(closedMark)
@@ -242,7 +243,6 @@ func (s *session) violation(code, msg string) error {
 		_ = s.uw.Flush()
 	}
 	s.closeUpstream()
-	return &protocolError{code: code, msg: msg}
 }
 
 func (s *session) upstreamConn() net.Conn {

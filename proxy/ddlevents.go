@@ -622,15 +622,7 @@ func (s *session) followDDL(d *dbEvents, gen uint64) error {
 	s.srv.metrics.ddlClosed.Inc()
 	msg := "ttlproxy: the catalog changed (DDL) and could not be read again; the transaction cannot go on safely"
 	s.log.Warn("closing client: no fresh catalog after DDL inside a transaction block", "database", s.database)
-	b := errorResponse(nil, "FATAL", codeConnectionFailure, msg, "", "")
-	s.fatal.CompareAndSwap(nil, &b)
-	s.pending.Store(closedMark)
-	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if _, err := s.uw.WriteString(terminateMsg); err == nil {
-		_ = s.uw.Flush()
-	}
-	s.closeUpstream()
+	s.endWithFatal(codeConnectionFailure, msg)
 	return &protocolError{code: codeConnectionFailure, msg: msg}
 }
 

@@ -113,30 +113,30 @@ func rawConnOf(c net.Conn) *rawConn {
 	}
 }
 
-// sysRead is read(2) into b; 0 errno on success.
-func sysRead(fd uintptr, b []byte) (int, syscall.Errno) {
-	n, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	return int(n), errno
+// sysRead is read(2) into b, again after EINTR: ok is false when the
+// socket has nothing to read (EAGAIN), else n bytes were read or err
+// (a syscall.Errno) says why not.
+func sysRead(fd uintptr, b []byte) (n int, err error, ok bool) {
+	for {
+		r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		switch errno {
+		case 0:
+			return int(r), nil, true
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return 0, nil, false
+		default:
+			return 0, errno, true
+		}
+	}
 }
 
 // read is the syscall.RawConn.Read callback of Read: false means "not
 // ready, wait".
 func (c *rawConn) read(fd uintptr) bool {
-	for {
-		n, errno := sysRead(fd, c.rbuf)
-		switch errno {
-		case 0:
-			c.rn = n
-			return true
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return false
-		default:
-			c.rerr = errno
-			return true
-		}
-	}
+	n, err, ok := sysRead(fd, c.rbuf)
+	c.rn, c.rerr = n, err
+	return ok
 }
 
 // write is the syscall.RawConn.Write callback: it writes until wbuf is
@@ -253,18 +253,12 @@ func (c *rawConn) driven(fd uintptr) bool {
 		if c.closed.Load() {
 			c.rerr = net.ErrClosed
 		} else {
-			n, errno := sysRead(fd, c.rbuf)
-			switch errno {
-			case 0:
-				c.rn = n
-				c.drained = n > 0 && n < len(c.rbuf)
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
+			n, err, ok := sysRead(fd, c.rbuf)
+			if !ok {
 				return false
-			default:
-				c.rerr = errno
 			}
+			c.rn, c.rerr = n, err
+			c.drained = err == nil && n > 0 && n < len(c.rbuf)
 		}
 		if _, ok := c.next(); !ok {
 			c.pumpDone = true
