@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -285,6 +286,22 @@ func TestTLS(t *testing.T) {
 		}
 		if got := queryString(t, conn, "SELECT 'over tls'::text"); got != "over tls" {
 			t.Fatalf("got %q", got)
+		}
+		// Messages and results many TLS records and socket reads long.
+		var n int
+		if err := conn.QueryRow(testContext(t), "SELECT length($1::text)", strings.Repeat("y", 300_000)).Scan(&n); err != nil || n != 300_000 {
+			t.Fatalf("a 300 kB parameter over TLS: length %d, %v", n, err)
+		}
+		rows, err := conn.Query(testContext(t), "SELECT g, repeat('z', 100) FROM generate_series(1, 20000) g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n = 0
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil || n != 20000 {
+			t.Fatalf("a 2 MB result over TLS: %d rows, %v", n, err)
 		}
 		_ = conn.Close(testContext(t))
 	}
