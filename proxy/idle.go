@@ -91,8 +91,7 @@ type clientReader struct {
 func (c clientReader) Read(b []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(b)
-		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() || c.s.timedOut() {
+		if err == nil || !isTimeout(err) || c.s.timedOut() {
 			return n, err
 		}
 		_ = c.Conn.SetReadDeadline(time.Time{})
@@ -100,6 +99,13 @@ func (c clientReader) Read(b []byte) (int, error) {
 			return n, nil
 		}
 	}
+}
+
+// isTimeout reports a deadline's error. (Its net.Error escapes to the
+// heap: only for errors.)
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // timedOut reports that a read deadline of the client's is meant: the
