@@ -27,7 +27,7 @@ func (s *session) clientToServer() error {
 		limit := int64(s.rs.Load().maxMessageBytes)
 		// An idle session (nothing owed, outside a transaction block) waits
 		// for its client at most IdleSessionTimeout: the read fails when
-		// the server's idle sweep finds it so (idle.go).
+		// the server's idle sweep finds it so (sweep.go).
 		typ, length, err := peekHeader(r)
 		if err != nil {
 			var ne net.Error

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -47,13 +48,24 @@ type rawConn struct {
 
 	// drive's state: yield is set while the pump runs as drive's coroutine
 	// (only the pump reads then); next resumes the pump.
-	driving  atomic.Bool
-	closed   atomic.Bool
+	driving atomic.Bool
+	closed  atomic.Bool
+	// skipped: the driven pump waits without the read that would have
+	// returned EAGAIN, so an end of stream or an error that came with the
+	// last data waits for checkEnd. poked: checkEnd woke that wait with a
+	// read deadline of its own.
+	skipped  atomic.Bool
+	poked    atomic.Bool
 	yield    func(struct{}) bool
 	next     func() (struct{}, bool)
 	drained  bool
 	pumpDone bool
 	driveFn  func(fd uintptr) bool
+
+	// dmu orders read deadlines: rdeadline is the caller's, which a poke
+	// replaces for a moment.
+	dmu       sync.Mutex
+	rdeadline time.Time
 
 	wmu     sync.Mutex
 	wbuf    []byte
@@ -210,7 +222,12 @@ func (c *rawConn) readResult(b []byte, n int, err error) (int, error) {
 // for readiness instead of reading again: within one RawConn.Read the
 // netpoller's readiness is never reset (internal/poll resets it only when a
 // RawRead starts), so data that arrived since that read is not missed, and
-// the EAGAIN read that net.Conn makes before each wait goes. A deadline, a
+// the EAGAIN read that net.Conn makes before each wait goes. That read also
+// finds an end of stream or an error that arrived with the data: Go's
+// netpoller is edge-triggered, so when the peer's last message and its FIN
+// come in one wake-up, nothing wakes the pump again. checkEnd, which the
+// server's session sweep calls about twice a second (sweep.go), looks for
+// such an end with a peek and wakes the pump to read it. A deadline, a
 // Close or a failed read ends that RawConn.Read, hands its error to the
 // pump and starts another. drive returns pump's error when pump returns.
 func (c *rawConn) drive(pump func() error) (err error) {
@@ -230,6 +247,11 @@ func (c *rawConn) drive(pump func() error) (err error) {
 	for {
 		c.drained, c.pumpDone = false, false
 		if rerr := c.rc.Read(c.driveFn); rerr != nil {
+			if isTimeout(rerr) && c.poked.Swap(false) {
+				// checkEnd's deadline: the next RawConn.Read reads first.
+				c.restoreDeadline()
+				continue
+			}
 			c.rerr = rerr
 			if _, ok := next(); !ok {
 				return err
@@ -248,7 +270,11 @@ func (c *rawConn) driven(fd uintptr) bool {
 	for {
 		if c.drained {
 			c.drained = false
+			c.skipped.Store(true)
 			return false
+		}
+		if c.skipped.Load() {
+			c.skipped.Store(false)
 		}
 		if c.closed.Load() {
 			c.rerr = net.ErrClosed
@@ -265,6 +291,53 @@ func (c *rawConn) driven(fd uintptr) bool {
 			return true
 		}
 	}
+}
+
+// checkEnd looks whether a driven pump that waits without having read
+// EAGAIN has an end of stream, an error or data to read all the same, with
+// one recv(MSG_PEEK|MSG_DONTWAIT), and if so wakes it to read. Safe to call
+// from any goroutine; cheap when the pump is busy or reading as usual.
+func (c *rawConn) checkEnd() {
+	if !c.driving.Load() || !c.skipped.Load() {
+		return
+	}
+	pending := false
+	_ = c.rc.Control(func(fd uintptr) {
+		var b [1]byte
+		_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+		pending = errno != unix.EAGAIN && errno != unix.EINTR
+	})
+	if pending {
+		c.dmu.Lock()
+		c.poked.Store(true)
+		_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
+		c.dmu.Unlock()
+	}
+}
+
+// restoreDeadline puts back the caller's read deadline after a poke.
+func (c *rawConn) restoreDeadline() {
+	c.dmu.Lock()
+	_ = c.Conn.SetReadDeadline(c.rdeadline)
+	c.dmu.Unlock()
+}
+
+// SetReadDeadline is net.Conn's; the deadline is kept for restoreDeadline.
+func (c *rawConn) SetReadDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.rdeadline = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline is net.Conn's; the read deadline is kept for
+// restoreDeadline.
+func (c *rawConn) SetDeadline(t time.Time) error {
+	c.dmu.Lock()
+	defer c.dmu.Unlock()
+	c.rdeadline = t
+	return c.Conn.SetDeadline(t)
 }
 
 // Write writes all of b, or returns how much it wrote with a *net.OpError,

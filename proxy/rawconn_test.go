@@ -260,3 +260,65 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// TestRawConnDriveEndWithData: when the peer's last data and its end of
+// stream (a FIN, or a reset) are both queued before the pump reads, the
+// read that drains the data consumes the only wake-up, and nothing wakes
+// the pump for the end; checkEnd, as the server's sweep calls it, finds it.
+func TestRawConnDriveEndWithData(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		reset bool
+	}{{"fin", false}, {"reset", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			rc, client := rawPair(t)
+			if _, err := client.Write([]byte("last")); err != nil {
+				t.Fatal(err)
+			}
+			if c.reset {
+				_ = client.(*net.TCPConn).SetLinger(0)
+			}
+			_ = client.Close()
+			time.Sleep(50 * time.Millisecond) // both queued before the pump reads
+			done := make(chan error, 1)
+			go func() {
+				done <- rc.drive(func() error {
+					buf := make([]byte, 64)
+					n, err := rc.Read(buf)
+					if err != nil || string(buf[:n]) != "last" {
+						return errors.New("first read: " + string(buf[:n]) + ", " + errString(err))
+					}
+					_, err = rc.Read(buf)
+					return err
+				})
+			}()
+			select {
+			case err := <-done:
+				// A reset may come back with the data; a FIN never does.
+				if !c.reset {
+					t.Fatalf("drive returned %v before checkEnd: the test no longer sets up a lost end", err)
+				}
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			deadline := time.After(5 * time.Second)
+			for {
+				select {
+				case err := <-done:
+					// checkEnd's peek reports a reset, which the kernel
+					// then forgets: the pump may read io.EOF instead.
+					if err == nil || (!c.reset && !errors.Is(err, io.EOF)) {
+						t.Fatalf("drive returned %v, want the end of the stream", err)
+					}
+					return
+				case <-tick.C:
+					rc.checkEnd()
+				case <-deadline:
+					t.Fatal("checkEnd did not wake the pump for the end of stream")
+				}
+			}
+		})
+	}
+}

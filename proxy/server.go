@@ -91,9 +91,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 	defer s.events.start(ctx)()
-	idleCtx, stopIdle := context.WithCancel(ctx)
-	defer stopIdle()
-	go s.sweepIdle(idleCtx)
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go s.sweepSessions(sweepCtx)
 	s.log.Info("proxy listening", "listen_addr", ln.Addr().String(), "upstream", s.cfg.Upstream)
 
 	var serveErr error

@@ -60,7 +60,7 @@ func (s *session) serverToClient() error {
 				s.rejects.drop(zSeq)
 			}
 			// idleAt and txStatus before pending: a pending of 0 comes
-			// with them (idle.go).
+			// with them (sweep.go).
 			now := monoNow()
 			s.idleAt.Store(now)
 			s.txStatus.Store(uint32(status))

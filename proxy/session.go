@@ -85,7 +85,7 @@ type session struct {
 	// a foreground latency sample (latency.go).
 	busySince atomic.Int64
 	// idleAt is when the last ReadyForQuery came (monoNow): with pending
-	// at 0, since when the session waits for its client (idle.go).
+	// at 0, since when the session waits for its client (sweep.go).
 	idleAt   atomic.Int64
 	shutdown atomic.Bool
 	// closing marks a deliberate close: losing the upstream is not an error.

@@ -7,38 +7,42 @@ import (
 	"time"
 )
 
-// IdleSessionTimeout without a timer per transaction: serverToClient notes
-// when a ReadyForQuery leaves the session idle (idleAt), a sweep over the
-// sessions (sweepIdle) finds those idle outside a transaction block for
-// longer than the timeout and sets their client's read deadline in the
-// past, and clientToServer, whose read then fails, closes the session
-// (idleTimedOut). A session that became busy after the sweep looked at it
-// reads on (clientReader), so the race costs nothing but a retried read.
-// The sweep runs every quarter of the timeout (at least every
-// idleSweepMax, at most every idleSweepMin), so a session is closed up to a
-// quarter of the timeout late, as PgBouncer's once-a-second janitor does.
+// The server's sweep over its sessions, every idleSweepPeriod:
+//
+//   - IdleSessionTimeout without a timer per transaction: serverToClient
+//     notes when a ReadyForQuery leaves the session idle (idleAt); the sweep
+//     finds the sessions idle outside a transaction block for longer than
+//     the timeout and sets their client's read deadline in the past, and
+//     clientToServer, whose read then fails, closes the session
+//     (idleTimedOut). A session that became busy after the sweep looked at
+//     it reads on (clientReader), so the race costs nothing but a retried
+//     read. A session is closed up to a quarter of the timeout late (at most
+//     half a second), as PgBouncer's janitor, which runs once a second, does.
+//   - An end of stream that came with a peer's last data: rawConn.checkEnd
+//     on both sockets of every session (rawconn.go's drive says why).
 
 const (
 	idleSweepMin = 10 * time.Millisecond
-	idleSweepMax = time.Second
+	// sweepPeriodMax bounds how long an end of stream that arrived with the
+	// last data can go unseen.
+	sweepPeriodMax = 500 * time.Millisecond
 )
 
-// idleSweepPeriod is how often sweepIdle looks at the sessions for timeout
-// (0: disabled).
+// idleSweepPeriod is how often sweepSessions runs for an IdleSessionTimeout
+// of timeout (0: disabled).
 func idleSweepPeriod(timeout time.Duration) time.Duration {
 	if timeout <= 0 {
-		return idleSweepMax
+		return sweepPeriodMax
 	}
-	return min(max(timeout/4, idleSweepMin), idleSweepMax)
+	return min(max(timeout/4, idleSweepMin), sweepPeriodMax)
 }
 
-// sweepIdle marks the sessions idle for longer than IdleSessionTimeout
-// until ctx is done; the timeout is read again at every round (a reload
-// may change it).
-func (s *Server) sweepIdle(ctx context.Context) {
+// sweepSessions runs the sweep until ctx is done; the timeout is read again
+// at every round (a reload may change it).
+func (s *Server) sweepSessions(ctx context.Context) {
 	t := time.NewTimer(idleSweepPeriod(s.set.Load().idleSessionTimeout))
 	defer t.Stop()
-	var idle []*session
+	var idle, all []*session
 	for {
 		select {
 		case <-ctx.Done():
@@ -46,21 +50,37 @@ func (s *Server) sweepIdle(ctx context.Context) {
 		case <-t.C:
 		}
 		timeout := s.set.Load().idleSessionTimeout
-		if timeout > 0 {
-			now := monoNow()
-			idle = idle[:0]
-			s.mu.Lock()
-			for sess := range s.sessions {
-				if sess.idleExpired(now, timeout) {
-					idle = append(idle, sess)
-				}
-			}
-			s.mu.Unlock()
-			for _, sess := range idle {
-				_ = sess.clientConn().SetReadDeadline(time.Unix(1, 0))
+		now := monoNow()
+		idle, all = idle[:0], all[:0]
+		s.mu.Lock()
+		for sess := range s.sessions {
+			all = append(all, sess)
+			if sess.idleExpired(now, timeout) {
+				idle = append(idle, sess)
 			}
 		}
+		s.mu.Unlock()
+		for _, sess := range idle {
+			_ = sess.clientConn().SetReadDeadline(time.Unix(1, 0))
+		}
+		for _, sess := range all {
+			sess.checkEnds()
+		}
+		clear(all)
+		clear(idle)
 		t.Reset(idleSweepPeriod(timeout))
+	}
+}
+
+// checkEnds runs rawConn.checkEnd on the session's two sockets.
+func (s *session) checkEnds() {
+	s.mu.Lock()
+	c, up := s.client, s.upstream
+	s.mu.Unlock()
+	for _, conn := range []net.Conn{c, up} {
+		if rc := rawConnOf(conn); rc != nil {
+			rc.checkEnd()
+		}
 	}
 }
 
