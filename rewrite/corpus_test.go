@@ -15,10 +15,18 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// corpusDir finds shared/corpus/pg-regress-15 in a parent of the package
-// directory. Outside CI a missing corpus skips the test.
+// corpusDir returns the directory TTLPROXY_CORPUS_DIR names, or else finds
+// shared/corpus/pg-regress-15 in a parent of the package directory
+// (CONTRIBUTING.md, "The SQL corpus"). Outside CI a missing corpus skips the
+// test.
 func corpusDir(t *testing.T) string {
 	t.Helper()
+	if d := os.Getenv("TTLPROXY_CORPUS_DIR"); d != "" {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Fatalf("TTLPROXY_CORPUS_DIR=%s: not a directory (%v)", d, err)
+		}
+		return d
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
@@ -35,9 +43,9 @@ func corpusDir(t *testing.T) string {
 		dir = parent
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("shared/corpus not found above the package directory")
+		t.Fatal("TTLPROXY_CORPUS_DIR is not set and shared/corpus is not above the package directory")
 	}
-	t.Skip("shared/corpus not found above the package directory")
+	t.Skip("TTLPROXY_CORPUS_DIR is not set and shared/corpus is not above the package directory")
 	return ""
 }
 

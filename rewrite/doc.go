@@ -15,8 +15,8 @@
 //	// Send res.SQL: here
 //	// SELECT * FROM (sessions JOIN (SELECT) AS _ttl_0 ON ("sessions"."expires_at" IS NULL OR "sessions"."expires_at" >= now())) WHERE id = $1
 //
-// What it does to a statement that names a TTL table (README.md, "The soft
-// TTL contract"; ARCHITECTURE.md, "The rewrite contract"):
+// What it does to a statement that names a TTL table (docs/contract.md;
+// ARCHITECTURE.md, "The rewrite contract"):
 //
 //   - A read in a FROM item, at any depth, becomes
 //     (t [AS] a JOIN (SELECT) AS _ttl_N ON <live(a)>): the planner flattens

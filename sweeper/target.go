@@ -105,7 +105,7 @@ func orphanCondition(r *ttl.Rule, q string) string {
 // regression test yb.orig.ctid selects, orders by ("select ybctid, k, v
 // from ybctid_test_hash order by ybctid"), compares ("where ybctid =
 // '\x47121048800000012121'"), deletes by and joins on; no YugabyteDB test
-// runs this exact WITH … DELETE … USING shape (README, "YugabyteDB"). The
+// runs this exact WITH … DELETE … USING shape (docs/yugabytedb.md). The
 // batch relies on statement_timeout, not lock_timeout, which YugabyteDB
 // does not honour on row locks (YugabyteDB issue #29549).
 //

@@ -35,7 +35,7 @@ var (
 )
 
 // maxRejectedShare bounds the generated statements the proxy may reject:
-// every generated shape is one the contract (README.md, "The soft TTL contract") says is served.
+// every generated shape is one the contract (docs/contract.md) says is served.
 const maxRejectedShare = 0.05
 
 // maxErrorShare bounds the generated statements both sides refuse alike:

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Kind names an expiry rule (README.md, "Rule kinds").
+// Kind names an expiry rule (docs/contract.md, "Rule kinds").
 type Kind string
 
 const (

@@ -89,7 +89,7 @@ func TestRollingRestart(t *testing.T) {
 }
 
 // migrateQueued sets net.ipv4.tcp_migrate_req to 1 for the test when it
-// can (as the README recommends for rolling restarts): Linux then moves
+// can (as docs/operations.md recommends for rolling restarts): Linux then moves
 // connections queued on a closing SO_REUSEPORT listener to another listener
 // of the port, instead of resetting them in the instant between the
 // drained instance's last accept and its close.
