@@ -21,7 +21,7 @@ import (
 	"strconv"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -166,7 +166,7 @@ type Sweeper struct {
 
 // Load reads and validates the file at path. Errors are prefixed with path.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) //nolint:gosec // reading the file the operator names is the point
 	if err != nil {
 		return nil, err
 	}

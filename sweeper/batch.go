@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // batchFunc runs one batch of size rows at most and returns the rows
@@ -187,7 +189,7 @@ const rangeLockTimeout = 100 * time.Millisecond
 // (lock_not_available).
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstate.LockNotAvailable
 }
 
 // execBatch runs one batch DELETE as its own autocommit statement.
@@ -237,5 +239,5 @@ func isTimeout(err error) bool {
 		return true
 	}
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+	return errors.As(err, &pgErr) && pgErr.Code == sqlstate.QueryCanceled
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // Change data capture. With Config.CDCOrigin the sweeper's deletes carry a
@@ -31,12 +33,6 @@ import (
 // originRetry is the wait before setting up an origin that another
 // session has active again: about a tenth of a batch at the default target.
 const originRetry = 5 * time.Millisecond
-
-// SQLSTATEs of the origin functions (errcodes.txt).
-const (
-	codeObjectInUse     = "55006" // the origin is active in another session
-	codeUniqueViolation = "23505" // pg_replication_origin_create raced another
-)
 
 // execer runs statements: a pooled connection or the pool itself.
 type execer interface {
@@ -63,8 +59,9 @@ func (s *Sweeper) withOrigin(ctx context.Context, f func(db execer) error) error
 	deadline := time.Now().Add(s.cfg.BatchTimeout)
 	for {
 		_, err = conn.Exec(ctx, "SELECT pg_catalog.pg_replication_origin_session_setup($1)", s.cfg.CDCOrigin)
+		// ObjectInUse: the origin is active in another session.
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != codeObjectInUse || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != sqlstate.ObjectInUse || time.Now().After(deadline) {
 			break
 		}
 		if err := s.wait(ctx, originRetry); err != nil {
@@ -93,7 +90,8 @@ func (s *Sweeper) createOrigin(ctx context.Context) error {
 	_, err := s.pool.Exec(ctx, `SELECT pg_catalog.pg_replication_origin_create($1)
 		WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_replication_origin WHERE roname = $1)`, s.cfg.CDCOrigin)
 	var pgErr *pgconn.PgError
-	if err != nil && !(errors.As(err, &pgErr) && pgErr.Code == codeUniqueViolation) {
+	// A unique violation: pg_replication_origin_create raced another instance.
+	if err != nil && (!errors.As(err, &pgErr) || pgErr.Code != sqlstate.UniqueViolation) {
 		return fmt.Errorf("creating replication origin %q: %w", s.cfg.CDCOrigin, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -172,7 +173,7 @@ func (s *Sweeper) dropPartitions(ctx context.Context, log *slog.Logger, r *ttl.R
 		}
 		if _, err := conn.Exec(ctx, detach); err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == codeLockNotAvailable {
+			if errors.As(err, &pgErr) && pgErr.Code == sqlstate.LockNotAvailable {
 				log.Warn("expired partition not detached: its table is busy; next run tries again",
 					slog.String("table", r.QualifiedName()), slog.String("partition", p.name))
 				continue
@@ -197,6 +198,3 @@ func (s *Sweeper) dropPartitions(ctx context.Context, log *slog.Logger, r *ttl.R
 	}
 	return dropped, nil
 }
-
-// codeLockNotAvailable is lock_timeout's SQLSTATE (errcodes.txt).
-const codeLockNotAvailable = "55P03"

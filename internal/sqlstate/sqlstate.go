@@ -1,38 +1,56 @@
-// Package sqlstate names the SQLSTATE codes ttlproxy answers with, as
-// PostgreSQL's src/backend/utils/errcodes.txt names them. The rewriter's
-// rejections and the proxy's own ErrorResponses use these constants, so a
-// code is spelled in one place.
+// Package sqlstate names the SQLSTATE codes ttlproxy answers with or
+// branches on. The codes come from jackc/pgerrcode, which generates them
+// from PostgreSQL's src/backend/utils/errcodes.txt under the same names, so
+// no code is spelled in this project: the rewriter's rejections, the proxy's
+// own ErrorResponses and the sweeper's error checks use these constants.
 package sqlstate
 
+import "github.com/jackc/pgerrcode"
+
+// Class 08: connection exception.
 const (
-	// Class 08: connection exception.
-	SQLClientUnableToEstablishSQLConnection = "08001"
-	ConnectionFailure                       = "08006"
-	ProtocolViolation                       = "08P01"
-
-	// Class 0A: feature not supported. A statement on a TTL table the
-	// proxy cannot make safe.
-	FeatureNotSupported = "0A000"
-
-	// Class 22: data exception.
-	InvalidParameterValue     = "22023"
-	InvalidTextRepresentation = "22P02"
-
-	// Class 42: syntax error or access rule violation.
-	SyntaxError = "42601"
-
-	// Class 53: insufficient resources.
-	TooManyConnections = "53300"
-
-	// Class 54: program limit exceeded.
-	ProgramLimitExceeded = "54000"
-	StatementTooComplex  = "54001"
-
-	// Class 57: operator intervention.
-	QueryCanceled      = "57014"
-	AdminShutdown      = "57P01"
-	IdleSessionTimeout = "57P05"
-
-	// Class XX: internal error.
-	InternalError = "XX000"
+	SQLClientUnableToEstablishSQLConnection = pgerrcode.SQLClientUnableToEstablishSQLConnection
+	ConnectionFailure                       = pgerrcode.ConnectionFailure
+	ProtocolViolation                       = pgerrcode.ProtocolViolation
 )
+
+// Class 0A: feature not supported. A statement on a TTL table the proxy
+// cannot make safe.
+const FeatureNotSupported = pgerrcode.FeatureNotSupported
+
+// Class 22: data exception.
+const (
+	InvalidParameterValue     = pgerrcode.InvalidParameterValue
+	InvalidTextRepresentation = pgerrcode.InvalidTextRepresentation
+)
+
+// Class 23: integrity constraint violation.
+const UniqueViolation = pgerrcode.UniqueViolation
+
+// Class 42: syntax error or access rule violation.
+const SyntaxError = pgerrcode.SyntaxError
+
+// Class 53: insufficient resources.
+const TooManyConnections = pgerrcode.TooManyConnections
+
+// Class 54: program limit exceeded.
+const (
+	ProgramLimitExceeded = pgerrcode.ProgramLimitExceeded
+	StatementTooComplex  = pgerrcode.StatementTooComplex
+)
+
+// Class 55: object not in prerequisite state.
+const (
+	ObjectInUse      = pgerrcode.ObjectInUse
+	LockNotAvailable = pgerrcode.LockNotAvailable
+)
+
+// Class 57: operator intervention.
+const (
+	QueryCanceled      = pgerrcode.QueryCanceled
+	AdminShutdown      = pgerrcode.AdminShutdown
+	IdleSessionTimeout = pgerrcode.IdleSessionTimeout
+)
+
+// Class XX: internal error.
+const InternalError = pgerrcode.InternalError
