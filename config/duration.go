@@ -35,7 +35,7 @@ func ParseDuration(s string) (time.Duration, error) {
 		}
 		num := s[i:j]
 		k := j
-		for k < len(s) && !(s[k] >= '0' && s[k] <= '9' || s[k] == '.') {
+		for k < len(s) && (s[k] < '0' || s[k] > '9') && s[k] != '.' {
 			k++
 		}
 		unit := s[j:k]

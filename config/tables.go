@@ -247,7 +247,7 @@ func parseSidecarRule(item field, f fields, r *ttl.Rule) error {
 		p := fmt.Sprintf("%s[%d]", x.path, i)
 		name, err := parseIdent(s)
 		if err != nil {
-			return fmt.Errorf("%s: invalid column name %q: %v", p, s, err)
+			return fmt.Errorf("%s: invalid column name %q: %w", p, s, err)
 		}
 		for _, prev := range r.KeyColumns {
 			if prev == name {
@@ -267,7 +267,7 @@ func ident(f field) (string, error) {
 	}
 	name, err := parseIdent(s)
 	if err != nil {
-		return "", fmt.Errorf("%s: invalid column name %q: %v", f.path, s, err)
+		return "", fmt.Errorf("%s: invalid column name %q: %w", f.path, s, err)
 	}
 	return name, nil
 }
@@ -280,7 +280,7 @@ func qualified(f field, defaultSchema string) (schema, table string, err error) 
 	}
 	schema, table, err = parseQualified(s, defaultSchema)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: invalid table name %q: %v", f.path, s, err)
+		return "", "", fmt.Errorf("%s: invalid table name %q: %w", f.path, s, err)
 	}
 	return schema, table, nil
 }

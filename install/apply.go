@@ -48,7 +48,9 @@ func run(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, uninstall, execu
 	}
 	defer func() {
 		if err != nil {
-			tx.Rollback(ctx)
+			// The error that made us roll back is the one to report; a
+			// failed rollback ends the connection's transaction anyway.
+			_ = tx.Rollback(ctx)
 		}
 	}()
 	if execute {

@@ -133,7 +133,9 @@ func runDDLEvents(ctx context.Context, conn *pgx.Conn, uninstall, execute bool) 
 	if err != nil {
 		return nil, fmt.Errorf("beginning a transaction: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	// After Commit, Rollback does nothing; before it, the error that ended
+	// the transaction is the one returned.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
 			if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42501" {

@@ -569,8 +569,8 @@ func TestNoDeletePrivilege(t *testing.T) {
 	)
 	t.Cleanup(func() {
 		ctx := context.Background()
-		e.conn.Exec(ctx, "DROP OWNED BY "+role)
-		e.conn.Exec(ctx, "DROP ROLE "+role)
+		_, _ = e.conn.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = e.conn.Exec(ctx, "DROP ROLE "+role)
 	})
 	e.apply([]ttl.Rule{{Table: "a"}}, false)
 
@@ -663,7 +663,7 @@ func TestConcurrentInsert(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx2.Rollback(e.ctx)
+			defer func() { _ = tx2.Rollback(e.ctx) }()
 			// Take tx2's snapshot now, before tx1 commits.
 			if _, err := tx2.Exec(e.ctx, "SELECT count(*) FROM a"); err != nil {
 				t.Fatal(err)
@@ -687,7 +687,7 @@ func TestConcurrentInsert(t *testing.T) {
 			if got := sqlState(t, <-done); got != iso.state {
 				t.Errorf("second insert: SQLSTATE %q, want %q", got, iso.state)
 			}
-			tx2.Rollback(e.ctx)
+			_ = tx2.Rollback(e.ctx)
 			if got := e.strings("SELECT id || ':' || v FROM a"); got != "1:tx1" {
 				t.Errorf("rows %s, want 1:tx1", got)
 			}

@@ -88,7 +88,9 @@ func runRowSecurity(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, exemp
 	}
 	defer func() {
 		if err != nil {
-			tx.Rollback(ctx)
+			// The error that made us roll back is the one to report; a
+			// failed rollback ends the connection's transaction anyway.
+			_ = tx.Rollback(ctx)
 		}
 	}()
 	if execute {

@@ -19,8 +19,8 @@ func (e *env) role(name string) string {
 	e.exec("CREATE ROLE " + name + " LOGIN PASSWORD 'rls-secret'")
 	e.t.Cleanup(func() {
 		ctx := context.Background()
-		e.conn.Exec(ctx, "DROP OWNED BY "+name)
-		e.conn.Exec(ctx, "DROP ROLE "+name)
+		_, _ = e.conn.Exec(ctx, "DROP OWNED BY "+name)
+		_, _ = e.conn.Exec(ctx, "DROP ROLE "+name)
 	})
 	return name
 }

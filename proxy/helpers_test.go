@@ -248,7 +248,10 @@ func pgCode(err error) string {
 	return ""
 }
 
-func requireCode(t testing.TB, err error, code string) *pgconn.PgError {
+// requireCode fails t unless err is a PostgreSQL error with the SQLSTATE
+// code. It returns a copy of the error's fields, not an error, for a test
+// that goes on to read them: one that only asserts the code drops it.
+func requireCode(t testing.TB, err error, code string) pgconn.PgError {
 	t.Helper()
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) {
@@ -257,7 +260,7 @@ func requireCode(t testing.TB, err error, code string) *pgconn.PgError {
 	if pe.Code != code {
 		t.Fatalf("want SQLSTATE %s, got %s: %v", code, pe.Code, err)
 	}
-	return pe
+	return *pe
 }
 
 // checkNoLeaks fails the test if goroutines of this package are still

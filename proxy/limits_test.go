@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -93,7 +94,7 @@ func TestClientLoginTimeout(t *testing.T) {
 	var b [1]byte
 	if _, err := conn.Read(b[:]); err == nil {
 		t.Fatal("read a byte from a proxy that should have hung up")
-	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+	} else if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
 		t.Fatal("the proxy kept a client that never logged in")
 	}
 	if d := time.Since(start); d > 5*time.Second {

@@ -183,10 +183,10 @@ func (s *session) startSession(pkt []byte) error {
 	}
 	s.replication = isReplication(msg.Parameters["replication"])
 	s.log = s.log.With("user", s.user, "database", s.database)
-	if max := s.rs.Load().maxClientConnections; max > 0 && s.srv.active.Load() > int64(max) {
+	if limit := s.rs.Load().maxClientConnections; limit > 0 && s.srv.active.Load() > int64(limit) {
 		s.srv.metrics.refused.Inc()
 		return &protocolError{code: codeTooManyConnections,
-			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", max)}
+			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", limit)}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)

@@ -119,19 +119,19 @@ func TestRewriteFollowsRole(t *testing.T) {
 			ResetSearchPath: `"$user", public`, ResetKnown: true,
 		})
 	}
-	tokens := `(tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" >= (now() AT TIME ZONE 'UTC')))`
+	filtered := `(tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" >= (now() AT TIME ZONE 'UTC')))`
 	S := `"sessions"`
 	for _, c := range []struct {
 		name string
 		st   *State
 		c    rwCase
 	}{
-		{"$user is the login", as("app", "app", false), rwCase{"read", `SELECT * FROM tokens`, `SELECT * FROM ` + tokens}},
+		{"$user is the login", as("app", "app", false), rwCase{"read", `SELECT * FROM tokens`, `SELECT * FROM ` + filtered}},
 		{"SET ROLE moves $user", as("app", "app", false), rwCase{"set role", `SET ROLE bob; SELECT * FROM tokens`, ""}},
 		{"RESET ROLE moves it back", as("bob", "app", false),
-			rwCase{"reset role", `RESET ROLE; SELECT * FROM tokens`, `RESET ROLE; SELECT * FROM ` + tokens}},
+			rwCase{"reset role", `RESET ROLE; SELECT * FROM tokens`, `RESET ROLE; SELECT * FROM ` + filtered}},
 		{"SET ROLE NONE", as("bob", "app", false),
-			rwCase{"set role none", `SET ROLE NONE; SELECT * FROM tokens`, `SET ROLE NONE; SELECT * FROM ` + tokens}},
+			rwCase{"set role none", `SET ROLE NONE; SELECT * FROM tokens`, `SET ROLE NONE; SELECT * FROM ` + filtered}},
 		{"SET ROLE to a bypass role", as("app", "app", false), rwCase{"bypass", `SET ROLE admin; SELECT * FROM sessions`, ""}},
 		{"RESET ROLE leaves a bypass", as("admin", "app", true),
 			rwCase{"leave", `RESET ROLE; SELECT * FROM sessions`, `RESET ROLE; SELECT * FROM ` + join("sessions", S, 0)}},
@@ -139,9 +139,9 @@ func TestRewriteFollowsRole(t *testing.T) {
 		{"a bypass login stays bypassed", as("bob", "admin", true), rwCase{"login", `SET ROLE bob; SELECT * FROM sessions`, ""}},
 		{"SET LOCAL ROLE until COMMIT", as("app", "app", false),
 			rwCase{"local role", `BEGIN; SET LOCAL ROLE bob; SELECT * FROM tokens; COMMIT; SELECT * FROM tokens`,
-				`BEGIN; SET LOCAL ROLE bob; SELECT * FROM tokens; COMMIT; SELECT * FROM ` + tokens}},
+				`BEGIN; SET LOCAL ROLE bob; SELECT * FROM tokens; COMMIT; SELECT * FROM ` + filtered}},
 		{"$user in a SET", as("app", "app", false),
-			rwCase{"$user", `SET search_path = "$user"; SELECT * FROM tokens`, `SET search_path = "$user"; SELECT * FROM ` + tokens}},
+			rwCase{"$user", `SET search_path = "$user"; SELECT * FROM tokens`, `SET search_path = "$user"; SELECT * FROM ` + filtered}},
 		{"RESET search_path", NewState(Session{SearchPath: []string{"archive"}, SearchPathSetting: "archive",
 			CurrentUser: "app", SessionUser: "app", ResetSearchPath: `"$user", public`, ResetKnown: true}),
 			rwCase{"reset", `RESET search_path; SELECT * FROM sessions`, `RESET search_path; SELECT * FROM ` + join("sessions", S, 0)}},

@@ -70,7 +70,7 @@ func TestCacheKeyHoldsSessionFacts(t *testing.T) {
 	run("catalog changed", NewState(Session{Catalog: NewCatalog(changed)}))
 	seen := map[string]string{}
 	for name, out := range results {
-		if other, dup := seen[out]; dup && !(name == "catalog, other ttl override" || other == "catalog, other ttl override") {
+		if other, dup := seen[out]; dup && name != "catalog, other ttl override" && other != "catalog, other ttl override" {
 			t.Errorf("%s and %s rewrote alike: %s", name, other, out)
 		}
 		seen[out] = name
@@ -145,13 +145,13 @@ func TestCacheBounded(t *testing.T) {
 	}
 	// A recently used entry survives a sweep of new ones better than not at all.
 	hot := `SELECT 'hot' FROM sessions`
-	rw.Rewrite(hot, nil)
+	_, _ = rw.Rewrite(hot, nil)
 	hits := 0
 	for i := 0; i < 200; i++ {
 		if res, _ := rw.Rewrite(hot, nil); res.CacheHit {
 			hits++
 		}
-		rw.Rewrite(fmt.Sprintf(`SELECT %d FROM sessions`, 5000+i), nil)
+		_, _ = rw.Rewrite(fmt.Sprintf(`SELECT %d FROM sessions`, 5000+i), nil)
 	}
 	if hits < 150 {
 		t.Errorf("hot entry hit %d of 200 times", hits)

@@ -22,12 +22,12 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 			w.fail(internalError("cannot locate the COPY query"))
 			return
 		}
-		close := ts.match(i + 1)
-		if close < 0 {
+		rparen := ts.match(i + 1)
+		if rparen < 0 {
 			w.fail(internalError("cannot locate the COPY query"))
 			return
 		}
-		w.stmt(c.Query, nil, ts[i+1].end, ts[close].start)
+		w.stmt(c.Query, nil, ts[i+1].end, ts[rparen].start)
 		return
 	}
 	rv := c.Relation
@@ -49,13 +49,13 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 	name := w.sql[ts[i].start:ts[ne-1].end]
 	cols, last := "*", ne-1
 	if len(c.Attlist) > 0 {
-		close := ts.match(ne)
-		if ts.kind(ne) != pg.Token_ASCII_40 || close < 0 {
+		rparen := ts.match(ne)
+		if ts.kind(ne) != pg.Token_ASCII_40 || rparen < 0 {
 			w.fail(internalError("cannot locate the COPY column list"))
 			return
 		}
-		cols = strings.TrimSpace(w.sql[ts[ne].end:ts[close].start])
-		last = close
+		cols = strings.TrimSpace(w.sql[ts[ne].end:ts[rparen].start])
+		last = rparen
 	}
 	w.replace(ts[i].start, ts[last].end,
 		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(ttl.QuoteIdent(rv.Relname), "now()")+")")

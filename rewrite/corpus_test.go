@@ -22,7 +22,7 @@ import (
 func corpusDir(t *testing.T) string {
 	t.Helper()
 	if d := os.Getenv("TTLPROXY_CORPUS_DIR"); d != "" {
-		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() { //nolint:gosec // the corpus directory the developer names
 			t.Fatalf("TTLPROXY_CORPUS_DIR=%s: not a directory (%v)", d, err)
 		}
 		return d
@@ -66,7 +66,7 @@ func corpusFiles(t *testing.T) []string {
 func eachCorpusStatement(t *testing.T, fn func(file, stmt string)) {
 	t.Helper()
 	for _, file := range corpusFiles(t) {
-		raw, err := os.ReadFile(file)
+		raw, err := os.ReadFile(file) //nolint:gosec // a script of the corpus directory
 		if err != nil {
 			t.Fatal(err)
 		}

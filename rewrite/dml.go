@@ -322,13 +322,13 @@ func (w *walker) planSource(sel *pg.SelectStmt, i, end int) sourcePlan {
 				w.fail(internalError("cannot locate a VALUES row"))
 				return plan
 			}
-			close := ts.match(j)
-			if close < 0 {
+			rparen := ts.match(j)
+			if rparen < 0 {
 				w.fail(internalError("cannot locate a VALUES row"))
 				return plan
 			}
-			plan.appendAt = append(plan.appendAt, ts[close-1].end)
-			j = close + 1
+			plan.appendAt = append(plan.appendAt, ts[rparen-1].end)
+			j = rparen + 1
 			if ts.kind(j) == pg.Token_ASCII_44 {
 				j++
 			}

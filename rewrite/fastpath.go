@@ -48,7 +48,9 @@ func (m *matcher) find(s string) int {
 			i++
 			continue
 		}
-		for i++; i < len(s) && byteClass[s[i]]&classIdent != 0; i++ {
+		i++
+		for i < len(s) && byteClass[s[i]]&classIdent != 0 {
+			i++
 		}
 	}
 	return -1
@@ -60,7 +62,7 @@ func (m *matcher) at(s string, i int) int {
 		if n[0] != lowerTable[s[i]] || !hasPrefixFold(s[i:], n) {
 			continue
 		}
-		if m.owner[k] < 0 || !(i+len(n) < len(s) && byteClass[s[i+len(n)]]&classIdent != 0) {
+		if m.owner[k] < 0 || i+len(n) >= len(s) || byteClass[s[i+len(n)]]&classIdent == 0 {
 			return k
 		}
 	}

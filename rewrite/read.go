@@ -170,12 +170,12 @@ func (w *walker) cteBody(c *pg.CommonTableExpr) (int, int) {
 		w.fail(internalError("cannot locate a CTE body"))
 		return 0, 0
 	}
-	close := ts.match(i)
-	if close < 0 {
+	rparen := ts.match(i)
+	if rparen < 0 {
 		w.fail(internalError("cannot locate a CTE body"))
 		return 0, 0
 	}
-	return ts[i].end, ts[close].start
+	return ts[i].end, ts[rparen].start
 }
 
 // fromItem walks one FROM (or JOIN, USING, UPDATE … FROM) item.

@@ -187,7 +187,9 @@ func lexShape(dst []byte, lits []literal, sql string) (_ []byte, _ []literal, ba
 		var kind litKind
 		switch lexClass[c] {
 		case lexSpace:
-			for i++; i < n && lexClass[sql[i]] == lexSpace; i++ {
+			i++
+			for i < n && lexClass[sql[i]] == lexSpace {
+				i++
 			}
 			continue
 
@@ -422,7 +424,9 @@ func lexDollarString(sql string, i int) int {
 	n := len(sql)
 	j := i + 1
 	if j < n && lexClass[sql[j]] == lexIdent {
-		for j++; j < n && (lexClass[sql[j]] == lexIdent || lexIsDigit(sql[j])); j++ {
+		j++
+		for j < n && (lexClass[sql[j]] == lexIdent || lexIsDigit(sql[j])) {
+			j++
 		}
 	}
 	if j >= n || sql[j] != '$' {

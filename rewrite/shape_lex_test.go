@@ -343,7 +343,7 @@ func shapeLexScanner(sql string) ([]literal, error) {
 func shapeLexCompare(sql string, lits []literal) error {
 	want, err := shapeLexScanner(sql)
 	if err != nil {
-		return fmt.Errorf("appendShape read it, pg.Scan fails: %v", err)
+		return fmt.Errorf("appendShape read it, pg.Scan fails: %w", err)
 	}
 	if fmt.Sprint(lits) != fmt.Sprint(want) {
 		return fmt.Errorf("literals differ from pg.Scan's\n got  %v\n want %v", lits, want)
@@ -536,7 +536,7 @@ func TestAppendShapeSoup(t *testing.T) {
 	if testing.Short() {
 		n = 5000
 	}
-	r := rand.New(rand.NewPCG(1, 2))
+	r := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // a seeded generator: the test must be reproducible
 	var b strings.Builder
 	read := 0
 	for i := 0; i < n; i++ {

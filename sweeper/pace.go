@@ -88,9 +88,9 @@ type pacer struct {
 }
 
 // newPacer returns a pacer for batches that take about target (0: fixed
-// sizes), of at most max rows.
-func newPacer(target time.Duration, max int) pacer {
-	return pacer{target: target, want: target, max: max}
+// sizes), of at most maxRows rows.
+func newPacer(target time.Duration, maxRows int) pacer {
+	return pacer{target: target, want: target, max: maxRows}
 }
 
 // baseline seeds the foreground floor with the latency before the run's

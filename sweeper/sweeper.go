@@ -217,9 +217,11 @@ func (s *Sweeper) Stop() {
 	if loopDone != nil {
 		<-loopDone
 	}
-	s.runMu.Lock() // wait for a RunOnce called directly
-	s.runMu.Unlock()
+	// Wait for a RunOnce called directly, and close the pool before another
+	// can start.
+	s.runMu.Lock()
 	s.pool.Close()
+	s.runMu.Unlock()
 	close(s.closed)
 }
 
@@ -685,7 +687,7 @@ func (s *Sweeper) pause(ctx context.Context) error {
 	if p <= 0 {
 		return ctx.Err()
 	}
-	d := p/2 + rand.N(p)
+	d := p/2 + rand.N(p) //nolint:gosec // jitter between batches, not a secret
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -253,7 +253,7 @@ func TestPermissionDeniedDoesNotStopOthers(t *testing.T) {
 		// The database is dropped first (cleanups run in reverse), then the role.
 		c, err := pgx.Connect(context.Background(), strings.Replace(e.dsn, "/"+e.conn.Config().Database+"?", "/postgres?", 1))
 		if err == nil {
-			c.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
+			_, _ = c.Exec(context.Background(), "DROP ROLE IF EXISTS "+role)
 			c.Close(context.Background())
 		}
 	})

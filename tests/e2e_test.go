@@ -227,7 +227,7 @@ func TestSCRAMLogin(t *testing.T) {
 	}})
 	t.Cleanup(func() {
 		c := s.connect(s.direct)
-		c.Exec(context.Background(), `DROP OWNED BY ttl_scram_user`)
+		_, _ = c.Exec(context.Background(), `DROP OWNED BY ttl_scram_user`)
 	})
 	cfg, err := pgx.ParseConfig(s.proxied)
 	if err != nil {

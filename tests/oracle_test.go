@@ -401,7 +401,9 @@ func featureCounts(reps []caseReport) string {
 func (o *oracle) check(name string, c genCase, mode execMode) (caseReport, verdict) {
 	rep := caseReport{name: name, index: -1, c: c, mode: mode}
 	if n, ok := strings.CutPrefix(name, "case "); ok {
-		fmt.Sscan(n, &rep.index)
+		if _, err := fmt.Sscan(n, &rep.index); err != nil {
+			rep.index = -1
+		}
 	}
 	ctx := context.Background()
 	pres := o.runSteps(ctx, o.proxied, c, mode)

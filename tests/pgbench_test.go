@@ -48,7 +48,7 @@ func TestPgbenchTPCBWithTTLHistory(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			deletedBefore := s.metric("ttlproxy_sweeper_rows_deleted_total", map[string]string{"table": "public.pgbench_history"})
 			host, port := splitAddr(t, s.proxyAdr)
-			cmd := exec.CommandContext(ctx, pgbench, "-h", host, "-p", port, "-U", pgtest.Server(t).User,
+			cmd := exec.CommandContext(ctx, pgbench, "-h", host, "-p", port, "-U", pgtest.Server(t).User, //nolint:gosec // pgbench found on PATH by the test
 				"-c", "4", "-j", "2", "-T", strconv.Itoa(mode.seconds), "-M", mode.name, "-n", s.db)
 			cmd.Env = append(os.Environ(), "PGPASSWORD="+pgtest.Server(t).Password, "PGSSLMODE=disable")
 			var out bytes.Buffer

@@ -43,7 +43,7 @@ func runTool(t *testing.T, ctx context.Context, tool, addr string, args ...strin
 	t.Helper()
 	host, port := splitAddr(t, addr)
 	srv := pgtest.Server(t)
-	cmd := exec.CommandContext(ctx, tool, append([]string{"-h", host, "-p", port, "-U", srv.User}, args...)...)
+	cmd := exec.CommandContext(ctx, tool, append([]string{"-h", host, "-p", port, "-U", srv.User}, args...)...) //nolint:gosec // psql or pgbench found on PATH by the test
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+srv.Password, "PGSSLMODE=disable", "PGAPPNAME=ttlproxy-tests", "PGTZ=UTC", "LC_ALL=C")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -66,7 +66,7 @@ func splitAddr(t *testing.T, addr string) (string, string) {
 func corpusDir(t *testing.T) string {
 	t.Helper()
 	if d := os.Getenv("TTLPROXY_CORPUS_DIR"); d != "" {
-		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() { //nolint:gosec // the corpus directory the developer names
 			t.Fatalf("TTLPROXY_CORPUS_DIR=%s: not a directory (%v)", d, err)
 		}
 		return d

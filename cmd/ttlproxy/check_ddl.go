@@ -95,7 +95,10 @@ func probeDDLEvents(ctx context.Context, conn *pgx.Conn) (status, detail string)
 	if _, err := conn.Exec(ctx, "LISTEN "+install.DDLChannel); err != nil {
 		return checkWarn, "could not listen: " + err.Error()
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "UNLISTEN "+install.DDLChannel)
+	defer func() {
+		// The probe's verdict stands whether or not UNLISTEN succeeds.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN "+install.DDLChannel)
+	}()
 	start := time.Now()
 	if _, err := conn.Exec(ctx, "CREATE TEMP TABLE "+install.ProbeTable+" (); DROP TABLE "+install.ProbeTable); err != nil {
 		return checkWarn, "could not probe (a temporary table): " + err.Error()

@@ -348,8 +348,10 @@ func demoCheck(ctx context.Context, env demoEnv, out io.Writer) error {
 	inserted := time.Now()
 	step("through the proxy: %s -> id %d", insert, id)
 
-	if n, err := count(viaProxy, id); err != nil || n != 1 {
-		return fmt.Errorf("row %d should be visible through the proxy: count %d, err %v", id, n, err)
+	if n, err := count(viaProxy, id); err != nil {
+		return fmt.Errorf("row %d should be visible through the proxy: %w", id, err)
+	} else if n != 1 {
+		return fmt.Errorf("row %d should be visible through the proxy: count %d", id, n)
 	}
 	step("through the proxy: SELECT count(*) FROM sessions WHERE id = %d -> 1 (visible)", id)
 
@@ -386,8 +388,10 @@ func demoCheck(ctx context.Context, env demoEnv, out io.Writer) error {
 		step("directly upstream: row %d deleted by the sweeper %.1fs after insert", id, deletedAt.Sub(inserted).Seconds())
 	}
 
-	if n, err := countUser(ctx, viaProxy, "alice"); err != nil || n != 1 {
-		return fmt.Errorf("alice (never expires) should be visible through the proxy: count %d, err %v", n, err)
+	if n, err := countUser(ctx, viaProxy, "alice"); err != nil {
+		return fmt.Errorf("alice (never expires) should be visible through the proxy: %w", err)
+	} else if n != 1 {
+		return fmt.Errorf("alice (never expires) should be visible through the proxy: count %d", n)
 	}
 	step("through the proxy: alice (expires_at NULL) still visible")
 

@@ -128,7 +128,7 @@ type cancelOnWrite struct {
 
 func (w *cancelOnWrite) Write(p []byte) (int, error) {
 	n, err := w.Buffer.Write(p)
-	if strings.Contains(w.Buffer.String(), w.marker) {
+	if strings.Contains(w.String(), w.marker) {
 		w.cancel()
 	}
 	return n, err

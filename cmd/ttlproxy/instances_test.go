@@ -39,7 +39,7 @@ type instance struct {
 func startInstance(t *testing.T, ctx context.Context, name, cfg string) *instance {
 	t.Helper()
 	in := &instance{name: name, admin: freeAddr(t)}
-	in.cmd = exec.CommandContext(ctx, os.Args[0], "serve", "--config", cfg, "--admin-listen", in.admin)
+	in.cmd = exec.CommandContext(ctx, os.Args[0], "serve", "--config", cfg, "--admin-listen", in.admin) //nolint:gosec // runs the test binary itself as ttlproxy
 	in.cmd.Env = append(os.Environ(), runMainEnv+"=1", "PGAPPNAME="+name)
 	in.cmd.Stdout, in.cmd.Stderr = &in.out, &in.out
 	if err := in.cmd.Start(); err != nil {

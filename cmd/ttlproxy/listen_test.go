@@ -29,7 +29,7 @@ func TestRollingRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Stop()
+	defer func() { _ = cluster.Stop() }()
 	port := freePort(t)
 	cfg := "upstream: " + cluster.Addr() + "\nlisten: 127.0.0.1:" + strconv.Itoa(port) + "\nlisten_reuseport: true\n" +
 		"shutdown_timeout: 5s\ntables:\n  - table: sessions\n"
@@ -54,7 +54,7 @@ func TestRollingRestart(t *testing.T) {
 	// would abort a client and show in its exit status.
 	script := writeFile(t, "select.sql", "SELECT 1;\n")
 	pgbench := filepath.Join(cluster.BinDir, "pgbench")
-	cmd := exec.CommandContext(ctx, pgbench, "-n", "-C", "-c", "4", "-j", "2", "-T", "3", "-f", script,
+	cmd := exec.CommandContext(ctx, pgbench, "-n", "-C", "-c", "4", "-j", "2", "-T", "3", "-f", script, //nolint:gosec // pgbench found on PATH by the test
 		"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-U", cluster.User, "postgres")
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+cluster.Password, "PGSSLMODE=disable")
 	var out bytes.Buffer
@@ -96,11 +96,11 @@ func TestRollingRestart(t *testing.T) {
 func migrateQueued(t *testing.T) {
 	const path = "/proc/sys/net/ipv4/tcp_migrate_req"
 	old, err := os.ReadFile(path)
-	if err != nil || os.WriteFile(path, []byte("1"), 0o644) != nil {
+	if err != nil || os.WriteFile(path, []byte("1"), 0o600) != nil {
 		t.Log("net.ipv4.tcp_migrate_req cannot be set: a connection queued at the instant of the switch may be reset")
 		return
 	}
-	t.Cleanup(func() { _ = os.WriteFile(path, old, 0o644) })
+	t.Cleanup(func() { _ = os.WriteFile(path, old, 0o600) }) //nolint:gosec // a fixed /proc/sys path, restored as it was
 }
 
 func freePort(t *testing.T) int {

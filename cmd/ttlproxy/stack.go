@@ -251,11 +251,13 @@ func (s *stack) run(ctx context.Context, ln, adminLn net.Listener) error {
 	s.reloadMu.Unlock()
 	if sw != nil {
 		if err := sw.Start(s.sweeperCtx); err != nil {
+			// The sweeper's error comes first; the proxy and the admin server
+			// were stopped for it, and an error of theirs is joined to it.
 			cancel()
-			<-proxyDone
+			proxyErr := <-proxyDone
 			s.closeAdmin()
-			<-adminDone
-			return fmt.Errorf("starting sweeper: %w", err)
+			adminErr := <-adminDone
+			return errors.Join(fmt.Errorf("starting sweeper: %w", err), proxyErr, adminErr)
 		}
 	}
 

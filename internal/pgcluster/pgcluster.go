@@ -102,7 +102,7 @@ func pgVersion(initdb string) int {
 }
 
 func isExec(p string) bool {
-	st, err := os.Stat(p)
+	st, err := os.Stat(p) //nolint:gosec // a candidate server binary, from PATH, PG_BINDIR or the distribution
 	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
@@ -130,7 +130,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			c.Stop()
+			_ = c.Stop() // the error that got us here is the one returned
 		}
 	}()
 	if os.Geteuid() == 0 {
@@ -224,7 +224,7 @@ if [ -n "$pid" ]; then
 	while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
 fi
 rm -rf "$3"`
-	cmd := exec.Command("/bin/sh", "-c", script, "pgcluster-watch", strconv.Itoa(os.Getpid()), c.DataDir, c.root)
+	cmd := exec.Command("/bin/sh", "-c", script, "pgcluster-watch", strconv.Itoa(os.Getpid()), c.DataDir, c.root) //nolint:gosec // a fixed script; its arguments are positional parameters, never shell text
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the cluster watcher: %w", err)
@@ -263,7 +263,7 @@ func (c *Cluster) ServerLog() string {
 }
 
 func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, name), args...) //nolint:gosec // a PostgreSQL binary from the cluster's own bin directory
 	cmd.Dir = c.root
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	// pg_ctl's server must outlive ctx; only initdb/pg_ctl themselves are bounded.
@@ -294,7 +294,7 @@ func freePort() (int, error) {
 }
 
 func appendFile(path, text string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0) //nolint:gosec // a file of the cluster's own data directory
 	if err != nil {
 		return err
 	}

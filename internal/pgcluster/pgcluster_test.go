@@ -29,7 +29,7 @@ func TestClusterDiesWithItsOwner(t *testing.T) {
 		}
 		t.Skip(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestClusterDiesWithItsOwner$")
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestClusterDiesWithItsOwner$") //nolint:gosec // runs the test binary itself
 	cmd.Env = append(os.Environ(), "PGCLUSTER_CHILD=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -41,19 +41,19 @@ func TestClusterDiesWithItsOwner(t *testing.T) {
 	buf := make([]byte, 4096)
 	n, err := out.Read(buf)
 	if err != nil || n == 0 {
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		t.Fatalf("child did not report its cluster: %v", err)
 	}
 	root := string(buf[:n-1])
 	pidFile := filepath.Join(root, "data", "postmaster.pid")
 	if _, err := os.Stat(pidFile); err != nil {
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill()
 		t.Fatalf("cluster not running in %s: %v", root, err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	_ = cmd.Wait() // killed: the exit status is the signal
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := os.Stat(root); os.IsNotExist(err) {
