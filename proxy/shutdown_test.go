@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -125,6 +126,7 @@ func TestShutdownTimeout(t *testing.T) {
 }
 
 func TestServeReturnsListenerError(t *testing.T) {
+	before := goleak.IgnoreCurrent()
 	rw, err := rewrite.New(testRules, rewrite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +151,7 @@ func TestServeReturnsListenerError(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return")
 	}
-	checkNoLeaks(t)
+	checkNoLeaks(t, before)
 }
 
 func TestNewValidates(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -599,7 +600,8 @@ func TestSidecarRefreshedRowSurvives(t *testing.T) {
 }
 
 func TestStopWithoutStart(t *testing.T) {
-	t.Cleanup(func() { checkNoGoroutineLeak(t) })
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { checkNoGoroutineLeak(t, before) })
 	s, err := New(Config{DSN: "postgres://nobody@127.0.0.1:1/none", Rules: []ttl.Rule{{Table: "t"}}})
 	if err != nil {
 		t.Fatal(err)
