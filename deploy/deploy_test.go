@@ -10,72 +10,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ttlproxy/ttlproxy/config"
-	"github.com/ttlproxy/ttlproxy/proxy"
-	"github.com/ttlproxy/ttlproxy/rewrite"
-	"github.com/ttlproxy/ttlproxy/sweeper"
-	"github.com/ttlproxy/ttlproxy/ttl"
+	"github.com/ttlproxy/ttlproxy/internal/metricnames"
 )
-
-// cmdMetrics are registered by cmd/ttlproxy (package main) itself.
-var cmdMetrics = []string{
-	"ttlproxy_build_info",
-	"ttlproxy_config_last_reload_successful",
-	"ttlproxy_config_last_reload_success_timestamp_seconds",
-}
-
-// recorder keeps the collectors registered through it.
-type recorder struct {
-	prometheus.Registerer
-	collectors []prometheus.Collector
-}
-
-func (r *recorder) Register(c prometheus.Collector) error {
-	r.collectors = append(r.collectors, c)
-	return r.Registerer.Register(c)
-}
-
-func (r *recorder) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := r.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-var fqName = regexp.MustCompile(`fqName: "([a-z_:]+)"`)
 
 // codeMetrics returns the names of every metric ttlproxy registers.
 func codeMetrics(t *testing.T) []string {
 	t.Helper()
-	rec := &recorder{Registerer: prometheus.NewRegistry()}
-	rw, err := rewrite.New([]ttl.Rule{{Table: "sessions"}}, rewrite.Options{})
+	names, err := metricnames.Registered("../cmd/ttlproxy")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := proxy.New(proxy.Config{Upstream: "127.0.0.1:1", Rewriter: rw, Registerer: rec}); err != nil {
-		t.Fatal(err)
-	}
-	sw, err := sweeper.New(sweeper.Config{DSN: "postgres://x@127.0.0.1:1/x", Rules: []ttl.Rule{{Table: "sessions"}}, Registerer: rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw.Stop()
-	names := slices.Clone(cmdMetrics)
-	for _, c := range rec.collectors {
-		ch := make(chan *prometheus.Desc, 64)
-		go func() { c.Describe(ch); close(ch) }()
-		for d := range ch {
-			if m := fqName.FindStringSubmatch(d.String()); m != nil {
-				names = append(names, m[1])
-			}
-		}
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
+	return names
 }
 
 var metricRef = regexp.MustCompile(`ttlproxy_[a-z_]+`)
