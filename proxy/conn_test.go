@@ -66,12 +66,19 @@ func TestCancelRequest(t *testing.T) {
 	p := startProxy(t, Config{})
 	conn := p.connect(t, "postgres", pgx.QueryExecModeCacheStatement)
 	ctx := testContext(t)
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		_ = conn.PgConn().CancelRequest(ctx)
-	}()
 	start := time.Now()
-	_, err := conn.Exec(ctx, "SELECT pg_sleep(10)")
+	done := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, "SELECT pg_sleep(10)")
+		done <- err
+	}()
+	// Cancel once the server runs the statement: a cancel that arrives
+	// before it is lost, as with the server alone.
+	waitActive(t, 1)
+	if err := conn.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatalf("CancelRequest: %v", err)
+	}
+	err := <-done
 	requireCode(t, err, "57014")
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("cancel took %v", d)

@@ -58,13 +58,21 @@ func TestIdleSessionTimeout(t *testing.T) {
 	parallel(t) // owns its database and proxy
 	db := pgtest.NewDatabase(t)
 	p := startProxy(t, Config{IdleSessionTimeout: 300 * time.Millisecond})
-	for _, m := range modes {
+	for i, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			inTx := p.connect(t, db, m.mode)
 			mustExec(t, inTx, "BEGIN")
 			idle := p.connect(t, db, m.mode)
 			mustExec(t, idle, "SELECT 1")
-			time.Sleep(700 * time.Millisecond)
+			// Any statement would reset the idle clock: wait, without
+			// one, until the proxy counts the idle client's timeout.
+			deadline := time.Now().Add(10 * time.Second)
+			for testutil.ToFloat64(p.srv.metrics.idleTimeouts) < float64(i+1) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no idle timeout after 10s (metric %v, want %d)", testutil.ToFloat64(p.srv.metrics.idleTimeouts), i+1)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			if _, err := idle.Exec(testContext(t), "SELECT 1"); err == nil {
 				t.Fatal("an idle client was not closed")
 			} else if code := pgCode(err); code != "" && code != codeIdleSessionTimeout {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -287,7 +288,12 @@ func TestRangeBatches(t *testing.T) {
 			started = true
 			go func() {
 				defer close(committed)
-				time.Sleep(20 * time.Millisecond) // the first batch waits for row 2
+				// Commit once the first batch waits for row 2's lock (or
+				// gave up on it under its lock_timeout): either way the
+				// refreshed row must survive.
+				if !waitLockWait(e.ctx, e.conn, 2*time.Second) {
+					t.Log("the first batch was not seen waiting for row 2's lock")
+				}
 				if err := tx.Commit(e.ctx); err != nil {
 					t.Error(err)
 				}
@@ -320,4 +326,20 @@ func TestRangeBatches(t *testing.T) {
 	if most > 1000 || len(sizes) < 35 || len(sizes) > 60 {
 		t.Errorf("%d batches, the largest %d rows: want about 40 of at most 1000 (%v)", len(sizes), most, sizes)
 	}
+}
+
+// waitLockWait polls until a backend of conn's database waits for a lock,
+// or until timeout; it reports whether it saw one.
+func waitLockWait(ctx context.Context, conn *pgx.Conn, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		if err != nil || n > 0 {
+			return err == nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return false
 }
