@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/tls"
+	"errors"
 	"io"
 	"iter"
 	"net"
@@ -127,18 +128,19 @@ func rawConnOf(c net.Conn) *rawConn {
 
 // sysRead is read(2) into b, again after EINTR: ok is false when the
 // socket has nothing to read (EAGAIN), else n bytes were read or err
-// (a syscall.Errno) says why not.
-func sysRead(fd uintptr, b []byte) (n int, err error, ok bool) {
+// (an *os.SyscallError) says why not.
+func sysRead(fd uintptr, b []byte) (n int, ok bool, err error) {
 	for {
+		//nolint:gosec // G103: read(2) takes the buffer's address; b outlives the call.
 		r, _, errno := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		switch errno {
 		case 0:
-			return int(r), nil, true
+			return int(r), true, nil
 		case unix.EINTR:
 		case unix.EAGAIN:
-			return 0, nil, false
+			return 0, false, nil
 		default:
-			return 0, errno, true
+			return 0, true, os.NewSyscallError("read", errno)
 		}
 	}
 }
@@ -146,7 +148,7 @@ func sysRead(fd uintptr, b []byte) (n int, err error, ok bool) {
 // read is the syscall.RawConn.Read callback of Read: false means "not
 // ready, wait".
 func (c *rawConn) read(fd uintptr) bool {
-	n, err, ok := sysRead(fd, c.rbuf)
+	n, ok, err := sysRead(fd, c.rbuf)
 	c.rn, c.rerr = n, err
 	return ok
 }
@@ -156,6 +158,7 @@ func (c *rawConn) read(fd uintptr) bool {
 func (c *rawConn) write(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
 		p := c.wbuf[c.wn:]
+		//nolint:gosec // G103: write(2) takes the buffer's address; p outlives the call.
 		n, _, errno := unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 		switch errno {
 		case 0:
@@ -202,9 +205,6 @@ func (c *rawConn) Read(b []byte) (int, error) {
 
 func (c *rawConn) readResult(b []byte, n int, err error) (int, error) {
 	if err != nil {
-		if errno, ok := err.(syscall.Errno); ok {
-			err = os.NewSyscallError("read", errno)
-		}
 		return 0, c.opError("read", err)
 	}
 	raceReadDone(b[:n])
@@ -279,7 +279,7 @@ func (c *rawConn) driven(fd uintptr) bool {
 		if c.closed.Load() {
 			c.rerr = net.ErrClosed
 		} else {
-			n, err, ok := sysRead(fd, c.rbuf)
+			n, ok, err := sysRead(fd, c.rbuf)
 			if !ok {
 				return false
 			}
@@ -304,6 +304,7 @@ func (c *rawConn) checkEnd() {
 	pending := false
 	_ = c.rc.Control(func(fd uintptr) {
 		var b [1]byte
+		//nolint:gosec // G103: recvfrom(2) takes the buffer's address; b outlives the call.
 		_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
 			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
 		pending = errno != unix.EAGAIN && errno != unix.EINTR
@@ -378,7 +379,8 @@ func (c *rawConn) Close() error {
 }
 
 func (c *rawConn) opError(op string, err error) error {
-	if _, ok := err.(*net.OpError); ok {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
 		return err
 	}
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}

@@ -22,19 +22,19 @@ import (
 //     on both sockets of every session (rawconn.go's drive says why).
 
 const (
-	idleSweepMin = 10 * time.Millisecond
-	// sweepPeriodMax bounds how long an end of stream that arrived with the
+	minIdleSweep = 10 * time.Millisecond
+	// maxSweepPeriod bounds how long an end of stream that arrived with the
 	// last data can go unseen.
-	sweepPeriodMax = 500 * time.Millisecond
+	maxSweepPeriod = 500 * time.Millisecond
 )
 
 // idleSweepPeriod is how often sweepSessions runs for an IdleSessionTimeout
 // of timeout (0: disabled).
 func idleSweepPeriod(timeout time.Duration) time.Duration {
 	if timeout <= 0 {
-		return sweepPeriodMax
+		return maxSweepPeriod
 	}
-	return min(max(timeout/4, idleSweepMin), sweepPeriodMax)
+	return min(max(timeout/4, minIdleSweep), maxSweepPeriod)
 }
 
 // sweepSessions runs the sweep until ctx is done; the timeout is read again
@@ -114,7 +114,7 @@ func (c clientReader) Read(b []byte) (int, error) {
 		if err == nil || !isTimeout(err) || c.s.timedOut() {
 			return n, err
 		}
-		_ = c.Conn.SetReadDeadline(time.Time{})
+		_ = c.SetReadDeadline(time.Time{})
 		if n > 0 {
 			return n, nil
 		}
