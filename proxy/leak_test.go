@@ -188,3 +188,44 @@ func TestLongSessionSeesViewMadeDirectly(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedBeforeViewKnown: a statement prepared while the session did
+// not yet know of a view made directly (the window before its catalog is
+// read again) is checked again once the session knows it: a client's
+// statement cache binds it for good, and it must not go on reading the
+// expired row.
+func TestPreparedBeforeViewKnown(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, leakSchema[:2]...)
+	rw, err := rewrite.New(testRules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, Config{Rewriter: rw, rewriter: rw, CatalogTTL: time.Hour})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := p.connect(t, db, m.mode)
+			if got := queryString(t, conn, "SELECT count(*)::text FROM items"); got != "2" {
+				t.Fatalf("items: %s rows, want 2", got)
+			}
+			view := "v_before_" + strings.ReplaceAll(m.name, " ", "_")
+			execDirect(t, db, "CREATE VIEW "+view+" AS SELECT * FROM items")
+			read := "SELECT count(*)::text FROM " + view
+			// The session's catalog predates the view: the window.
+			if got := queryString(t, conn, read); got != "3" {
+				t.Fatalf("the setup no longer opens the window: %s rows before the catalog is read again, want 3", got)
+			}
+			// DDL through the session makes it read the catalog again.
+			mustExec(t, conn, "CREATE TABLE "+view+"_ddl (a int)")
+			if got := queryString(t, conn, read); got != "2" {
+				t.Errorf("the same statement once the session knows the view: %s rows, want the 2 live ones", got)
+			}
+			mustExec(t, conn, "BEGIN")
+			if got := queryString(t, conn, read); got != "2" {
+				t.Errorf("inside a transaction block: %s rows, want 2", got)
+			}
+			mustExec(t, conn, "COMMIT")
+		})
+	}
+}

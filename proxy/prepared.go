@@ -13,24 +13,30 @@ import (
 // Prepared statements and session state.
 //
 // A Parse is rewritten for the session state of its time, but PostgreSQL
-// re-analyses a prepared statement when search_path has changed since, and
-// a statement prepared for a bypass role carries no filter at all. So the
-// proxy keeps, for every prepared statement whose rewrite depends on the
-// state (it names a TTL table name, or the session bypassed the rewriter),
-// its text and the state generation it was rewritten for. When the state
-// changes outside a transaction block, those statements are prepared again
-// for the new state at once (Close and Parse under the same name, answered
-// to the proxy alone), so a client's statement cache keeps working. A stale
-// statement that could not be prepared again (inside a transaction block,
-// where a failure would abort the client's transaction, or after a
-// DEALLOCATE the proxy cannot follow) is rejected when bound: never run for
-// a state it was not rewritten for.
+// re-analyses a prepared statement when search_path has changed since, a
+// statement prepared for a bypass role carries no filter at all, and one
+// the rewriter passed through may name a view or function made directly
+// that the session's catalog did not know of yet. So the proxy keeps, for
+// every prepared statement, its text and the state generation it was
+// rewritten for, and whether the rewriter passed it through (plain). When
+// the state changes outside a transaction block, the statements whose
+// rewrite depends on it are prepared again for the new state at once (Close
+// and Parse under the same name, answered to the proxy alone), so a
+// client's statement cache keeps working; a plain one is rewritten again
+// (most take the rewriter's cheap check) and prepared again only when it is
+// no longer plain. A stale statement that could not be prepared again
+// (inside a transaction block, where a failure would abort the client's
+// transaction, or after a DEALLOCATE the proxy cannot follow) is rejected
+// when bound: never run for a state it was not rewritten for.
 
-// preparedStmt is one state-dependent prepared statement.
+// preparedStmt is one prepared statement.
 type preparedStmt struct {
 	sql  string
 	oids []uint32
 	gen  uint64
+	// plain: the rewriter passed it through unchanged for the state of gen
+	// (it could not name a TTL table or a path to one then).
+	plain bool
 	// doubtful: the client may have deallocated it with SQL (DEALLOCATE,
 	// DISCARD ALL), so it must not be re-created.
 	doubtful bool
@@ -59,9 +65,10 @@ func staleStatementError(name string) *rewrite.Error {
 
 // notePrepared records the outcome of a Parse: name now holds sql
 // (parameter types oids, raw big-endian) rewritten for the current state,
-// or nothing the proxy needs to follow.
-func (st *sessionState) notePrepared(name []byte, sql string, oids []byte, keep bool) {
-	if !keep {
+// passed through when plain; or nothing, when ok is false (the Parse was
+// rejected: the server fails the placeholder sent in its place).
+func (st *sessionState) notePrepared(name []byte, sql string, oids []byte, ok, plain bool) {
+	if !ok {
 		if len(st.prepared) > 0 {
 			delete(st.prepared, string(name))
 		}
@@ -70,7 +77,7 @@ func (st *sessionState) notePrepared(name []byte, sql string, oids []byte, keep 
 	if st.prepared == nil {
 		st.prepared = make(map[string]*preparedStmt)
 	}
-	p := &preparedStmt{sql: sql, gen: st.gen}
+	p := &preparedStmt{sql: sql, gen: st.gen, plain: plain}
 	for ; len(oids) >= 4; oids = oids[4:] {
 		p.oids = append(p.oids, uint32(oids[0])<<24|uint32(oids[1])<<16|uint32(oids[2])<<8|uint32(oids[3]))
 	}
@@ -104,10 +111,23 @@ func (st *sessionState) staleBind(body []byte) error {
 		// Preparing it again for the current state was rejected: the
 		// statement no longer exists on the server.
 		return p.rejected
+	case p.plain && (p.gen != st.gen || st.unseen) && st.stillPlain(p):
+		// Passed through for this state too (as a Parse of it would be
+		// in a pipeline not yet read back).
+		if !st.unseen {
+			p.gen = st.gen
+		}
 	case p.gen != st.gen || st.unseen:
 		return staleStatementError(string(name))
 	}
 	return nil
+}
+
+// stillPlain reports whether the rewriter passes p's text through under the
+// current state too.
+func (st *sessionState) stillPlain(p *preparedStmt) bool {
+	res, err := st.rw.Rewrite(p.sql, st.cur)
+	return err == nil && !st.sensitive(res)
 }
 
 // reprepare prepares every stale statement again for the current state.
@@ -128,6 +148,12 @@ func (s *session) reprepareOnly(only []byte) error {
 		}
 		p.gen = s.st.gen
 		res, err := s.rs.Load().rewriter.Rewrite(p.sql, s.st.cur)
+		if p.plain {
+			if err == nil && !s.st.sensitive(res) {
+				continue
+			}
+			p.plain = false
+		}
 		msgs, _ = (&pgproto3.Close{ObjectType: 'S', Name: name}).Encode(msgs)
 		if err == nil {
 			q := &pgproto3.Parse{Name: name, Query: res.SQL, ParameterOIDs: p.oids}
@@ -201,7 +227,7 @@ func (s *session) reprepareBound(r *bufio.Reader, total int) error {
 	if !ok {
 		return nil
 	}
-	if p := s.st.prepared[string(name)]; p == nil || p.gen == s.st.gen || p.doubtful {
+	if p := s.st.prepared[string(name)]; p == nil || p.gen == s.st.gen || p.doubtful || p.plain && s.st.stillPlain(p) {
 		return nil
 	}
 	return s.reprepareOnly(name)

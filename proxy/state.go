@@ -298,11 +298,11 @@ func (st *sessionState) onParse(name []byte, sql string, oids []byte, res rewrit
 		// this one are rewritten under the old catalog.
 		st.catalogStale, st.dirty = true, true
 	}
-	keep := err == nil && st.sensitive(res)
-	if keep && st.unseen {
-		err, keep = errStalePipeline, false
+	plain := !st.sensitive(res)
+	if err == nil && !plain && st.unseen {
+		err = errStalePipeline
 	}
-	st.notePrepared(name, sql, oids, keep)
+	st.notePrepared(name, sql, oids, err == nil, plain)
 	return err
 }
 
