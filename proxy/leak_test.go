@@ -178,11 +178,20 @@ func TestLongSessionSeesViewMadeDirectly(t *testing.T) {
 			}
 			view := "v_direct_" + strings.ReplaceAll(m.name, " ", "_")
 			execDirect(t, db, "CREATE VIEW "+view+" AS SELECT * FROM items")
-			time.Sleep(ttl + 100*time.Millisecond)
-			// Read raw, the view would show the expired row too.
+			// Read raw, the view would show the expired row too. Each
+			// session reads until its catalog has aged (a statement it
+			// prepared before must not keep the window open), then once
+			// more.
+			deadline := time.Now().Add(ttl + 10*time.Second)
 			for i, c := range []*pgx.Conn{first, second} {
+				for queryString(t, c, "SELECT count(*)::text FROM "+view) != "2" {
+					if time.Now().After(deadline) {
+						t.Fatalf("session %d, a view made directly after it started: still the expired row %v after the catalog's TTL", i+1, ttl)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
 				if got := queryString(t, c, "SELECT count(*)::text FROM "+view); got != "2" {
-					t.Errorf("session %d, a view made directly after it started: %s rows, want the 2 live ones", i+1, got)
+					t.Errorf("session %d, once it knew the view: %s rows, want the 2 live ones", i+1, got)
 				}
 			}
 		})
