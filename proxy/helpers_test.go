@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,9 @@ import (
 // TestMain checks, after every test, parallel ones included, that no
 // goroutine outlived its test.
 func TestMain(m *testing.M) {
+	if upstream := os.Getenv(fdChildEnv); upstream != "" {
+		os.Exit(fdChild(upstream))
+	}
 	pgtest.Main(m, func() error { return findLeaks() })
 }
 

@@ -23,6 +23,7 @@ type metrics struct {
 	cancelRequests         prometheus.Counter
 	sessionRefreshes       prometheus.Counter
 	refused                prometheus.Counter
+	acceptErrors           *prometheus.CounterVec
 	rejections             *prometheus.CounterVec
 	// retired sums the shape counters of the rewriters a reload replaced.
 	retiredMu     sync.Mutex
@@ -66,6 +67,11 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Name: "client_connections_refused_total",
 			Help: "Clients refused at startup because max_client_connections were open (SQLSTATE 53300).",
 		}),
+		acceptErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "accept_errors_total",
+			Help: "Transient errors accepting client connections, retried after a backoff, by reason: emfile (process out of file descriptors), enfile (system out of file descriptors), enobufs, enomem, timeout.",
+		}, []string{"reason"}),
 		loginTimeouts: timeouts.WithLabelValues("login"),
 		idleTimeouts:  timeouts.WithLabelValues("idle_session"),
 		clientConnections: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -135,7 +141,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 	}
 	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
-		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, timeouts, m.rejections,
+		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
 		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed,
 	}
 	if rw != nil {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -98,23 +99,37 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 	var serveErr error
 	var backoff time.Duration
+	var lastLog time.Time
+	suppressed := 0
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Transient (e.g. out of file descriptors): back off as
-				// net/http does.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accepting connection", "err", err, "retry_in", backoff)
-				time.Sleep(backoff)
-				continue
+			reason, transient := acceptErrorReason(err)
+			if !transient {
+				serveErr = fmt.Errorf("proxy: accepting connections: %w", err)
+				break
 			}
-			serveErr = fmt.Errorf("proxy: accepting connections: %w", err)
-			break
+			// Out of file descriptors or kernel memory: the clients already
+			// served go on, and the ones waiting in the listen backlog are
+			// accepted once some close. Back off as net/http does (5 ms
+			// doubling to 1 s) and log at most once a second.
+			s.metrics.acceptErrors.WithLabelValues(reason).Inc()
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if now := time.Now(); now.Sub(lastLog) >= time.Second {
+				s.log.Warn("accepting connection", "err", err, "reason", reason,
+					"retry_in", backoff, "suppressed", suppressed)
+				lastLog, suppressed = now, 0
+			} else {
+				suppressed++
+			}
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+			}
+			continue
 		}
 		backoff = 0
 		s.startSession(conn)
@@ -186,6 +201,28 @@ func (s *Server) drain() {
 	}
 	closing.Wait()
 	<-done
+}
+
+// acceptErrorReason classifies an error from Accept: transient errors (the
+// process or the system out of file descriptors, the kernel out of socket
+// buffers or memory, a timeout) are retried by Serve; the reason is the
+// label of ttlproxy_proxy_accept_errors_total.
+func acceptErrorReason(err error) (reason string, transient bool) {
+	switch {
+	case errors.Is(err, syscall.EMFILE):
+		return "emfile", true
+	case errors.Is(err, syscall.ENFILE):
+		return "enfile", true
+	case errors.Is(err, syscall.ENOBUFS):
+		return "enobufs", true
+	case errors.Is(err, syscall.ENOMEM):
+		return "enomem", true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout", true
+	}
+	return "", false
 }
 
 // CheckUpstream dials the upstream server (and negotiates TLS as
