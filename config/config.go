@@ -46,8 +46,11 @@ type Config struct {
 	ListenReusePort bool
 	// Upstream is the database server's host:port.
 	Upstream string
-	// AdminListen is the HTTP host:port for /metrics, /healthz and /readyz.
+	// AdminListen is the HTTP host:port for /metrics, /healthz, /readyz,
+	// /status and POST /-/reload.
 	AdminListen string
+	// Admin guards the admin HTTP server.
+	Admin Admin
 	// TLS enables client-facing TLS; nil means clients are told TLS is not
 	// available.
 	TLS *TLS
@@ -107,6 +110,27 @@ type UpstreamTLS struct {
 	SSLRootCert string
 	// SSLCert and SSLKey are an optional client certificate and key (PEM).
 	SSLCert, SSLKey string
+}
+
+// Admin guards the admin HTTP server. /metrics, /healthz and /readyz are
+// open (the Prometheus convention); /status (users, databases, client
+// addresses) and POST /-/reload answer 403 unless enabled here or the
+// request carries the bearer token.
+type Admin struct {
+	// WebConfigFile is a web configuration file of Prometheus's
+	// exporter-toolkit (the format of --web.config.file: TLS, basic auth,
+	// rate limit) for every admin endpoint; "" serves plain HTTP without
+	// authentication. It is read again on every request.
+	WebConfigFile string
+	// EnableStatus serves GET /status.
+	EnableStatus bool
+	// EnableLifecycle serves POST /-/reload (Prometheus's
+	// --web.enable-lifecycle).
+	EnableLifecycle bool
+	// BearerTokenFile holds a token (surrounding white space ignored) that
+	// opens /status and POST /-/reload to a request carrying
+	// "Authorization: Bearer TOKEN" when they are not enabled.
+	BearerTokenFile string
 }
 
 // TLS names the certificate and key files (PEM) presented to clients.
@@ -209,7 +233,7 @@ func Parse(data []byte) (*Config, error) {
 
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
-		"listen", "listen_reuseport", "upstream", "admin_listen", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
+		"listen", "listen_reuseport", "upstream", "admin_listen", "admin", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
 		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper")
 	if err != nil {
 		return nil, err
@@ -237,6 +261,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["admin_listen"]; ok {
 		if cfg.AdminListen, err = address(v, false); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["admin"]; ok {
+		if err := parseAdmin(v, &cfg.Admin); err != nil {
 			return nil, err
 		}
 	}
@@ -401,6 +430,34 @@ func parseUpstreamTLS(v field) (*UpstreamTLS, error) {
 		return nil, fmt.Errorf("%s: sslcert and sslkey go together", v.path)
 	}
 	return u, nil
+}
+
+func parseAdmin(v field, a *Admin) error {
+	f, err := mapping(v.val, v.path, "web_config_file", "enable_status", "enable_lifecycle", "bearer_token_file")
+	if err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"web_config_file", &a.WebConfigFile}, {"bearer_token_file", &a.BearerTokenFile}} {
+		if x, ok := f[k.key]; ok {
+			if *k.dst, err = x.str(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, k := range []struct {
+		key string
+		dst *bool
+	}{{"enable_status", &a.EnableStatus}, {"enable_lifecycle", &a.EnableLifecycle}} {
+		if x, ok := f[k.key]; ok {
+			if *k.dst, err = x.boolean(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func parseTLS(v field) (*TLS, error) {

@@ -17,6 +17,7 @@ func TestParseFull(t *testing.T) {
 listen: 0.0.0.0:7432
 upstream: db.internal:5433
 admin_listen: :9999
+admin: {web_config_file: /etc/ttl/web.yml, enable_status: true, enable_lifecycle: false, bearer_token_file: /etc/ttl/admin-token}
 tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
 bypass_roles: [ttl_admin, Migrator]
 trusted_functions: [Report.Count_All, '"MixedCase"', audit_count]
@@ -75,6 +76,7 @@ sweeper:
 		Listen:             "0.0.0.0:7432",
 		Upstream:           "db.internal:5433",
 		AdminListen:        ":9999",
+		Admin:              Admin{WebConfigFile: "/etc/ttl/web.yml", EnableStatus: true, BearerTokenFile: "/etc/ttl/admin-token"},
 		TLS:                &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
 		BypassRoles:        []string{"ttl_admin", "Migrator"},
 		TrustedFunctions:   []string{"report.count_all", "MixedCase", "audit_count"},
@@ -198,7 +200,10 @@ func TestParseErrors(t *testing.T) {
 		{"listen bad", up + "listen: 6432\n", `listen: invalid address "6432": want host:port`},
 		{"admin bad port", up + "admin_listen: localhost:99999\n", `admin_listen: invalid address "localhost:99999": bad port "99999"`},
 
-		// tls, bypass_roles, limits, timeouts.
+		// admin, tls, bypass_roles, limits, timeouts.
+		{"admin unknown", up + "admin: {web_config: w.yml}\n", "admin.web_config: unknown key (line 2)"},
+		{"admin lifecycle not bool", up + "admin: {enable_lifecycle: sometimes}\n", `admin.enable_lifecycle: expected true or false, got "sometimes"`},
+		{"admin empty token file", up + "admin: {bearer_token_file: ''}\n", "admin.bearer_token_file: must not be empty"},
 		{"tls not mapping", up + "tls: yes\n", `tls: expected a mapping, got "yes"`},
 		{"tls missing key", up + "tls: {cert_file: c}\n", "tls.key_file: required"},
 		{"tls unknown", up + "tls: {cert_file: c, key_file: k, ca_file: x}\n", "tls.ca_file: unknown key (line 2)"},

@@ -30,7 +30,7 @@ func TestServeDDLEvents(t *testing.T) {
 		}
 	}
 	listen, admin := freeAddr(t), freeAddr(t)
-	p := writeFile(t, "ttlproxy.yaml", "upstream: "+cluster.Addr()+"\nlisten: "+listen+"\ncatalog_ttl: 1h\n"+
+	p := writeFile(t, "ttlproxy.yaml", "upstream: "+cluster.Addr()+"\nlisten: "+listen+"\ncatalog_ttl: 1h\nadmin: {enable_status: true}\n"+
 		"ddl_events_dsn: '"+dsn+"'\ntables:\n  - table: sessions\n")
 	if code, out, errOut := runCmd(t, ctx, "install", "--config", p, "--dsn", dsn, "--ddl-events"); code != 0 {
 		t.Fatalf("install --ddl-events: %d\n%s%s", code, out, errOut)

@@ -136,6 +136,7 @@ func TestInstancesShareSweeping(t *testing.T) {
 	// that an instance holds it long enough to be killed while it does.
 	const interval = 2 * time.Second
 	cfg := writeFile(t, "instances.yaml", fmt.Sprintf(`upstream: %s
+admin: {enable_status: true}
 listen: 127.0.0.1:%d
 listen_reuseport: true
 sweeper:

@@ -20,8 +20,11 @@ import (
 // statement and client limits and the timeouts of clients change for every
 // session's next statement (proxy.Server.Reload); the sweeper is stopped
 // after its batch in flight and started again with the new tables and
-// settings. The other keys (listen, admin_listen, upstream, tls,
-// upstream_tls, dial_timeout, shutdown_timeout) need a restart: a reload
+// settings. The admin section (but for web_config_file, which
+// exporter-toolkit rereads per request anyway) and the client certificate
+// and key files of tls are read again. The other keys (listen,
+// admin_listen, upstream, turning tls on or off, upstream_tls,
+// dial_timeout, shutdown_timeout) need a restart: a reload
 // that changes them says so in the log and keeps them. A file that does not
 // load keeps the running configuration, logs the error (which names the
 // key) and sets ttlproxy_config_last_reload_successful to 0.
@@ -36,7 +39,10 @@ func restartKeys(old, cur *config.Config) []string {
 		{"listen", old.Listen, cur.Listen},
 		{"admin_listen", old.AdminListen, cur.AdminListen},
 		{"upstream", old.Upstream, cur.Upstream},
-		{"tls", old.TLS, cur.TLS},
+		// The certificate files are read again; switching TLS on or off
+		// needs a restart.
+		{"tls", old.TLS == nil, cur.TLS == nil},
+		{"admin.web_config_file", old.Admin.WebConfigFile, cur.Admin.WebConfigFile},
 		{"upstream_tls", old.UpstreamTLS, cur.UpstreamTLS},
 		{"dial_timeout", old.DialTimeout, cur.DialTimeout},
 		{"shutdown_timeout", old.ShutdownTimeout, cur.ShutdownTimeout},
@@ -74,7 +80,11 @@ func (s *stack) reload() (err error) {
 	if keys := restartKeys(s.cfg, cfg); len(keys) > 0 {
 		s.log.Warn("configuration keys changed that take effect only after a restart", "keys", keys)
 		cfg.Listen, cfg.AdminListen, cfg.Upstream = s.cfg.Listen, s.cfg.AdminListen, s.cfg.Upstream
-		cfg.TLS, cfg.UpstreamTLS = s.cfg.TLS, s.cfg.UpstreamTLS
+		if (cfg.TLS == nil) != (s.cfg.TLS == nil) {
+			cfg.TLS = s.cfg.TLS
+		}
+		cfg.UpstreamTLS = s.cfg.UpstreamTLS
+		cfg.Admin.WebConfigFile = s.cfg.Admin.WebConfigFile
 		cfg.DialTimeout, cfg.ShutdownTimeout, cfg.CatalogTTL = s.cfg.DialTimeout, s.cfg.ShutdownTimeout, s.cfg.CatalogTTL
 		cfg.GOMAXPROCS = s.cfg.GOMAXPROCS
 		cfg.DDLEventsDSN = s.cfg.DDLEventsDSN
@@ -83,6 +93,17 @@ func (s *stack) reload() (err error) {
 	if err != nil {
 		return fmt.Errorf("building rewriter: %w", err)
 	}
+	access, err := newAdminAccess(&cfg.Admin)
+	if err != nil {
+		return err
+	}
+	if cfg.TLS != nil {
+		// A rotated certificate serves the next handshake.
+		if err := s.loadClientCert(cfg.TLS); err != nil {
+			return err
+		}
+	}
+	s.access.Store(access)
 	if err := s.proxy.Reload(proxy.Reload{
 		Rewriter:             rw,
 		BypassRoles:          cfg.BypassRoles,

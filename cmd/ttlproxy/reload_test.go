@@ -43,7 +43,7 @@ func TestServeReload(t *testing.T) {
 	}
 	defer upstream.Close()
 	adminAddr := freeAddr(t)
-	good := "upstream: " + upstream.Addr().String() + "\nlisten: 127.0.0.1:0\ntables:\n  - table: sessions\n    default_ttl: 1h\n"
+	good := "upstream: " + upstream.Addr().String() + "\nlisten: 127.0.0.1:0\nadmin: {enable_status: true, enable_lifecycle: true}\ntables:\n  - table: sessions\n    default_ttl: 1h\n"
 	p := writeFile(t, "ttlproxy.yaml", good)
 
 	ctx, cancel := context.WithCancel(context.Background())

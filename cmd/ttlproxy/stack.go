@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/ttlproxy/ttlproxy/config"
 	"github.com/ttlproxy/ttlproxy/proxy"
@@ -41,6 +42,12 @@ type stack struct {
 	proxy    *proxy.Server
 	admin    *http.Server
 	draining atomic.Bool
+	// access is who may read /status and POST /-/reload (admin.go); a
+	// reload replaces it.
+	access atomic.Pointer[adminAccess]
+	// clientCert is the certificate presented to clients (nil without
+	// tls); a reload reads the files again.
+	clientCert atomic.Pointer[tls.Certificate]
 
 	// reloadMu orders reloads (reload.go) and guards sweeper and cfg.
 	reloadMu sync.Mutex
@@ -99,13 +106,23 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building rewriter: %w", err)
 	}
+	s := &stack{cfg: cfg, log: log}
+	access, err := newAdminAccess(&cfg.Admin)
+	if err != nil {
+		return nil, err
+	}
+	s.access.Store(access)
 	var tlsConfig *tls.Config
 	if cfg.TLS != nil {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
+		if err := s.loadClientCert(cfg.TLS); err != nil {
+			return nil, err
 		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		// The certificate is looked up per handshake, so a reload can
+		// rotate it without a restart.
+		tlsConfig = &tls.Config{
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.clientCert.Load(), nil },
+			MinVersion:     tls.VersionTLS12,
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -119,7 +136,7 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream_tls: %w", err)
 	}
-	s := &stack{cfg: cfg, log: log, registry: reg}
+	s.registry = reg
 	s.proxy, err = proxy.New(proxy.Config{
 		Upstream:        cfg.Upstream,
 		TLSConfig:       tlsConfig,
@@ -186,19 +203,19 @@ func (s *stack) adminHandler() http.Handler {
 		}
 		return nil, nil
 	})}
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /status", s.guard(endpointStatus, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.status())
-	})
-	mux.HandleFunc("POST /-/reload", func(w http.ResponseWriter, _ *http.Request) {
+	}))
+	mux.HandleFunc("POST /-/reload", s.guard(endpointLifecycle, func(w http.ResponseWriter, _ *http.Request) {
 		if err := s.reload(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		fmt.Fprintln(w, "reloaded")
-	})
+	}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		Registry: s.registry,
@@ -235,8 +252,11 @@ func (s *stack) run(ctx context.Context, ln, adminLn net.Listener) error {
 	go func() { proxyDone <- s.proxy.Serve(ctx, ln) }()
 	s.watchSIGHUP(ctx.Done())
 	adminDone := make(chan error, 1)
+	webConfig := s.cfg.Admin.WebConfigFile
 	go func() {
-		err := s.admin.Serve(adminLn)
+		// exporter-toolkit serves TLS and basic auth as the web
+		// configuration file says, reading it again on every request.
+		err := web.Serve(adminLn, s.admin, &web.FlagConfig{WebConfigFile: &webConfig}, s.log.With("component", "admin"))
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}

@@ -39,9 +39,10 @@ func (s *stack) status() adminStatus {
 // runStatus prints what a running ttlproxy reports on its admin server's
 // /status: the rule set in force, the tables and the sessions.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("status", "[--admin URL]", stderr)
+	fs := newFlagSet("status", "[--admin URL] [--token-file FILE]", stderr)
 	admin := fs.String("admin", "http://127.0.0.1:9187", "the admin server's base `URL`")
 	asJSON := fs.Bool("json", false, "print the JSON document as served")
+	tokenFile := fs.String("token-file", "", "`file` holding the bearer token of admin.bearer_token_file")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -53,6 +54,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(*admin, "/")+"/status", nil)
 	if err != nil {
 		return usageError(fs, "--admin: %v", err)
+	}
+	if *tokenFile != "" {
+		tok, err := readToken(*tokenFile)
+		if err != nil {
+			return usageError(fs, "--token-file: %v", err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
