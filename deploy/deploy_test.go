@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ttlproxy/ttlproxy/config"
@@ -94,6 +95,19 @@ func TestFilesParse(t *testing.T) {
 	}
 	if _, err := config.Parse([]byte(cm.Data["ttlproxy.yaml"])); err != nil {
 		t.Errorf("kubernetes/configmap.yaml ttlproxy.yaml: %v", err)
+	}
+	// The compose kit's admin web configuration loads as exporter-toolkit
+	// loads it (the Kubernetes one names certificates of a Secret).
+	if err := web.Validate("web.yml"); err != nil {
+		t.Errorf("web.yml: %v", err)
+	}
+	var webCfg struct {
+		TLS struct {
+			CertFile string `yaml:"cert_file"`
+		} `yaml:"tls_server_config"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data["web.yml"]), &webCfg); err != nil || webCfg.TLS.CertFile == "" {
+		t.Errorf("kubernetes/configmap.yaml web.yml: %v, no tls_server_config.cert_file", err)
 	}
 	unit := read(t, "systemd/ttlproxy.service")
 	for _, want := range []string{"ExecReload=/bin/kill -HUP $MAINPID", "ExecStart=/usr/local/bin/ttlproxy serve", "NoNewPrivileges=yes"} {
