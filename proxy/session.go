@@ -48,7 +48,10 @@ type session struct {
 	id  uint64
 	log *slog.Logger
 
-	mu             sync.Mutex // guards client, upstream, upstreamClosed, backendKey
+	// mu guards client, upstream, upstreamClosed, backendKey, and log while
+	// startup replaces it (read it with logger() outside the session's
+	// own goroutines: the login timer, a forced shutdown).
+	mu             sync.Mutex
 	client         net.Conn
 	upstream       net.Conn
 	upstreamClosed bool
@@ -179,7 +182,7 @@ func (s *session) loginTimedOut() {
 	default:
 	}
 	s.srv.metrics.loginTimeouts.Inc()
-	s.log.Info("closing client: login timeout", "timeout", s.rs.Load().clientLoginTimeout)
+	s.logger().Info("closing client: login timeout", "timeout", s.rs.Load().clientLoginTimeout)
 	b := errorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.pending.Store(closedMark)
@@ -250,6 +253,14 @@ func (s *session) guard(name string, loop func() error) (err error) {
 		s.closeUpstream()
 	}()
 	return loop()
+}
+
+// logger returns the session's logger, for the goroutines that may run
+// while startup replaces it.
+func (s *session) logger() *slog.Logger {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log
 }
 
 func (s *session) clientConn() net.Conn {
@@ -375,7 +386,7 @@ func (s *session) cancelUpstream(key []byte) {
 	binary.BigEndian.PutUint32(pkt[4:], cancelRequestCode)
 	pkt = append(pkt, key...)
 	if err := s.srv.sendCancel(pkt); err != nil {
-		s.log.Warn("cancelling statement at shutdown", "err", err)
+		s.logger().Warn("cancelling statement at shutdown", "err", err)
 	}
 }
 

@@ -182,7 +182,10 @@ func (s *session) startSession(pkt []byte) error {
 		s.database = s.user
 	}
 	s.replication = isReplication(msg.Parameters["replication"])
-	s.log = s.log.With("user", s.user, "database", s.database)
+	log := s.log.With("user", s.user, "database", s.database)
+	s.mu.Lock()
+	s.log = log
+	s.mu.Unlock()
 	if limit := s.rs.Load().maxClientConnections; limit > 0 && s.srv.active.Load() > int64(limit) {
 		s.srv.metrics.refused.Inc()
 		return &protocolError{code: codeTooManyConnections,
