@@ -76,7 +76,7 @@ sweeper:
 		Listen:             "0.0.0.0:7432",
 		Upstream:           "db.internal:5433",
 		AdminListen:        ":9999",
-		Admin:              Admin{WebConfigFile: "/etc/ttl/web.yml", EnableStatus: true, BearerTokenFile: "/etc/ttl/admin-token"},
+		Admin:              Admin{WebConfigFile: "/etc/ttl/web.yml", EnableStatus: true, BearerTokenFile: "/etc/ttl/admin-token"}, //nolint:gosec // a file name, not a credential
 		TLS:                &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
 		BypassRoles:        []string{"ttl_admin", "Migrator"},
 		TrustedFunctions:   []string{"report.count_all", "MixedCase", "audit_count"},

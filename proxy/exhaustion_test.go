@@ -151,7 +151,7 @@ func TestFDExhaustion(t *testing.T) {
 		t.Skip("starts a child process")
 	}
 	pg := pgtest.Server(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // the test binary itself, as the child
 	cmd.Env = append(os.Environ(), fdChildEnv+"="+pg.Addr())
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

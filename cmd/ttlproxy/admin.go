@@ -43,13 +43,9 @@ func newAdminAccess(a *config.Admin) (*adminAccess, error) {
 	}
 	acc := &adminAccess{status: a.EnableStatus, lifecycle: a.EnableLifecycle}
 	if a.BearerTokenFile != "" {
-		b, err := os.ReadFile(a.BearerTokenFile)
+		tok, err := readToken(a.BearerTokenFile)
 		if err != nil {
 			return nil, fmt.Errorf("admin.bearer_token_file: %w", err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" {
-			return nil, fmt.Errorf("admin.bearer_token_file: %s is empty", a.BearerTokenFile)
 		}
 		acc.token = []byte(tok)
 	}
@@ -101,9 +97,12 @@ func (s *stack) loadClientCert(t *config.TLS) error {
 	return nil
 }
 
-// readToken reads a bearer token file for `ttlproxy status`.
+// readToken reads a bearer token file (admin.bearer_token_file, and
+// `ttlproxy status --token-file`); surrounding white space is not part of
+// the token.
 func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	b, err := os.ReadFile(path) //nolint:gosec // the file the operator names
+
 	if err != nil {
 		return "", err
 	}
