@@ -81,6 +81,7 @@ func stringLit(e ast.Expr) (string, bool) {
 // to the key path of that mapping ("" for the top level).
 var configSections = map[string]string{
 	"parseRoot":        "",
+	"parseAdmin":       "admin",
 	"parseTLS":         "tls",
 	"parseUpstreamTLS": "upstream_tls",
 	"parseLimits":      "limits",
