@@ -689,6 +689,13 @@ tables:
     default_ttl: 1h
 YAML
 	} >"$WORK/$inst.yaml"
+	# The scraping row reloads through POST /-/reload, which a proxy with
+	# the admin: section answers only when enabled; a binary older than
+	# that section refuses the key and answers the reload anyway.
+	printf 'admin:\n  enable_lifecycle: true\n' >>"$WORK/$inst.yaml"
+	if ! "$binary" rewrite --config "$WORK/$inst.yaml" "SELECT 1" >/dev/null 2>&1; then
+		sed -i '/^admin:$/,$d' "$WORK/$inst.yaml"
+	fi
 	log "starting $inst ($(basename "$binary")) on port $port (admin $admin)"
 	"$binary" serve --config "$WORK/$inst.yaml" --log-level warn >"$WORK/$inst.log" 2>&1 &
 	pid=$!
