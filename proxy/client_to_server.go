@@ -30,8 +30,7 @@ func (s *session) clientToServer() error {
 		// the server's idle sweep finds it so (sweep.go).
 		typ, length, err := peekHeader(r)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() && s.pending.Load() == 0 {
+			if isTimeout(err) && s.pending.Load() == 0 {
 				return s.idleTimedOut()
 			}
 			return s.clientEnded(err, true)

@@ -218,8 +218,7 @@ func acceptErrorReason(err error) (reason string, transient bool) {
 	case errors.Is(err, syscall.ENOMEM):
 		return "enomem", true
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if isTimeout(err) {
 		return "timeout", true
 	}
 	return "", false

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"net"
 	"time"
 )
@@ -119,13 +118,6 @@ func (c clientReader) Read(b []byte) (int, error) {
 			return n, nil
 		}
 	}
-}
-
-// isTimeout reports a deadline's error. (Its net.Error escapes to the
-// heap: only for errors.)
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // timedOut reports that a read deadline of the client's is meant: the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -44,6 +45,13 @@ type writeError struct{ err error }
 
 func (e *writeError) Error() string { return e.err.Error() }
 func (e *writeError) Unwrap() error { return e.err }
+
+// isTimeout reports a deadline's error. (Its net.Error escapes to the
+// heap: only for errors.)
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
 
 func isWriteError(err error) bool {
 	var we *writeError
