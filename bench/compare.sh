@@ -22,6 +22,14 @@
 #              configuration as ttlproxy (its own port and admin port),
 #              started and measured the same way.
 #   pgbouncer  pgbench -> PgBouncer (pool_mode = session) -> PostgreSQL.
+#   floor, floor-epoll
+#              only with FLOOR=1: pgbench -> bench/relayfloor (a byte relay
+#              that does nothing per message; -engine goroutine, ttlproxy's
+#              engine, and -engine epoll, an event loop of its own) ->
+#              PostgreSQL. What an engine alone costs: ttlproxy's CPU per
+#              transaction minus floor's is ttlproxy's own work per message,
+#              floor's minus floor-epoll's what an event loop would save.
+#              Not in the TLS row.
 #
 # Same work on every target. ttlproxy rewrites pgbench's statements as
 # `ttlproxy rewrite` shows (the script logs it at start):
@@ -29,7 +37,7 @@
 #       ("pgbench_accounts"."expires_at" IS NULL OR ... >= now())
 #   UPDATE pgbench_accounts ... WHERE (aid = $n) AND (<same predicate>)
 #   INSERT INTO pgbench_history (...) -> adds expires_at = now() + 1h
-# The direct and PgBouncer targets run custom scripts (-f) equal to the
+# The direct, PgBouncer and floor targets run custom scripts (-f) equal to the
 # built-in select-only and tpcb-like scripts but with that filter written
 # into the SQL by hand, and pgbench_history.expires_at has the column DEFAULT
 # now() + interval '3600 seconds', so the server does the same work as behind
@@ -140,6 +148,7 @@
 #              newest /usr/lib/postgresql/*/bin)
 #   TTLPROXY   a ttlproxy binary to use instead of building this checkout
 #   BASELINE   a second ttlproxy binary, the target "baseline" (optional)
+#   FLOOR=1    the targets floor and floor-epoll too (bench/relayfloor)
 #   PERF=0     no perf counters (default: used when perf works)
 #
 # Needs: the PostgreSQL server binaries, pgbench and psql, Go (unless
@@ -585,6 +594,10 @@ fi
 if [ -n "${BASELINE:-}" ]; then
 	cp "$BASELINE" "$WORK/ttlproxy-baseline"
 fi
+if [ "${FLOOR:-}" = 1 ]; then
+	command -v go >/dev/null 2>&1 || die "go not found: needed to build bench/relayfloor (FLOOR=1)"
+	(cd "$ROOT" && go build -o "$WORK/relayfloor" ./bench/relayfloor) || die "go build of bench/relayfloor failed"
+fi
 
 perf_probe
 
@@ -758,9 +771,28 @@ INI
 	T_PORT[$inst]=$port T_PID[$inst]=$pid
 }
 
+# start_floor INSTANCE ENGINE: bench/relayfloor with that engine.
+start_floor() {
+	local inst=$1 engine=$2 port pid
+	free_port port
+	log "starting $inst (relayfloor -engine $engine) on port $port"
+	"$WORK/relayfloor" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PG_PORT" -engine "$engine" >"$WORK/$inst.log" 2>&1 &
+	pid=$!
+	STOP_PIDS+=("$pid")
+	wait_port "$port" "$pid" ||
+		die "$inst did not start listening on port $port: $(cat "$WORK/$inst.log")"
+	T_PORT[$inst]=$port T_PID[$inst]=$pid
+}
+
 start_ttlproxy ttlproxy "$WORK/ttlproxy" 0
 [ -z "${BASELINE:-}" ] || start_ttlproxy baseline "$WORK/ttlproxy-baseline" 0
 start_pgbouncer pgbouncer 0
+FLOORS=
+if [ "${FLOOR:-}" = 1 ]; then
+	FLOORS="floor floor-epoll"
+	start_floor floor goroutine
+	start_floor floor-epoll epoll
+fi
 if [ -n "$TLS" ]; then
 	start_ttlproxy ttlproxy-tls "$WORK/ttlproxy" 1
 	[ -z "${BASELINE:-}" ] || start_ttlproxy baseline-tls "$WORK/ttlproxy-baseline" 1
@@ -769,7 +801,7 @@ fi
 
 # ----------------------------------------------------------- checks ---
 
-TARGETS="direct ttlproxy${BASELINE:+ baseline} pgbouncer"
+TARGETS="direct ttlproxy${BASELINE:+ baseline} pgbouncer${FLOORS:+ $FLOORS}"
 PROXY_INSTANCES="ttlproxy${BASELINE:+ baseline}${TLS:+ ttlproxy-tls}"
 if [ -n "$TLS" ] && [ -n "${BASELINE:-}" ]; then
 	PROXY_INSTANCES="$PROXY_INSTANCES baseline-tls"
@@ -801,6 +833,7 @@ check_target() { # check_target INSTANCE SSLMODE WANT_SSL
 }
 for t in $TARGETS; do
 	check_target "$t" disable false
+	case " $FLOORS " in *" $t "*) continue ;; esac # no TLS instance
 	[ -z "$TLS" ] || check_target "$t-tls" require true
 done
 if [ -n "$TLS" ]; then
@@ -990,6 +1023,7 @@ for round in $(seq "$ROUNDS"); do
 	for w in "${WORKLOADS[@]}"; do
 		IFS='|' read -r wid label script proto c j opts <<<"$w"
 		for t in $TARGETS; do
+			case ,$opts,/" $FLOORS " in *,tls,*/*" $t "*) continue ;; esac # floors have no TLS
 			run_pgbench "r$round-$wid-$t" "$t" "$script" "$proto" "$c" "$j" "$DURATION" "$opts"
 			cpu_tx=$(per_tx "$R_CPU_US" "$R_TX")
 			sys_tx=$(per_tx "$R_SYSCALLS" "$R_TX")
@@ -1063,7 +1097,7 @@ fi
 
 NOTE=
 [ "${SMOKE:-}" != 1 ] || NOTE=". SMOKE run: the figures mean nothing"
-PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer"
+PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer${FLOORS:+ $FLOORS}"
 {
 	echo
 	printf 'pgbench scale %s, %s s per run, %s round(s) (medians), %s CPUs (%s), PostgreSQL %s, PgBouncer %s (session), %s%s%s\n' \
@@ -1076,7 +1110,9 @@ PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer"
 	[ -z "${BASELINE:-}" ] || hdr+=(ttlproxy/baseline)
 	hdr+=('ttlproxy CPU µs/tx')
 	[ -z "${BASELINE:-}" ] || hdr+=('baseline CPU µs/tx')
-	hdr+=('pgbouncer CPU µs/tx' 'direct latency µs' 'ttlproxy added µs' 'pgbouncer added µs')
+	hdr+=('pgbouncer CPU µs/tx')
+	for f in $FLOORS; do hdr+=("$f tps" "$f CPU µs/tx"); done
+	hdr+=('direct latency µs' 'ttlproxy added µs' 'pgbouncer added µs')
 	row "${hdr[@]}"
 	sep=('---')
 	for _ in $(seq $((${#hdr[@]} - 1))); do sep+=('--:'); done
@@ -1101,8 +1137,11 @@ PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer"
 		[ -z "${BASELINE:-}" ] || cells+=("$(ratio "$p" "$bl")")
 		cells+=("$(fmt '%.1f' "$(median "$wid" ttlproxy 8)")")
 		[ -z "${BASELINE:-}" ] || cells+=("$(fmt '%.1f' "$(median "$wid" baseline 8)")")
-		cells+=("$(fmt '%.1f' "$(median "$wid" pgbouncer 8)")" \
-			"$(fmt '%.0f' "$lat_d")" "$(diff_us "$lat_p" "$lat_d")" "$(diff_us "$lat_b" "$lat_d")")
+		cells+=("$(fmt '%.1f' "$(median "$wid" pgbouncer 8)")")
+		for f in $FLOORS; do
+			cells+=("$(fmt '%.0f' "$(median "$wid" "$f" 4)")" "$(fmt '%.1f' "$(median "$wid" "$f" 8)")")
+		done
+		cells+=("$(fmt '%.0f' "$lat_d")" "$(diff_us "$lat_p" "$lat_d")" "$(diff_us "$lat_b" "$lat_d")")
 		row "${cells[@]}"
 	done
 	echo
