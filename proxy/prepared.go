@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"fmt"
 	"strings"
 
@@ -198,7 +197,7 @@ func containsFold(s, needle string) bool {
 // inspect looks at a Bind or Close about to be relayed (total bytes, still
 // unread in r): it returns the rejection for a Bind that must not run, and
 // notes what the message changes.
-func (s *session) inspect(typ byte, r *bufio.Reader, total int) (stale, err error) {
+func (s *session) inspect(typ byte, r *msgReader, total int) (stale, err error) {
 	b, err := r.Peek(min(total, r.Size()))
 	if err != nil && len(b) < total {
 		return nil, err
@@ -215,7 +214,7 @@ func (s *session) inspect(typ byte, r *bufio.Reader, total int) (stale, err erro
 // statement that the Bind starting a batch (total bytes, unread in r) is
 // about to run: a failure is the failure running it would have. Nothing
 // but this batch may be outstanding.
-func (s *session) reprepareBound(r *bufio.Reader, total int) error {
+func (s *session) reprepareBound(r *msgReader, total int) error {
 	if s.st.unseen || s.pending.Load() != 1 || byte(s.txStatus.Load()) != 'T' {
 		return nil
 	}

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,9 +14,9 @@ import (
 )
 
 const (
-	// bufSize is each direction's read and write buffer: large enough for
-	// typical pipelines and result pages, small enough that a thousand
-	// clients cost 64 MiB.
+	// bufSize is the read and write buffer of a direction while data
+	// flows: large enough for typical pipelines and result pages. An idle
+	// session holds only two smallBufSize read buffers (buffer.go).
 	bufSize = 16 << 10
 	// maxKeptBuffer: a message buffer grown past this (a huge statement) is
 	// dropped after use instead of being kept for the session's life.
@@ -64,10 +63,10 @@ type session struct {
 	user, database string
 	replication    bool
 
-	cr *bufio.Reader
-	cw *bufio.Writer
-	ur *bufio.Reader
-	uw *bufio.Writer
+	cr *msgReader
+	cw *msgWriter
+	ur *msgReader
+	uw *msgWriter
 
 	// ready is closed by serverToClient at the end of startup, once st is
 	// set up; quit is closed when serverToClient returns.
@@ -192,10 +191,10 @@ func (s *session) loginTimedOut() {
 
 // forward runs the two forwarding goroutines and returns the first error.
 func (s *session) forward() error {
-	s.cr = bufio.NewReaderSize(clientReader{s.client, s}, bufSize)
-	s.cw = bufio.NewWriterSize(s.client, bufSize)
-	s.ur = bufio.NewReaderSize(s.upstream, bufSize)
-	s.uw = bufio.NewWriterSize(s.upstream, bufSize)
+	s.cr = newMsgReader(clientReader{s.client, s})
+	s.cw = newMsgWriter(s.client)
+	s.ur = newMsgReader(s.upstream)
+	s.uw = newMsgWriter(s.upstream)
 
 	errc := make(chan error, 1)
 	report := func(err error) {

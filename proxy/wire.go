@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -61,7 +60,7 @@ func isWriteError(err error) bool {
 // peekHeader returns the next message's type and total size (type byte
 // included) without consuming it. The declared length is returned as is
 // (possibly < 4 or huge); callers validate it.
-func peekHeader(r *bufio.Reader) (typ byte, length int64, err error) {
+func peekHeader(r *msgReader) (typ byte, length int64, err error) {
 	hdr, err := r.Peek(headerLen)
 	if err != nil {
 		return 0, 0, err
@@ -72,7 +71,7 @@ func peekHeader(r *bufio.Reader) (typ byte, length int64, err error) {
 // nextBuffered reports whether the next whole message is already buffered,
 // so reading it will not block: the writer is flushed only when it is not,
 // which sends pipelined messages in one write.
-func nextBuffered(r *bufio.Reader) bool {
+func nextBuffered(r *msgReader) bool {
 	n := r.Buffered()
 	if n < headerLen {
 		return false
@@ -86,7 +85,7 @@ func nextBuffered(r *bufio.Reader) bool {
 // that fit in r's buffer are copied from it directly; larger ones are
 // streamed. partial reports that part of the message was written before an
 // error, so the caller must not append a message of its own.
-func relayRaw(r *bufio.Reader, w *bufio.Writer, total int) (partial bool, err error) {
+func relayRaw(r *msgReader, w *msgWriter, total int) (partial bool, err error) {
 	if total <= r.Size() {
 		b, err := r.Peek(total)
 		if err != nil {
@@ -118,7 +117,7 @@ func relayRaw(r *bufio.Reader, w *bufio.Writer, total int) (partial bool, err er
 
 // readMessage reads one whole message of total bytes into buf (grown as
 // needed) and returns it, header included.
-func readMessage(r *bufio.Reader, buf []byte, total int) ([]byte, error) {
+func readMessage(r *msgReader, buf []byte, total int) ([]byte, error) {
 	if cap(buf) < total {
 		buf = make([]byte, total)
 	}

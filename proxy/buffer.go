@@ -1,0 +1,290 @@
+package proxy
+
+import (
+	"bufio"
+	"io"
+	"sync"
+)
+
+// The pumps' buffers. A session spends most of its life idle, waiting for
+// its client, and a buffer held for the session's life is paid for by every
+// idle client: four bufio buffers of bufSize were 64 KiB a session. So
+// only the reads that wait hold a buffer of their own, a small one
+// (smallBufSize, PgBouncer's pkt_buf), and the bufSize buffers that move a
+// large result or a pipeline are taken from bigBuffers while data flows and
+// given back when it stops: a writer when it is flushed empty, a reader
+// when it is empty and its last read drained the socket.
+//
+// The cost: a message or a burst of more than smallBufSize that arrives
+// after the socket was drained is read in two reads instead of one (the
+// small read comes back full, and the next read is into a big buffer);
+// bursts beyond bufSize read as before.
+
+// smallBufSize is the buffer a reader keeps: a round trip of an OLTP
+// statement (Bind/Execute/Sync, or a few rows and ReadyForQuery) fits in
+// it. PgBouncer's pkt_buf has the same default.
+const smallBufSize = 4 << 10
+
+// bigBuffers holds the bufSize buffers that readers and writers take while
+// data moves. A pointer to an array, so Get and Put allocate nothing.
+var bigBuffers = sync.Pool{New: func() any { return new([bufSize]byte) }}
+
+// msgReader is a bufio.Reader whose buffer is small while the pump waits
+// and bufSize while data flows (see above). Peek takes up to Size bytes.
+// Not safe for concurrent use.
+type msgReader struct {
+	rd io.Reader
+	// buf is small or big[:]; r and w are its read and write positions.
+	buf   []byte
+	small []byte
+	big   *[bufSize]byte
+	r, w  int
+	err   error
+	// more: the last read filled the room it was given, so more data is
+	// probably waiting; the next read gets a big buffer.
+	more bool
+}
+
+func newMsgReader(rd io.Reader) *msgReader {
+	small := make([]byte, smallBufSize)
+	return &msgReader{rd: rd, buf: small, small: small}
+}
+
+// Size is the largest n Peek can return.
+func (b *msgReader) Size() int { return bufSize }
+
+// Buffered is the number of bytes that can be read without reading the
+// source.
+func (b *msgReader) Buffered() int { return b.w - b.r }
+
+// fill makes room for need bytes (need <= bufSize) and reads once.
+func (b *msgReader) fill(need int) {
+	if b.r > 0 {
+		copy(b.buf, b.buf[b.r:b.w])
+		b.w -= b.r
+		b.r = 0
+	}
+	switch {
+	case b.big != nil && b.w == 0 && !b.more && need <= len(b.small):
+		// Empty, and the socket was drained: the read that is about to
+		// wait does it in the small buffer.
+		bigBuffers.Put(b.big)
+		b.big, b.buf = nil, b.small
+	case b.big == nil && (b.more || need > len(b.buf)):
+		b.big = bigBuffers.Get().(*[bufSize]byte)
+		copy(b.big[:], b.buf[:b.w])
+		b.buf = b.big[:]
+	}
+	// As bufio: a source that returns nothing, repeatedly, is broken.
+	for range 100 {
+		room := len(b.buf) - b.w
+		n, err := b.rd.Read(b.buf[b.w:])
+		if n < 0 || n > room {
+			panic("proxy: reader returned an invalid count")
+		}
+		b.w += n
+		b.more = n == room
+		if err != nil {
+			b.err = err
+			return
+		}
+		if n > 0 {
+			return
+		}
+	}
+	b.err = io.ErrNoProgress
+}
+
+func (b *msgReader) readErr() error {
+	err := b.err
+	b.err = nil
+	return err
+}
+
+// Peek returns the next n bytes without advancing the reader, valid until
+// the next read; with fewer bytes it returns the error that stopped it
+// (bufio.ErrBufferFull when n is over Size).
+func (b *msgReader) Peek(n int) ([]byte, error) {
+	if n < 0 {
+		return nil, bufio.ErrNegativeCount
+	}
+	if n > bufSize {
+		return b.buf[b.r:b.w], bufio.ErrBufferFull
+	}
+	for b.w-b.r < n && b.err == nil {
+		b.fill(n)
+	}
+	if avail := b.w - b.r; avail < n {
+		err := b.readErr()
+		if err == nil {
+			err = bufio.ErrBufferFull
+		}
+		return b.buf[b.r:b.w], err
+	}
+	return b.buf[b.r : b.r+n], nil
+}
+
+// Discard skips the next n bytes, reading the source as needed.
+func (b *msgReader) Discard(n int) (int, error) {
+	if n < 0 {
+		return 0, bufio.ErrNegativeCount
+	}
+	remain := n
+	for {
+		skip := min(b.w-b.r, remain)
+		b.r += skip
+		remain -= skip
+		if remain == 0 {
+			return n, nil
+		}
+		if b.err != nil {
+			return n - remain, b.readErr()
+		}
+		b.fill(1)
+	}
+}
+
+// Read reads up to len(p) bytes: what is buffered, or else one read of the
+// source (straight into p when p is at least as large as the buffer).
+func (b *msgReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		if b.Buffered() > 0 {
+			return 0, nil
+		}
+		return 0, b.readErr()
+	}
+	if b.r == b.w {
+		if b.err != nil {
+			return 0, b.readErr()
+		}
+		if len(p) >= len(b.buf) {
+			n, err := b.rd.Read(p)
+			if n < 0 || n > len(p) {
+				panic("proxy: reader returned an invalid count")
+			}
+			b.more = n == len(p)
+			return n, err
+		}
+		b.r, b.w = 0, 0
+		b.fill(1)
+		if b.r == b.w {
+			return 0, b.readErr()
+		}
+	}
+	n := copy(p, b.buf[b.r:b.w])
+	b.r += n
+	return n, nil
+}
+
+// msgWriter is a bufio.Writer of bufSize that holds a buffer (from
+// bigBuffers) only while it has unflushed data. After a write error every
+// call returns that error. Not safe for concurrent use.
+type msgWriter struct {
+	wr  io.Writer
+	big *[bufSize]byte
+	n   int
+	err error
+}
+
+func newMsgWriter(wr io.Writer) *msgWriter { return &msgWriter{wr: wr} }
+
+func (b *msgWriter) take() {
+	if b.big == nil {
+		b.big = bigBuffers.Get().(*[bufSize]byte)
+	}
+}
+
+// Flush writes the buffered data and gives the buffer back.
+func (b *msgWriter) Flush() error {
+	if err := b.flush(); err != nil {
+		return err
+	}
+	if b.big != nil {
+		bigBuffers.Put(b.big)
+		b.big = nil
+	}
+	return nil
+}
+
+// flush writes the buffered data, keeping the buffer.
+func (b *msgWriter) flush() error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.n == 0 {
+		return nil
+	}
+	n, err := b.wr.Write(b.big[:b.n])
+	if n < b.n && err == nil {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		if n > 0 && n < b.n {
+			copy(b.big[:], b.big[n:b.n])
+		}
+		b.n -= n
+		b.err = err
+		return err
+	}
+	b.n = 0
+	return nil
+}
+
+// Write buffers p, writing the buffer out whenever it fills; a p larger
+// than the buffer is written straight through when nothing is buffered.
+func (b *msgWriter) Write(p []byte) (int, error) {
+	nn := 0
+	for len(p) > bufSize-b.n && b.err == nil {
+		var n int
+		if b.n == 0 {
+			n, b.err = b.wr.Write(p)
+		} else {
+			n = copy(b.big[b.n:], p)
+			b.n += n
+			_ = b.flush()
+		}
+		nn += n
+		p = p[n:]
+	}
+	if b.err != nil {
+		return nn, b.err
+	}
+	if len(p) == 0 {
+		return nn, nil
+	}
+	b.take()
+	n := copy(b.big[b.n:], p)
+	b.n += n
+	return nn + n, nil
+}
+
+// WriteString is Write for a string, without converting it.
+func (b *msgWriter) WriteString(s string) (int, error) {
+	nn := 0
+	for len(s) > 0 && b.err == nil {
+		if b.n == bufSize {
+			_ = b.flush()
+			continue
+		}
+		b.take()
+		n := copy(b.big[b.n:], s)
+		b.n += n
+		nn += n
+		s = s[n:]
+	}
+	return nn, b.err
+}
+
+// WriteByte buffers one byte.
+func (b *msgWriter) WriteByte(c byte) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.n == bufSize && b.flush() != nil {
+		return b.err
+	}
+	b.take()
+	b.big[b.n] = c
+	b.n++
+	return nil
+}
