@@ -189,7 +189,7 @@ func (s *session) loginTimedOut() {
 	s.closeUpstream()
 }
 
-// forward runs the two forwarding goroutines and returns the first error.
+// forward runs the two forwarding loops and returns the first error.
 func (s *session) forward() error {
 	s.cr = newMsgReader(clientReader{s.client, s})
 	s.cw = newMsgWriter(s.client)
@@ -203,17 +203,16 @@ func (s *session) forward() error {
 		default:
 		}
 	}
+	// clientToServer runs on the session's own goroutine: one stack less
+	// for every idle client.
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		report(s.pump("client_to_server", s.client, s.clientToServer))
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(s.quit)
 		report(s.pump("server_to_client", s.upstream, s.serverToClient))
 	}()
+	report(s.pump("client_to_server", s.client, s.clientToServer))
 	err := <-errc
 	wg.Wait()
 	return err
