@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -115,15 +116,32 @@ func relayRaw(r *msgReader, w *msgWriter, total int) (partial bool, err error) {
 	return false, nil
 }
 
-// readMessage reads one whole message of total bytes into buf (grown as
-// needed) and returns it, header included.
+// readMessage reads one whole message of total bytes into buf and returns
+// it, header included. A buf too small grows as the bytes arrive, by
+// doubling, not to the length the header declares: a client that announces
+// a message of max_message_bytes and sends a few bytes of it holds no more
+// memory than it sent (twice that at most, and one bufSize).
 func readMessage(r *msgReader, buf []byte, total int) ([]byte, error) {
-	if cap(buf) < total {
-		buf = make([]byte, total)
+	if cap(buf) >= total {
+		buf = buf[:total]
+		_, err := io.ReadFull(r, buf)
+		return buf, err
 	}
-	buf = buf[:total]
-	_, err := io.ReadFull(r, buf)
-	return buf, err
+	buf = buf[:0]
+	for len(buf) < total {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, min(total-len(buf), max(len(buf), bufSize)))
+		}
+		n, err := r.Read(buf[len(buf):min(cap(buf), total)])
+		buf = buf[:len(buf)+n]
+		if err != nil && len(buf) < total {
+			if errors.Is(err, io.EOF) && len(buf) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // errorResponse encodes an ErrorResponse with the given severity (ERROR or
