@@ -4,7 +4,6 @@ import (
 	"context"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -79,50 +78,19 @@ func benchmarkRoundTrip(b *testing.B, roundTrip func(context.Context, *pgconn.Pg
 // the proxy (heap and goroutine stacks, after a garbage collection), as
 // bytes/session: the same number of connections is opened straight to the
 // server and through the proxy, and the difference is the proxy's share
-// (the pgconn clients live in this process too). The kernel's socket
-// buffers are not counted. The timing figure is meaningless.
+// (idleSessionMemory). The kernel's socket buffers are not counted. The
+// timing figure is meaningless.
 func BenchmarkIdleSession(b *testing.B) {
 	rw, err := rewrite.New(testRules, rewrite.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	p := startProxy(b, Config{Rewriter: rw, rewriter: rw})
-	const sessions = 50
-	ctx := context.Background()
-	inUse := func() (heap, stack int64) {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapInuse), int64(ms.StackInuse)
-	}
-	open := func(connString string) (heap, stack int64) {
-		heap0, stack0 := inUse()
-		conns := make([]*pgconn.PgConn, 0, sessions)
-		for range sessions {
-			c, err := pgconn.Connect(ctx, connString)
-			if err != nil {
-				b.Fatal(err)
-			}
-			// One statement, so that the session's buffers have been used.
-			if _, err := c.Exec(ctx, "SELECT 1").ReadAll(); err != nil {
-				b.Fatal(err)
-			}
-			conns = append(conns, c)
-		}
-		time.Sleep(100 * time.Millisecond) // the proxy's goroutines settle
-		heap1, stack1 := inUse()
-		for _, c := range conns {
-			c.Close(ctx)
-		}
-		return heap1 - heap0, stack1 - stack0
-	}
 	for b.Loop() {
-		directHeap, directStack := open(pgtest.Server(b).ConnString("postgres"))
-		heap, stack := open(p.connString(b, "postgres"))
-		heap, stack = heap-directHeap, stack-directStack
-		b.ReportMetric(float64(heap+stack)/sessions, "bytes/session")
-		b.ReportMetric(float64(heap)/sessions, "heap-bytes/session")
-		b.ReportMetric(float64(stack)/sessions, "stack-bytes/session")
+		heap, stack := idleSessionMemory(b, p, 50)
+		b.ReportMetric(heap+stack, "bytes/session")
+		b.ReportMetric(heap, "heap-bytes/session")
+		b.ReportMetric(stack, "stack-bytes/session")
 	}
 }
 

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if upstream := os.Getenv(fdChildEnv); upstream != "" {
 		os.Exit(fdChild(upstream))
 	}
+	if upstream := os.Getenv(memChildEnv); upstream != "" {
+		os.Exit(memChild(upstream))
+	}
 	pgtest.Main(m, func() error { return findLeaks() })
 }
 
