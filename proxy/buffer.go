@@ -9,21 +9,28 @@ import (
 // The pumps' buffers. A session spends most of its life idle, waiting for
 // its client, and a buffer held for the session's life is paid for by every
 // idle client: four bufio buffers of bufSize were 64 KiB a session. So
-// only the reads that wait hold a buffer of their own, a small one
-// (smallBufSize, PgBouncer's pkt_buf), and the bufSize buffers that move a
+// only the reads that wait hold a buffer of their own, a small one sized
+// for what the peer sends at once, and the bufSize buffers that move a
 // large result or a pipeline are taken from bigBuffers while data flows and
 // given back when it stops: a writer when it is flushed empty, a reader
-// when it is empty and its last read drained the socket.
+// when it is empty and either the session owes nothing (the peer has
+// nothing more to send) or its last read was short (a lull, not a stream).
 //
-// The cost: a message or a burst of more than smallBufSize that arrives
-// after the socket was drained is read in two reads instead of one (the
-// small read comes back full, and the next read is into a big buffer);
-// bursts beyond bufSize read as before.
+// The cost: a burst larger than the small buffer that arrives after the
+// reader went small is read in two reads instead of one (the small read
+// comes back full, the next goes into a big buffer); bursts beyond bufSize
+// are read bufSize at a time as before.
 
-// smallBufSize is the buffer a reader keeps: a round trip of an OLTP
-// statement (Bind/Execute/Sync, or a few rows and ReadyForQuery) fits in
-// it. PgBouncer's pkt_buf has the same default.
-const smallBufSize = 4 << 10
+const (
+	// clientBufSize is the buffer the client's reader keeps: a round trip
+	// of an OLTP statement (Bind/Execute/Sync, a Query) fits in it.
+	// PgBouncer's pkt_buf has the same default.
+	clientBufSize = 4 << 10
+	// serverBufSize is the buffer the server's reader keeps: PostgreSQL
+	// sends from an 8 KiB buffer (PQ_SEND_BUFFER_SIZE), so one of its
+	// writes fits.
+	serverBufSize = 8 << 10
+)
 
 // bigBuffers holds the bufSize buffers that readers and writers take while
 // data moves. A pointer to an array, so Get and Put allocate nothing.
@@ -34,6 +41,9 @@ var bigBuffers = sync.Pool{New: func() any { return new([bufSize]byte) }}
 // Not safe for concurrent use.
 type msgReader struct {
 	rd io.Reader
+	// idle, when set, reports that the peer owes nothing: the next read
+	// waits, and waits in the small buffer.
+	idle func() bool
 	// buf is small or big[:]; r and w are its read and write positions.
 	buf   []byte
 	small []byte
@@ -41,13 +51,16 @@ type msgReader struct {
 	r, w  int
 	err   error
 	// more: the last read filled the room it was given, so more data is
-	// probably waiting; the next read gets a big buffer.
-	more bool
+	// probably waiting; the next read gets a big buffer. short: the last
+	// read was shorter than the small buffer and did not fill its room.
+	more, short bool
 }
 
-func newMsgReader(rd io.Reader) *msgReader {
-	small := make([]byte, smallBufSize)
-	return &msgReader{rd: rd, buf: small, small: small}
+// newMsgReader reads rd through a buffer of small bytes while it waits
+// (up to bufSize while data flows).
+func newMsgReader(rd io.Reader, small int, idle func() bool) *msgReader {
+	buf := make([]byte, small)
+	return &msgReader{rd: rd, idle: idle, buf: buf, small: buf}
 }
 
 // Size is the largest n Peek can return.
@@ -65,9 +78,9 @@ func (b *msgReader) fill(need int) {
 		b.r = 0
 	}
 	switch {
-	case b.big != nil && b.w == 0 && !b.more && need <= len(b.small):
-		// Empty, and the socket was drained: the read that is about to
-		// wait does it in the small buffer.
+	case b.big != nil && b.w == 0 && need <= len(b.small) && (b.short || b.idle != nil && b.idle()):
+		// Empty, and nothing more is coming at once: the read that is
+		// about to wait does it in the small buffer.
 		bigBuffers.Put(b.big)
 		b.big, b.buf = nil, b.small
 	case b.big == nil && (b.more || need > len(b.buf)):
@@ -84,6 +97,7 @@ func (b *msgReader) fill(need int) {
 		}
 		b.w += n
 		b.more = n == room
+		b.short = !b.more && n < len(b.small)
 		if err != nil {
 			b.err = err
 			return
@@ -162,7 +176,7 @@ func (b *msgReader) Read(p []byte) (int, error) {
 			if n < 0 || n > len(p) {
 				panic("proxy: reader returned an invalid count")
 			}
-			b.more = n == len(p)
+			b.more, b.short = n == len(p), false
 			return n, err
 		}
 		b.r, b.w = 0, 0

@@ -37,8 +37,8 @@ func TestMsgReader(t *testing.T) {
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	for _, sizes := range [][]int{{1}, {7, 4096, 3}, {smallBufSize}, {bufSize, 100}, {1 << 20}} {
-		r := newMsgReader(&chunkReader{data: data, sizes: sizes})
+	for _, sizes := range [][]int{{1}, {7, 4096, 3}, {clientBufSize}, {bufSize, 100}, {1 << 20}} {
+		r := newMsgReader(&chunkReader{data: data, sizes: sizes}, clientBufSize, nil)
 		off := 0
 		for off < len(data) {
 			n := min(1+rng.IntN(bufSize), len(data)-off)
@@ -69,36 +69,57 @@ func TestMsgReader(t *testing.T) {
 			t.Fatalf("sizes %v: Peek at the end: %d bytes, %v", sizes, len(b), err)
 		}
 	}
-	r := newMsgReader(iotest.OneByteReader(bytes.NewReader(data)))
+	r := newMsgReader(iotest.OneByteReader(bytes.NewReader(data)), clientBufSize, nil)
 	if b, err := r.Peek(bufSize + 1); len(b) > bufSize || !errors.Is(err, bufio.ErrBufferFull) {
 		t.Fatalf("Peek over Size: %d bytes, %v", len(b), err)
 	}
 }
 
-// TestMsgReaderGivesBack: a reader takes a big buffer for a burst and,
-// once it has read everything and its last read drained the source, waits
-// in its small one.
+// TestMsgReaderGivesBack: a reader takes a big buffer for a burst and
+// goes back to its small one, once it has read everything, when its last
+// read was short or when the peer owes nothing.
 func TestMsgReaderGivesBack(t *testing.T) {
-	burst := bytes.Repeat([]byte{'x'}, 3*bufSize)
-	src := &chunkReader{data: append(burst, 'y'), sizes: []int{bufSize, bufSize, bufSize, bufSize, 1}}
-	r := newMsgReader(src)
-	if _, err := r.Discard(len(burst)); err != nil {
-		t.Fatal(err)
-	}
-	if r.big == nil {
-		t.Fatal("a burst was read in the small buffer")
-	}
-	if b, err := r.Peek(1); err != nil || b[0] != 'y' {
-		t.Fatalf("Peek: %q, %v", b, err)
-	}
-	if _, err := r.Discard(1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Peek(1); !errors.Is(err, io.EOF) {
-		t.Fatalf("Peek at the end: %v", err)
-	}
-	if r.big != nil || len(r.buf) != smallBufSize {
-		t.Fatalf("a drained reader holds %d bytes", len(r.buf))
+	// A small read, a big one, and a third of half a big buffer.
+	burst := bytes.Repeat([]byte{'x'}, clientBufSize+bufSize+2*clientBufSize)
+	for _, c := range []struct {
+		name  string
+		sizes []int
+		// short: the last read is short, and the reader gives the big
+		// buffer back without being told the peer is idle.
+		short bool
+	}{
+		{"short_last_read", []int{clientBufSize, bufSize, 2 * clientBufSize, 1}, true},
+		{"long_last_read", []int{clientBufSize, bufSize, 2*clientBufSize + 1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			idle := false
+			r := newMsgReader(&chunkReader{data: append(burst, 'y'), sizes: c.sizes}, clientBufSize, func() bool { return idle })
+			if _, err := r.Discard(len(burst)); err != nil {
+				t.Fatal(err)
+			}
+			if r.big == nil {
+				t.Fatal("a burst was read in the small buffer")
+			}
+			if b, err := r.Peek(1); err != nil || b[0] != 'y' {
+				t.Fatalf("Peek: %q, %v", b, err)
+			}
+			if _, err := r.Discard(1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Peek(1); !errors.Is(err, io.EOF) {
+				t.Fatalf("Peek at the end: %v", err)
+			}
+			if c.short != (r.big == nil) {
+				t.Fatalf("after the burst the reader holds %d bytes", len(r.buf))
+			}
+			idle = true
+			if _, err := r.Peek(1); !errors.Is(err, io.EOF) {
+				t.Fatalf("Peek at the end: %v", err)
+			}
+			if r.big != nil || len(r.buf) != clientBufSize {
+				t.Fatalf("an idle reader holds %d bytes", len(r.buf))
+			}
+		})
 	}
 }
 

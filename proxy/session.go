@@ -16,7 +16,7 @@ import (
 const (
 	// bufSize is the read and write buffer of a direction while data
 	// flows: large enough for typical pipelines and result pages. An idle
-	// session holds only two smallBufSize read buffers (buffer.go).
+	// session holds only its two small read buffers (buffer.go).
 	bufSize = 16 << 10
 	// maxKeptBuffer: a message buffer grown past this (a huge statement) is
 	// dropped after use instead of being kept for the session's life.
@@ -191,9 +191,10 @@ func (s *session) loginTimedOut() {
 
 // forward runs the two forwarding loops and returns the first error.
 func (s *session) forward() error {
-	s.cr = newMsgReader(clientReader{s.client, s})
+	idle := s.owesNothing
+	s.cr = newMsgReader(clientReader{s.client, s}, clientBufSize, idle)
 	s.cw = newMsgWriter(s.client)
-	s.ur = newMsgReader(s.upstream)
+	s.ur = newMsgReader(s.upstream, serverBufSize, idle)
 	s.uw = newMsgWriter(s.upstream)
 
 	errc := make(chan error, 1)
@@ -405,6 +406,10 @@ func (s *session) expect() bool {
 		}
 	}
 }
+
+// owesNothing reports that the server owes no ReadyForQuery: the client
+// is still to send, the server has nothing more to answer.
+func (s *session) owesNothing() bool { return s.pending.Load() == 0 }
 
 // isClosed reports a pending count that carries closedMark. Small negative
 // counts (a ReadyForQuery the proxy did not foresee) are not closed.
