@@ -135,6 +135,13 @@ func TestRelayAllocations(t *testing.T) {
 	}
 	direct := perRoundTrip(pgtest.Server(t).ConnString("postgres"))
 	proxied := perRoundTrip(p.connString(t, "postgres"))
+	if raceEnabled {
+		// The race detector's sync.Pool drops a quarter of the buffers
+		// given back (buffer.go), so they are made again: the relay runs,
+		// the count means nothing.
+		t.Logf("%.2f allocations per round trip through the proxy, %.2f direct (race detector)", proxied, direct)
+		return
+	}
 	if extra := proxied - direct; extra > 0.5 {
 		t.Errorf("the proxy allocates %.2f times per relayed round trip (%.2f through it, %.2f direct), want 0", extra, proxied, direct)
 	}
