@@ -57,6 +57,9 @@ type Config struct {
 	// UpstreamTLS configures TLS to the upstream server; nil means sslmode
 	// prefer.
 	UpstreamTLS *UpstreamTLS
+	// UpstreamTCP sets TCP keepalive and TCP_USER_TIMEOUT on the sockets
+	// to the upstream server.
+	UpstreamTCP UpstreamTCP
 	// BypassRoles are login roles whose sessions are neither filtered nor
 	// stamped, compared exactly as the client sends the user name.
 	BypassRoles []string
@@ -110,6 +113,21 @@ type UpstreamTLS struct {
 	SSLRootCert string
 	// SSLCert and SSLKey are an optional client certificate and key (PEM).
 	SSLCert, SSLKey string
+}
+
+// UpstreamTCP sets TCP keepalive and TCP_USER_TIMEOUT on the sockets to the
+// upstream server, with libpq's names.
+type UpstreamTCP struct {
+	// KeepalivesDisabled turns TCP keepalive off (keepalives: false).
+	KeepalivesDisabled bool
+	// KeepalivesIdle, KeepalivesInterval and KeepalivesCount are
+	// TCP_KEEPIDLE, TCP_KEEPINTVL and TCP_KEEPCNT (whole seconds for the
+	// durations); 0: proxy.DefaultKeepalivesIdle and the others.
+	KeepalivesIdle, KeepalivesInterval time.Duration
+	KeepalivesCount                    int
+	// TCPUserTimeout is TCP_USER_TIMEOUT; nil: proxy.DefaultTCPUserTimeout;
+	// 0: none (the system's behaviour).
+	TCPUserTimeout *time.Duration
 }
 
 // Admin guards the admin HTTP server. /metrics, /healthz and /readyz are
@@ -233,7 +251,7 @@ func Parse(data []byte) (*Config, error) {
 
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
-		"listen", "listen_reuseport", "upstream", "admin_listen", "admin", "tls", "upstream_tls", "bypass_roles", "trusted_functions", "limits",
+		"listen", "listen_reuseport", "upstream", "admin_listen", "admin", "tls", "upstream_tls", "upstream_tcp", "bypass_roles", "trusted_functions", "limits",
 		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper")
 	if err != nil {
 		return nil, err
@@ -276,6 +294,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["upstream_tls"]; ok {
 		if cfg.UpstreamTLS, err = parseUpstreamTLS(v); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["upstream_tcp"]; ok {
+		if err := parseUpstreamTCP(v, &cfg.UpstreamTCP); err != nil {
 			return nil, err
 		}
 	}
@@ -478,6 +501,52 @@ func parseTLS(v field) (*TLS, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+func parseUpstreamTCP(v field, u *UpstreamTCP) error {
+	f, err := mapping(v.val, v.path, "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout")
+	if err != nil {
+		return err
+	}
+	if x, ok := f["keepalives"]; ok {
+		on, err := x.boolean()
+		if err != nil {
+			return err
+		}
+		u.KeepalivesDisabled = !on
+	}
+	for _, k := range []struct {
+		key string
+		dst *time.Duration
+	}{{"keepalives_idle", &u.KeepalivesIdle}, {"keepalives_interval", &u.KeepalivesInterval}} {
+		x, ok := f[k.key]
+		if !ok {
+			continue
+		}
+		if *k.dst, err = x.positiveDuration(); err != nil {
+			return err
+		}
+		// TCP_KEEPIDLE and TCP_KEEPINTVL count whole seconds.
+		if *k.dst%time.Second != 0 {
+			return fmt.Errorf("%s: must be whole seconds, got %q", x.path, x.val.Value)
+		}
+	}
+	if x, ok := f["keepalives_count"]; ok {
+		if u.KeepalivesCount, err = x.positiveInt(); err != nil {
+			return err
+		}
+	}
+	if x, ok := f["tcp_user_timeout"]; ok {
+		d, err := x.duration()
+		if err != nil {
+			return err
+		}
+		if d < 0 || (d > 0 && d%time.Millisecond != 0) {
+			return fmt.Errorf("%s: must be 0s (none) or whole milliseconds, got %q", x.path, x.val.Value)
+		}
+		u.TCPUserTimeout = &d
+	}
+	return nil
 }
 
 func parseLimits(v field, l *Limits) error {

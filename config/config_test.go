@@ -22,6 +22,7 @@ tls: {cert_file: /etc/ttl/cert.pem, key_file: /etc/ttl/key.pem}
 bypass_roles: [ttl_admin, Migrator]
 trusted_functions: [Report.Count_All, '"MixedCase"', audit_count]
 upstream_tls: {sslmode: verify-full, sslrootcert: /etc/ttl/root.pem}
+upstream_tcp: {keepalives: true, keepalives_idle: 20s, keepalives_interval: 5s, keepalives_count: 4, tcp_user_timeout: 40s}
 limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096, max_client_connections: 500}
 client_login_timeout: 15s
 idle_session_timeout: 10m
@@ -81,6 +82,7 @@ sweeper:
 		BypassRoles:        []string{"ttl_admin", "Migrator"},
 		TrustedFunctions:   []string{"report.count_all", "MixedCase", "audit_count"},
 		UpstreamTLS:        &UpstreamTLS{SSLMode: "verify-full", SSLRootCert: "/etc/ttl/root.pem"},
+		UpstreamTCP:        UpstreamTCP{KeepalivesIdle: 20 * time.Second, KeepalivesInterval: 5 * time.Second, KeepalivesCount: 4, TCPUserTimeout: new(40 * time.Second)},
 		Limits:             Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096, MaxClientConnections: 500},
 		ClientLoginTimeout: 15 * time.Second,
 		IdleSessionTimeout: 10 * time.Minute,
@@ -210,6 +212,11 @@ func TestParseErrors(t *testing.T) {
 		{"bypass not list", up + "bypass_roles: admin\n", `bypass_roles: expected a list, got "admin"`},
 		{"bypass empty item", up + "bypass_roles: [a, '']\n", "bypass_roles[1]: must not be empty"},
 		{"upstream tls mode", up + "upstream_tls: {sslmode: allow}\n", `upstream_tls.sslmode: "allow" is not one of disable, prefer, require, verify-ca, verify-full`},
+		{"keepalive fraction", up + "upstream_tcp: {keepalives_idle: 1500ms}\n", `upstream_tcp.keepalives_idle: must be whole seconds, got "1500ms"`},
+		{"keepalive zero", up + "upstream_tcp: {keepalives_interval: 0s}\n", `upstream_tcp.keepalives_interval: must be positive, got "0s"`},
+		{"keepalive count", up + "upstream_tcp: {keepalives_count: 0}\n", "upstream_tcp.keepalives_count: must be positive, got 0"},
+		{"user timeout fraction", up + "upstream_tcp: {tcp_user_timeout: 1500us}\n", `upstream_tcp.tcp_user_timeout: must be 0s (none) or whole milliseconds, got "1500us"`},
+		{"upstream tcp unknown", up + "upstream_tcp: {tcp_keepidle: 10s}\n", "upstream_tcp.tcp_keepidle: unknown key (line 2)"},
 		{"upstream tls cert without key", up + "upstream_tls: {sslcert: c.pem}\n", "upstream_tls: sslcert and sslkey go together"},
 		{"trusted function not list", up + "trusted_functions: f\n", `trusted_functions: expected a list, got "f"`},
 		{"trusted function bad name", up + "trusted_functions: [a.b.c]\n", "trusted_functions[0]: too many dotted parts: want schema.table"},

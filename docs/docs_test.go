@@ -84,6 +84,7 @@ var configSections = map[string]string{
 	"parseAdmin":       "admin",
 	"parseTLS":         "tls",
 	"parseUpstreamTLS": "upstream_tls",
+	"parseUpstreamTCP": "upstream_tcp",
 	"parseLimits":      "limits",
 	"parseTable":       "tables[]",
 	"parseSweeper":     "sweeper",

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"time"
 
@@ -31,6 +33,21 @@ const (
 	// tables, and of the views and functions that read them, can be after
 	// DDL made elsewhere.
 	DefaultCatalogTTL = 30 * time.Second
+	// DefaultKeepalivesIdle, DefaultKeepalivesInterval and
+	// DefaultKeepalivesCount: a silent upstream is probed after 30 s and
+	// given up after three unanswered probes 10 s apart, one minute in all,
+	// the same bound as DefaultTCPUserTimeout. Linux's own defaults (7200 s,
+	// 75 s, 9) take over two hours.
+	DefaultKeepalivesIdle     = 30 * time.Second
+	DefaultKeepalivesInterval = 10 * time.Second
+	DefaultKeepalivesCount    = 3
+	// DefaultTCPUserTimeout bounds how long data sent upstream may go
+	// unacknowledged (or wait on a closed window) before the connection is
+	// dropped: without it Linux retransmits for about 15 minutes
+	// (tcp_retries2 = 15). It equals idle + interval × count, so that it
+	// does not cut the keepalive probes short ("When TCP sockets refuse to
+	// die", Cloudflare, 2019).
+	DefaultTCPUserTimeout = 60 * time.Second
 )
 
 // Config configures a Server.
@@ -56,6 +73,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// DialTimeout bounds connecting to Upstream; 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
+	// UpstreamTCP sets TCP keepalive and TCP_USER_TIMEOUT on the sockets to
+	// Upstream, so that a server or network that vanishes without a reset
+	// ends the session within a bounded time.
+	UpstreamTCP UpstreamTCP
 	// ShutdownTimeout is how long in-flight statements may finish once Serve's
 	// context is cancelled; 0 means DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
@@ -93,6 +114,34 @@ type Config struct {
 
 	// rewriter replaces Rewriter.Rewrite when set (tests).
 	rewriter statementRewriter
+	// dialTCP replaces d.DialContext(ctx, "tcp", addr) when set (tests): it
+	// must dial with d, whose settings are the ones under test.
+	dialTCP func(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error)
+}
+
+// UpstreamTCP configures the TCP sockets to the upstream server, with
+// libpq's names (keepalives, keepalives_idle, keepalives_interval,
+// keepalives_count, tcp_user_timeout).
+type UpstreamTCP struct {
+	// KeepalivesDisabled turns TCP keepalive off (libpq's keepalives=0).
+	KeepalivesDisabled bool
+	// KeepalivesIdle is how long the connection is silent before the
+	// first probe (TCP_KEEPIDLE, whole seconds); 0 means
+	// DefaultKeepalivesIdle.
+	KeepalivesIdle time.Duration
+	// KeepalivesInterval is the time between unanswered probes
+	// (TCP_KEEPINTVL, whole seconds); 0 means DefaultKeepalivesInterval.
+	KeepalivesInterval time.Duration
+	// KeepalivesCount is how many unanswered probes drop the connection
+	// (TCP_KEEPCNT); 0 means DefaultKeepalivesCount.
+	KeepalivesCount int
+	// TCPUserTimeout is how long sent data may stay unacknowledged, or
+	// unsent behind a zero window, before the connection is dropped
+	// (TCP_USER_TIMEOUT, milliseconds); while probes go unanswered it also
+	// ends the connection this long after the last packet received. 0
+	// means DefaultTCPUserTimeout; negative leaves the system's behaviour
+	// (no timeout).
+	TCPUserTimeout time.Duration
 }
 
 // statementRewriter is what the message loop needs from a rewriter.
@@ -116,6 +165,9 @@ func (c *Config) setDefaults() error {
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
 	}
+	if err := c.UpstreamTCP.setDefaults(); err != nil {
+		return err
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
@@ -138,6 +190,33 @@ func (c *Config) setDefaults() error {
 	// A statement the rewriter accepts must fit in one message.
 	if stmt := c.Rewriter.Options().MaxStatementBytes; c.MaxMessageBytes < stmt {
 		return fmt.Errorf("proxy: max message bytes (%d) is smaller than the rewriter's max statement bytes (%d)", c.MaxMessageBytes, stmt)
+	}
+	return nil
+}
+
+func (u *UpstreamTCP) setDefaults() error {
+	if u.KeepalivesIdle < 0 || u.KeepalivesInterval < 0 || u.KeepalivesCount < 0 {
+		return errors.New("proxy: UpstreamTCP keepalive settings must not be negative")
+	}
+	if u.KeepalivesIdle == 0 {
+		u.KeepalivesIdle = DefaultKeepalivesIdle
+	}
+	if u.KeepalivesInterval == 0 {
+		u.KeepalivesInterval = DefaultKeepalivesInterval
+	}
+	if u.KeepalivesCount == 0 {
+		u.KeepalivesCount = DefaultKeepalivesCount
+	}
+	if u.TCPUserTimeout == 0 {
+		u.TCPUserTimeout = DefaultTCPUserTimeout
+	}
+	// The kernel takes seconds and milliseconds: a finer value would be
+	// truncated, a sub-second keepalive to 0, which it refuses.
+	if u.KeepalivesIdle < time.Second || u.KeepalivesInterval < time.Second {
+		return fmt.Errorf("proxy: UpstreamTCP keepalives idle (%v) and interval (%v) must be at least 1s", u.KeepalivesIdle, u.KeepalivesInterval)
+	}
+	if u.TCPUserTimeout > 0 && u.TCPUserTimeout < time.Millisecond {
+		return fmt.Errorf("proxy: UpstreamTCP TCPUserTimeout (%v) must be at least 1ms", u.TCPUserTimeout)
 	}
 	return nil
 }

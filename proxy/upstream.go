@@ -101,8 +101,7 @@ func upstreamTLS(u *UpstreamTLS, upstream string) (string, *tls.Config, error) {
 // disable, negotiates TLS: the returned connection is ready for a
 // StartupMessage or CancelRequest.
 func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
-	d := net.Dialer{Timeout: s.cfg.DialTimeout}
-	conn, err := d.DialContext(ctx, "tcp", s.cfg.Upstream)
+	conn, err := s.dialTCP(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("proxy: connecting to upstream %s: %w", s.cfg.Upstream, err)
 	}

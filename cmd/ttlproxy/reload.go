@@ -45,6 +45,7 @@ func restartKeys(old, cur *config.Config) []string {
 		{"admin.web_config_file", old.Admin.WebConfigFile, cur.Admin.WebConfigFile},
 		{"upstream_tls", old.UpstreamTLS, cur.UpstreamTLS},
 		{"dial_timeout", old.DialTimeout, cur.DialTimeout},
+		{"upstream_tcp", old.UpstreamTCP, cur.UpstreamTCP},
 		{"shutdown_timeout", old.ShutdownTimeout, cur.ShutdownTimeout},
 		{"catalog_ttl", old.CatalogTTL, cur.CatalogTTL},
 		{"gomaxprocs", old.GOMAXPROCS, cur.GOMAXPROCS},
@@ -83,7 +84,7 @@ func (s *stack) reload() (err error) {
 		if (cfg.TLS == nil) != (s.cfg.TLS == nil) {
 			cfg.TLS = s.cfg.TLS
 		}
-		cfg.UpstreamTLS = s.cfg.UpstreamTLS
+		cfg.UpstreamTLS, cfg.UpstreamTCP = s.cfg.UpstreamTLS, s.cfg.UpstreamTCP
 		cfg.Admin.WebConfigFile = s.cfg.Admin.WebConfigFile
 		cfg.DialTimeout, cfg.ShutdownTimeout, cfg.CatalogTTL = s.cfg.DialTimeout, s.cfg.ShutdownTimeout, s.cfg.CatalogTTL
 		cfg.GOMAXPROCS = s.cfg.GOMAXPROCS

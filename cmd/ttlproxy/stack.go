@@ -90,6 +90,25 @@ func buildUpstreamTLS(u *config.UpstreamTLS) (*proxy.UpstreamTLS, error) {
 	return &proxy.UpstreamTLS{SSLMode: u.SSLMode, Config: c}, nil
 }
 
+// upstreamTCP maps the upstream_tcp section onto the proxy's settings: a
+// tcp_user_timeout of 0s turns the timeout off, which the proxy spells as a
+// negative value.
+func upstreamTCP(u config.UpstreamTCP) proxy.UpstreamTCP {
+	p := proxy.UpstreamTCP{
+		KeepalivesDisabled: u.KeepalivesDisabled,
+		KeepalivesIdle:     u.KeepalivesIdle,
+		KeepalivesInterval: u.KeepalivesInterval,
+		KeepalivesCount:    u.KeepalivesCount,
+	}
+	if u.TCPUserTimeout != nil {
+		p.TCPUserTimeout = *u.TCPUserTimeout
+		if p.TCPUserTimeout == 0 {
+			p.TCPUserTimeout = -1
+		}
+	}
+	return p
+}
+
 // newRewriter builds the rewriter for cfg's tables and limits.
 func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
 	return rewrite.New(cfg.Tables, rewrite.Options{
@@ -146,6 +165,7 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		Logger:          log.With("component", "proxy"),
 		Registerer:      reg,
 		DialTimeout:     cfg.DialTimeout,
+		UpstreamTCP:     upstreamTCP(cfg.UpstreamTCP),
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		MaxMessageBytes: cfg.Limits.MaxMessageBytes,
 

@@ -1,0 +1,67 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The sockets to the upstream server carry TCP keepalive and
+// TCP_USER_TIMEOUT (tcp(7)), as libpq's keepalives_* and tcp_user_timeout
+// parameters set them. A server host that crashes, or a network that drops
+// every packet, sends no reset: without them a session waiting for a result
+// waits for Go's default keepalive to give up (15 s idle, then 9 probes 15 s
+// apart: 150 s), and one with unacknowledged data for the kernel's
+// retransmissions to give up, about 15 minutes.
+
+// upstreamDialer returns the dialer of the sockets to the upstream server.
+func (s *Server) upstreamDialer() *net.Dialer {
+	u := s.cfg.UpstreamTCP
+	d := &net.Dialer{Timeout: s.cfg.DialTimeout}
+	if u.KeepalivesDisabled {
+		d.KeepAliveConfig = net.KeepAliveConfig{Enable: false}
+		d.KeepAlive = -1
+	} else {
+		d.KeepAliveConfig = net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     u.KeepalivesIdle,
+			Interval: u.KeepalivesInterval,
+			Count:    u.KeepalivesCount,
+		}
+	}
+	if u.TCPUserTimeout > 0 {
+		ms := int(u.TCPUserTimeout.Milliseconds())
+		d.Control = func(_, _ string, c syscall.RawConn) error {
+			return setTCPUserTimeout(c, ms)
+		}
+	}
+	return d
+}
+
+// dialTCP connects to the upstream server with upstreamDialer.
+func (s *Server) dialTCP(ctx context.Context) (net.Conn, error) {
+	d := s.upstreamDialer()
+	if s.cfg.dialTCP != nil {
+		return s.cfg.dialTCP(ctx, d, s.cfg.Upstream)
+	}
+	return d.DialContext(ctx, "tcp", s.cfg.Upstream)
+}
+
+// setTCPUserTimeout sets TCP_USER_TIMEOUT (milliseconds) on a socket before
+// it connects, so that the handshake is bounded by it too.
+func setTCPUserTimeout(c syscall.RawConn, ms int) error {
+	var serr error
+	err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, ms)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("setting TCP_USER_TIMEOUT: %w", err)
+	}
+	return nil
+}
