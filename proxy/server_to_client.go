@@ -152,7 +152,11 @@ func (s *session) upstreamEnded(err error, partial bool, lastType byte) error {
 		_ = s.cw.Flush()
 	}
 	s.closing.Store(true)
-	s.closeClient()
+	if partial {
+		s.closeClient()
+	} else {
+		s.lingerClient()
+	}
 	s.closeUpstream()
 	return fmt.Errorf("upstream: %w", err)
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -27,6 +28,10 @@ const (
 	// finalWriteTimeout bounds writing a last ErrorResponse to a client
 	// that may not be reading.
 	finalWriteTimeout = time.Second
+	// lingerTimeout bounds how long a client that was sent its last
+	// ErrorResponse may go on sending before its connection is closed
+	// (lingerClient).
+	lingerTimeout = time.Second
 )
 
 // terminateMsg is a Terminate message.
@@ -95,6 +100,9 @@ type session struct {
 	// fatal is the ErrorResponse serverToClient sends the client before
 	// closing it, when the close was decided elsewhere.
 	fatal atomic.Pointer[[]byte]
+	// lingering: the client was sent its last message and a FIN; its
+	// connection is closed once what it still sends is read (lingerClient).
+	lingering atomic.Bool
 
 	// Owned by clientToServer.
 	expected uint64 // ReadyForQuery messages announced so far
@@ -216,6 +224,9 @@ func (s *session) forward() error {
 	report(s.pump("client_to_server", s.client, s.clientToServer))
 	err := <-errc
 	wg.Wait()
+	if s.lingering.Load() {
+		s.drainClient()
+	}
 	return err
 }
 
@@ -284,6 +295,58 @@ func (s *session) setUpstream(c net.Conn) bool {
 	}
 	s.upstream = c
 	return true
+}
+
+// lingerClient ends the client's connection after its last ErrorResponse
+// has been flushed: a FIN now, and the close once the client has stopped
+// sending (drainClient, after both pumps), within lingerTimeout. Closing a
+// socket whose input is unread sends a RST instead of a FIN (RFC 2525,
+// 2.17), and a client still sending, COPY data or a pipeline, then fails
+// its write and may drop the ErrorResponse it has not read yet: pgx does,
+// mid-COPY FROM. Web servers linger for the same reason (nginx's
+// lingering_close).
+func (s *session) lingerClient() {
+	c := s.clientConn()
+	// A client read that times out from now on ends clientToServer
+	// (clientReader, timedOut).
+	s.pending.Store(closedMark)
+	if err := halfClose(c); err != nil {
+		s.closeClient()
+		return
+	}
+	s.lingering.Store(true)
+	_ = c.SetReadDeadline(time.Now().Add(lingerTimeout))
+}
+
+// drainClient reads and drops what a lingering client still sends, until
+// it closes or the deadline lingerClient set passes; run closes it then.
+func (s *session) drainClient() {
+	c := s.clientConn()
+	buf := make([]byte, 4096)
+	for {
+		if _, err := c.Read(buf); err != nil {
+			return
+		}
+	}
+}
+
+// halfClose sends the end of the stream on c (a FIN, or TLS's
+// close_notify) and leaves its reading side open.
+func halfClose(c net.Conn) error {
+	for {
+		switch v := c.(type) {
+		case *tls.Conn:
+			return v.CloseWrite()
+		case *rawConn:
+			c = v.Conn
+		case *prefixConn:
+			c = v.Conn
+		case interface{ CloseWrite() error }:
+			return v.CloseWrite()
+		default:
+			return errors.ErrUnsupported
+		}
+	}
 }
 
 func (s *session) closeClient() {
