@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -48,12 +50,35 @@ type faultEnv struct {
 // a fault shim in front of the test server.
 func startFaultProxy(t *testing.T, cfg Config) *faultEnv {
 	t.Helper()
+	return startFaultProxyIn(t, cfg, nil)
+}
+
+// startFaultProxyIn is startFaultProxy with the link between the proxy
+// and the shim inside ns (nil: none): the shim listens there, and the
+// proxy's upstream sockets are made there.
+func startFaultProxyIn(t *testing.T, cfg Config, ns *netns) *faultEnv {
+	t.Helper()
 	db := pgtest.NewDatabase(t)
 	execDirect(t, db,
 		"CREATE TABLE items (id int PRIMARY KEY, expires_at timestamptz, payload text)",
 		fmt.Sprintf("INSERT INTO items SELECT g, now() + interval '1 hour', repeat('x', 100) FROM generate_series(1, %d) g", faultRows),
 		"INSERT INTO items VALUES (0, now() - interval '1 hour', 'expired')")
-	shim := newFaultShim(t, pgtest.Server(t).Addr())
+	var shim *faultShim
+	if ns == nil {
+		shim = newFaultShim(t, pgtest.Server(t).Addr())
+	} else {
+		var ln net.Listener
+		var err error
+		ns.do(func() { ln, err = net.Listen("tcp", "127.0.0.1:0") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		shim = newFaultShimOn(t, ln, pgtest.Server(t).Addr())
+		cfg.dialTCP = func(ctx context.Context, d *net.Dialer, addr string) (c net.Conn, err error) {
+			ns.do(func() { c, err = d.DialContext(ctx, "tcp", addr) })
+			return c, err
+		}
+	}
 	rw, err := rewrite.New(testRules, rewrite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -142,6 +167,159 @@ func (e *faultEnv) checkHealthy(t *testing.T, faulted *pgx.Conn) {
 	}
 }
 
+// noExpired fails t if a result's text holds the expired row's payload.
+func noExpired(t *testing.T, b []byte) {
+	t.Helper()
+	if bytes.Contains(b, []byte("expired")) {
+		t.Error("the expired row was served")
+	}
+}
+
+// TestFaultLatency: 20 ms each way between proxy and server slows every
+// round trip by at least 40 ms, and results stay right.
+func TestFaultLatency(t *testing.T) {
+	e := startFaultProxy(t, Config{})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			conn := e.client(t, m.mode)
+			e.shim.setLatency(20 * time.Millisecond)
+			defer e.shim.setLatency(0)
+			start := time.Now()
+			var n int64
+			if err := conn.QueryRow(testContext(t), "SELECT count(*) FROM items WHERE id < $1", 5).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			if n != 4 {
+				t.Errorf("count %d, want 4 (rows 1 to 4; row 0 is expired)", n)
+			}
+			if took < 40*time.Millisecond {
+				t.Errorf("a round trip took %v under 20 ms of latency each way", took)
+			}
+			t.Logf("one statement: %v", took.Round(time.Millisecond))
+			e.checkHealthy(t, conn)
+		})
+	}
+}
+
+// TestFaultBandwidth: a result of about 1 MB through a 1 MB/s link takes
+// about a second, arrives whole, and holds no expired row.
+func TestFaultBandwidth(t *testing.T) {
+	e := startFaultProxy(t, Config{})
+	conn := e.client(t, pgx.QueryExecModeCacheStatement)
+	e.shim.setRate(1 << 20)
+	start := time.Now()
+	var buf bytes.Buffer
+	tag, err := conn.PgConn().CopyTo(testContext(t), &buf,
+		"COPY (SELECT i.id, i.payload FROM items i, generate_series(1, 8)) TO STDOUT")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != 8*faultRows+8 { // and the acknowledged row
+		t.Errorf("COPY returned %d rows, want %d", tag.RowsAffected(), 8*faultRows+8)
+	}
+	noExpired(t, buf.Bytes())
+	if took < 500*time.Millisecond {
+		t.Errorf("%d bytes took %v at 1 MB/s", buf.Len(), took)
+	}
+	t.Logf("%d bytes in %v", buf.Len(), took.Round(time.Millisecond))
+	e.checkHealthy(t, conn)
+}
+
+// TestFaultResetMidResult: the link to the server is reset in the middle
+// of a result; the client gets 08006 at once.
+func TestFaultResetMidResult(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			e := startFaultProxy(t, Config{})
+			conn := e.client(t, m.mode)
+			e.shim.resetAfterBytes(toProxy, 64<<10)
+			start := time.Now()
+			rows, err := conn.Query(testContext(t), "SELECT i.id, i.payload FROM items i, generate_series(1, 100)")
+			var n int
+			if err == nil {
+				for rows.Next() {
+					var id int32
+					var payload string
+					if err := rows.Scan(&id, &payload); err != nil {
+						t.Fatal(err)
+					}
+					if id == 0 {
+						t.Error("the expired row was served")
+					}
+					n++
+				}
+				err = rows.Err()
+			}
+			took := time.Since(start)
+			code := requireConnectionError(t, err)
+			if took > faultBound {
+				t.Errorf("the error came after %v", took)
+			}
+			t.Logf("SQLSTATE %s after %d rows, %v", code, n, took.Round(time.Millisecond))
+			e.checkHealthy(t, conn)
+		})
+	}
+}
+
+// TestFaultResetMidLargeRow: the link is reset while the proxy streams a
+// row larger than its buffer to the client. Part of the message is
+// already the client's, so the proxy cannot append an ErrorResponse: it
+// closes the connection at once, as a server that dies mid-message would,
+// and the client reports a broken connection (pgx: unexpected EOF).
+func TestFaultResetMidLargeRow(t *testing.T) {
+	e := startFaultProxy(t, Config{})
+	conn := e.client(t, pgx.QueryExecModeCacheStatement)
+	e.shim.resetAfterBytes(toProxy, 250<<10)
+	start := time.Now()
+	rows, err := conn.Query(testContext(t), "SELECT repeat('x', 100000) FROM generate_series(1, 50)")
+	var n int
+	if err == nil {
+		for rows.Next() {
+			n++
+		}
+		err = rows.Err()
+	}
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("the result was cut but the query succeeded")
+	}
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		requireConnectionError(t, err)
+	}
+	if took > faultBound {
+		t.Errorf("the error came after %v", took)
+	}
+	t.Logf("%v after %d rows, %v", err, n, took.Round(time.Millisecond))
+	e.checkHealthy(t, conn)
+}
+
+// TestFaultServerTerminates: the server ends the session itself
+// (pg_terminate_backend, or a fast shutdown) while a statement runs: the
+// client gets the server's 57P01, relayed, at once.
+func TestFaultServerTerminates(t *testing.T) {
+	e := startFaultProxy(t, Config{})
+	conn := e.client(t, pgx.QueryExecModeCacheStatement)
+	pid := conn.PgConn().PID() // the server's, relayed in BackendKeyData
+	errc := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(context.Background(), "SELECT pg_sleep(20)")
+		errc <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	execDirect(t, e.db, fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid))
+	err := <-errc
+	took := time.Since(start)
+	requireCode(t, err, "57P01")
+	if took > faultBound {
+		t.Errorf("the error came after %v", took)
+	}
+	t.Logf("SQLSTATE 57P01 after %v", took.Round(time.Millisecond))
+	e.checkHealthy(t, conn)
+}
+
 // copySource is COPY text for rows with ids from next to end, about 100
 // bytes each; after `after` bytes it calls at, once. pgx reads it in a
 // goroutine that may outlive CopyFrom: read is the only field to look at
@@ -169,6 +347,59 @@ func (s *copySource) Read(p []byte) (int, error) {
 		s.at = nil
 	}
 	return n, nil
+}
+
+// copiedRows counts the rows a COPY FROM wrote (ids from 200000 on), read
+// directly.
+func copiedRows(t *testing.T, db string) int64 {
+	t.Helper()
+	conn := connectDirect(t, db, pgx.QueryExecModeSimpleProtocol)
+	defer conn.Close(context.Background())
+	var n int64
+	if err := conn.QueryRow(testContext(t), "SELECT count(*) FROM items WHERE id >= 200000").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestFaultResetMidCopy: the link to the server is reset in the middle of
+// a COPY, either way; the client gets 08006 at once, and a COPY FROM that
+// was not acknowledged left no row.
+func TestFaultResetMidCopy(t *testing.T) {
+	t.Run("to_stdout", func(t *testing.T) {
+		e := startFaultProxy(t, Config{})
+		conn := e.client(t, pgx.QueryExecModeCacheStatement)
+		e.shim.resetAfterBytes(toProxy, 32<<10)
+		start := time.Now()
+		var buf bytes.Buffer
+		_, err := conn.PgConn().CopyTo(testContext(t), &buf, "COPY items TO STDOUT")
+		took := time.Since(start)
+		code := requireConnectionError(t, err)
+		noExpired(t, buf.Bytes())
+		if took > faultBound {
+			t.Errorf("the error came after %v", took)
+		}
+		t.Logf("SQLSTATE %s after %d bytes, %v", code, buf.Len(), took.Round(time.Millisecond))
+		e.checkHealthy(t, conn)
+	})
+	t.Run("from_stdin", func(t *testing.T) {
+		e := startFaultProxy(t, Config{})
+		conn := e.client(t, pgx.QueryExecModeCacheStatement)
+		e.shim.resetAfterBytes(toServer, 1<<20)
+		start := time.Now()
+		src := &copySource{next: 200000, end: 400000}
+		_, err := conn.PgConn().CopyFrom(testContext(t), src, "COPY items (id, payload) FROM STDIN")
+		took := time.Since(start)
+		code := requireConnectionError(t, err)
+		if took > faultBound {
+			t.Errorf("the error came after %v", took)
+		}
+		t.Logf("SQLSTATE %s after %d bytes sent, %v", code, src.read.Load(), took.Round(time.Millisecond))
+		if n := copiedRows(t, e.db); n != 0 {
+			t.Errorf("the COPY failed but %d of its rows are in the table", n)
+		}
+		e.checkHealthy(t, conn)
+	})
 }
 
 // TestFaultResetMidCopyClientStillSending: a client that goes on
@@ -229,3 +460,99 @@ func TestFaultResetMidCopyClientStillSending(t *testing.T) {
 	e.checkHealthy(t, nil)
 }
 
+// blackholeTCP are upstream socket settings that give a blackholed server
+// up within about two seconds: TCP_USER_TIMEOUT 1 s, and keepalive probes
+// from 1 s of silence on.
+var blackholeTCP = UpstreamTCP{
+	KeepalivesIdle:     time.Second,
+	KeepalivesInterval: time.Second,
+	KeepalivesCount:    1,
+	TCPUserTimeout:     time.Second,
+}
+
+// blackholeBound is how long after a blackhole the client may wait for its
+// error under blackholeTCP: the kernel checks the timeout when a
+// retransmission, window probe or keepalive timer fires, which back off.
+const blackholeBound = 5 * time.Second
+
+// TestFaultBlackholeCopy: the shim stops all traffic while a client streams
+// COPY data (faultShim's emulated blackhole: the proxy's window to the
+// server closes and stays closed); TCP_USER_TIMEOUT ends the connection
+// and the client gets 08006, and the COPY left no row.
+func TestFaultBlackholeCopy(t *testing.T) {
+	e := startFaultProxy(t, Config{UpstreamTCP: blackholeTCP})
+	conn := e.client(t, pgx.QueryExecModeCacheStatement)
+	var holed atomic.Int64
+	src := &copySource{next: 200000, end: 1 << 30, after: 2 << 20, at: func() {
+		holed.Store(time.Now().UnixNano())
+		e.shim.blackhole()
+	}}
+	_, err := conn.PgConn().CopyFrom(testContext(t), src, "COPY items (id, payload) FROM STDIN")
+	took := time.Since(time.Unix(0, holed.Load()))
+	code := requireConnectionError(t, err)
+	if took > blackholeBound {
+		t.Errorf("the error came %v after the blackhole", took)
+	}
+	t.Logf("SQLSTATE %s %v after the blackhole, %d bytes sent", code, took.Round(time.Millisecond), src.read.Load())
+	e.shim.heal()
+	if n := copiedRows(t, e.db); n != 0 {
+		t.Errorf("the COPY failed but %d of its rows are in the table", n)
+	}
+	e.checkHealthy(t, conn)
+}
+
+// TestFaultBlackholeNetns: the packets between the proxy and the shim
+// vanish (the loopback of a network namespace of the test's own goes
+// down), while a statement runs (keepalive finds the silence) and before
+// one is sent (its bytes go unacknowledged: TCP_USER_TIMEOUT). The client
+// gets 08006 within the bound.
+func TestFaultBlackholeNetns(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// running: the blackhole comes while a statement runs; otherwise
+		// before the next is sent.
+		running bool
+	}{
+		{"statement_running", true},
+		{"statement_sent", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := newNetns(t)
+			e := startFaultProxyIn(t, Config{UpstreamTCP: blackholeTCP}, ns)
+			conn := e.client(t, pgx.QueryExecModeCacheStatement)
+			var errc chan error
+			if tc.running {
+				errc = make(chan error, 1)
+				go func() {
+					_, err := conn.Exec(context.Background(), "SELECT pg_sleep(20)")
+					errc <- err
+				}()
+				time.Sleep(200 * time.Millisecond) // the query is sent and acknowledged
+			}
+			if err := ns.setLoopback(false); err != nil {
+				t.Fatal(err)
+			}
+			holed := time.Now()
+			var err error
+			if errc == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err = conn.Exec(ctx, "SELECT count(*) FROM items")
+			} else {
+				err = <-errc
+			}
+			took := time.Since(holed)
+			code := requireConnectionError(t, err)
+			if took > blackholeBound {
+				t.Errorf("the error came %v after the blackhole", took)
+			}
+			t.Logf("SQLSTATE %s %v after the blackhole", code, took.Round(time.Millisecond))
+			if err := ns.setLoopback(true); err != nil {
+				t.Fatal(err)
+			}
+			// The shim's side of the link never heard of the end.
+			e.shim.dropLinks()
+			e.checkHealthy(t, conn)
+		})
+	}
+}
