@@ -146,6 +146,20 @@ func TestParseDefaults(t *testing.T) {
 	}
 }
 
+// TestParseUpstreamTCP: keepalives false turns keepalive off, and a
+// tcp_user_timeout of 0s is kept apart from an absent one (the proxy's
+// default).
+func TestParseUpstreamTCP(t *testing.T) {
+	got, err := Parse([]byte("upstream: h:1\nupstream_tcp: {keepalives: false, tcp_user_timeout: 0s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := UpstreamTCP{KeepalivesDisabled: true, TCPUserTimeout: new(time.Duration(0))}
+	if !reflect.DeepEqual(got.UpstreamTCP, want) {
+		t.Errorf("got %+v, want %+v", got.UpstreamTCP, want)
+	}
+}
+
 func TestParseNoTablesNoSweeper(t *testing.T) {
 	for _, doc := range []string{"upstream: h:1", "upstream: h:1\ntables: []", "upstream: h:1\ntables:"} {
 		got, err := Parse([]byte(doc))
