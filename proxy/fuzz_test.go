@@ -71,7 +71,8 @@ func fuzzStartup(db string) []byte {
 // closed (the client half-closes after its bytes; an ErrorResponse may
 // come first) within 10 s, with no panic recovered by the session's guard
 // and no file descriptor left open; no goroutine may outlive the target
-// (startProxy's cleanup).
+// (startProxy's cleanup); and what the proxy sends the server must be well
+// formed (wireChecker).
 func FuzzClientWire(f *testing.F) {
 	var panics atomic.Int64
 	log := slog.New(panicCounter{slog.DiscardHandler, &panics})
@@ -80,7 +81,10 @@ func FuzzClientWire(f *testing.F) {
 		f.Fatal(err)
 	}
 	// The real rewriter, not startProxy's stand-in, which panics on purpose.
-	p := startProxy(f, Config{Logger: log, ClientLoginTimeout: 5 * time.Second, Rewriter: rw, rewriter: rw})
+	// What reaches the server passes through a checker of its framing.
+	wire := startWireChecker(f, pgtest.Server(f).Addr())
+	p := startProxy(f, Config{Logger: log, ClientLoginTimeout: 5 * time.Second, Rewriter: rw, rewriter: rw,
+		Upstream: wire.addr(), UpstreamTLS: &UpstreamTLS{SSLMode: SSLDisable}})
 	ensureRole(f, roleSQL("ttl_trust", "unused"))
 	db := pgtest.NewDatabase(f)
 	execDirect(f, db, "CREATE TABLE items (id int PRIMARY KEY, expires_at timestamptz)",
@@ -122,7 +126,10 @@ func FuzzClientWire(f *testing.F) {
 	}
 
 	f.Fuzz(func(t *testing.T, loggedIn bool, data []byte) {
-		before, fds := panics.Load(), openFDs(t)
+		// The checker's own sockets close when it sees the proxy's close:
+		// they are not counted.
+		before, fds := panics.Load(), openFDs(t)-wire.openFDs()
+		malformed, _ := wire.seen()
 		c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -150,11 +157,14 @@ func FuzzClientWire(f *testing.F) {
 		if n := panics.Load() - before; n > 0 {
 			t.Fatalf("%d session panic(s) recovered", n)
 		}
+		if n, first := wire.seen(); n > malformed {
+			t.Fatalf("the server received %d malformed message(s) from the proxy, the first: %s", n-malformed, first)
+		}
 		// A socket closed while its pump drives it is closed once the pump
 		// lets go (rawConn.Close): give it a moment.
-		for deadline := time.Now().Add(5 * time.Second); openFDs(t) > fds; {
+		for deadline := time.Now().Add(5 * time.Second); openFDs(t)-wire.openFDs() > fds; {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d file descriptor(s) left open", openFDs(t)-fds)
+				t.Fatalf("%d file descriptor(s) left open", openFDs(t)-wire.openFDs()-fds)
 			}
 			time.Sleep(time.Millisecond)
 		}
