@@ -27,6 +27,14 @@ const (
 // Class 23: integrity constraint violation.
 const UniqueViolation = pgerrcode.UniqueViolation
 
+// Class 28: invalid authorization specification. The proxy's own client
+// authentication answers a wrong password, an unknown user and a missing
+// password alike with InvalidPassword, as PostgreSQL does.
+const (
+	InvalidAuthorizationSpecification = pgerrcode.InvalidAuthorizationSpecification
+	InvalidPassword                   = pgerrcode.InvalidPassword
+)
+
 // Class 42: syntax error or access rule violation.
 const SyntaxError = pgerrcode.SyntaxError
 

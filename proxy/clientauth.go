@@ -1,0 +1,395 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/md5" //nolint:gosec // PostgreSQL's md5 password method is md5
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/internal/scram"
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+)
+
+// Client authentication by the proxy itself, for transaction pooling
+// (docs/design/pooling.md §1): the proxy answers the client's
+// StartupMessage with an authentication exchange, as a PostgreSQL server
+// would, against an auth_file, and keeps what the exchange yields to log in
+// to the server in the client's name. Session mode never uses it: there
+// the server authenticates the client end to end.
+
+// The auth_type values, PgBouncer's names.
+const (
+	// authSCRAM runs SCRAM-SHA-256 against a verifier or a plain password;
+	// a user with an md5 hash cannot log in (the default).
+	authSCRAM = "scram-sha-256"
+	// authMD5 runs md5 against an md5 hash or a plain password, and
+	// SCRAM-SHA-256 for a user with a verifier (as PostgreSQL's md5 method
+	// does).
+	authMD5 = "md5"
+	// authPlain asks for the password in clear text
+	// (AuthenticationCleartextPassword, PostgreSQL's "password" method)
+	// and checks it against any kind of secret.
+	authPlain = "plain"
+	// authTrust asks for nothing; with an auth_file, the user must be in it.
+	authTrust = "trust"
+)
+
+// maxAuthMessage bounds a password or SASL message from the client:
+// PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH.
+const maxAuthMessage = 65535
+
+const (
+	codeInvalidPassword      = sqlstate.InvalidPassword
+	codeInvalidAuthorization = sqlstate.InvalidAuthorizationSpecification
+)
+
+// authConfig is the client authentication the proxy runs: the auth_type
+// and auth_file keys (reserved for pool_mode: transaction; not keys of the
+// configuration file yet).
+type authConfig struct {
+	// Type is one of scram-sha-256 (""), md5, plain or trust.
+	Type string
+	// File is an auth_file in PgBouncer's userlist.txt format; required
+	// unless Type is trust.
+	File string
+}
+
+// clientAuth authenticates clients against one loaded auth_file.
+type clientAuth struct {
+	method string
+	// users are the auth_file's; nil with trust and no file (anyone).
+	users map[string]*authSecret
+	// mockSecret salts the mock exchange of unknown users
+	// (scram.MockVerifier): random per process.
+	mockSecret [32]byte
+}
+
+// newClientAuth validates cfg and loads its auth_file. Errors name the key:
+// `auth_type: "x" is not one of …`, `auth_file: users.txt:3: …`.
+func newClientAuth(cfg authConfig) (*clientAuth, error) {
+	a := &clientAuth{method: cfg.Type}
+	switch cfg.Type {
+	case "":
+		a.method = authSCRAM
+	case authSCRAM, authMD5, authPlain, authTrust:
+	default:
+		return nil, fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", cfg.Type, authSCRAM, authMD5, authPlain, authTrust)
+	}
+	if cfg.File == "" {
+		if a.method != authTrust {
+			return nil, fmt.Errorf("auth_file: required with auth_type %s", a.method)
+		}
+	} else {
+		users, err := loadAuthFile(cfg.File)
+		if err != nil {
+			return nil, fmt.Errorf("auth_file: %w", err)
+		}
+		a.users = users
+	}
+	_, _ = rand.Read(a.mockSecret[:])
+	return a, nil
+}
+
+// loginSecret is what a client's login leaves for logging in to the server
+// in its name (design §1): any of the three, by what the exchange and the
+// auth_file gave.
+type loginSecret struct {
+	// keys are the client's SCRAM keys, recovered from its proof or
+	// derived from its clear-text password; they log in to a server whose
+	// verifier has the same salt and iteration count (pass-through).
+	keys *scram.Keys
+	// password is the plain password, from the auth_file or the client.
+	password string
+	// md5 is the "md5…" hash (md5 is pass-the-hash).
+	md5 string
+}
+
+// authFailed is PostgreSQL's answer to a wrong password, an unknown user or
+// a user without a usable secret: one message for all, so that it does not
+// tell which.
+func authFailed(user string) error {
+	return &protocolError{code: codeInvalidPassword, msg: `password authentication failed for user "` + user + `"`}
+}
+
+// authenticate runs the authentication exchange on conn, whose client has
+// sent its StartupMessage for user, and writes AuthenticationOk when it
+// succeeds; the caller then sends ParameterStatus, BackendKeyData and
+// ReadyForQuery. It reads conn unbuffered, so nothing after the exchange is
+// consumed. Errors: a *protocolError the caller answers with a FATAL
+// ErrorResponse (28P01 for a failed login, 28000 for a user trust does not
+// know, 08P01 for a malformed message); any other error (the client went
+// away, a deadline the caller set) ends the connection without an answer.
+func (a *clientAuth) authenticate(conn net.Conn, user string) (*loginSecret, error) {
+	secret, known := a.users[user]
+	if a.method == authTrust {
+		if a.users != nil && !known {
+			return nil, &protocolError{code: codeInvalidAuthorization, msg: `role "` + user + `" does not exist`}
+		}
+		login := &loginSecret{}
+		if known {
+			switch secret.kind {
+			case secretPlain:
+				login.password = secret.text
+			case secretMD5:
+				login.md5 = secret.text
+			}
+		}
+		return login, writeAuthOK(conn, nil)
+	}
+
+	var (
+		login *loginSecret
+		final pgproto3.BackendMessage
+		err   error
+	)
+	switch {
+	case a.method == authPlain:
+		login, err = a.cleartext(conn, user, secret)
+	case a.method == authMD5 && (secret == nil || secret.kind != secretSCRAM):
+		login, err = a.md5(conn, user, secret)
+	default:
+		login, final, err = a.scram(conn, user, secret)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return login, writeAuthOK(conn, final)
+}
+
+// scram runs a SCRAM-SHA-256 exchange (PostgreSQL's CheckSASLAuth). A user
+// without a verifier gets a mock exchange that fails at the end, as
+// PostgreSQL's does. It returns the AuthenticationSASLFinal to send with
+// AuthenticationOk.
+func (a *clientAuth) scram(conn net.Conn, user string, secret *authSecret) (*loginSecret, pgproto3.BackendMessage, error) {
+	var v *scram.Verifier
+	if secret != nil {
+		v = secret.scramVerifier()
+	}
+	if v == nil {
+		v = scram.MockVerifier(user, a.mockSecret[:])
+	}
+	if err := writeMessage(conn, &pgproto3.AuthenticationSASL{AuthMechanisms: []string{scram.Mechanism}}); err != nil {
+		return nil, nil, err
+	}
+	body, err := readAuthMessage(conn, "SASL")
+	if err != nil {
+		return nil, nil, err
+	}
+	data, ok := saslInitialData(body)
+	if !ok {
+		return nil, nil, &protocolError{code: codeProtocolViolation, msg: "invalid SASLInitialResponse message"}
+	}
+	var initial pgproto3.SASLInitialResponse
+	_ = initial.Decode(body) // checked by saslInitialData
+	if initial.AuthMechanism != scram.Mechanism {
+		return nil, nil, &protocolError{code: codeProtocolViolation, msg: "client selected an invalid SASL authentication mechanism"}
+	}
+	srv := scram.NewServer(v)
+	first, err := srv.First(data)
+	if err != nil {
+		return nil, nil, scramError(err, user)
+	}
+	if err := writeMessage(conn, &pgproto3.AuthenticationSASLContinue{Data: first}); err != nil {
+		return nil, nil, err
+	}
+	if body, err = readAuthMessage(conn, "SASL"); err != nil {
+		return nil, nil, err
+	}
+	final, keys, err := srv.Final(body)
+	if err != nil {
+		return nil, nil, scramError(err, user)
+	}
+	login := &loginSecret{keys: keys}
+	if secret != nil && secret.kind == secretPlain {
+		// The keys belong to a verifier the proxy made, which the server
+		// does not have: its login uses the password.
+		login = &loginSecret{password: secret.text}
+	}
+	return login, &pgproto3.AuthenticationSASLFinal{Data: final}, nil
+}
+
+// saslInitialData checks a SASLInitialResponse body (mechanism, NUL, int32
+// length, data) and returns its data; pgproto3's Decode ignores the
+// length, which must match (PostgreSQL's pq_getmsgend).
+func saslInitialData(body []byte) ([]byte, bool) {
+	nul := bytes.IndexByte(body, 0)
+	if nul < 0 || len(body)-nul-1 < 4 {
+		return nil, false
+	}
+	data := body[nul+5:]
+	if int64(int32(binary.BigEndian.Uint32(body[nul+1:]))) != int64(len(data)) {
+		return nil, false
+	}
+	return data, true
+}
+
+// scramError maps an error of the SCRAM exchange to PostgreSQL's answer.
+func scramError(err error, user string) error {
+	var me *scram.MalformedError
+	if errors.As(err, &me) {
+		return &protocolError{code: codeProtocolViolation, msg: me.Error()}
+	}
+	return authFailed(user)
+}
+
+// md5 runs PostgreSQL's md5 method: AuthenticationMD5Password with a random
+// 4-byte salt; the client answers "md5" + hex(md5(hex(md5(password + user))
+// + salt)) (PostgreSQL's md5_crypt_verify). An unknown user is asked too,
+// and fails.
+func (a *clientAuth) md5(conn net.Conn, user string, secret *authSecret) (*loginSecret, error) {
+	var salt [4]byte
+	_, _ = rand.Read(salt[:])
+	if err := writeMessage(conn, &pgproto3.AuthenticationMD5Password{Salt: salt}); err != nil {
+		return nil, err
+	}
+	answer, err := readPassword(conn)
+	if err != nil {
+		return nil, err
+	}
+	if secret == nil {
+		return nil, authFailed(user)
+	}
+	hash := secret.text
+	if secret.kind == secretPlain {
+		hash = md5Hash(secret.text, user)
+	}
+	want := md5Hash(hash[3:], string(salt[:]))
+	if subtle.ConstantTimeCompare([]byte(answer), []byte(want)) != 1 {
+		return nil, authFailed(user)
+	}
+	login := &loginSecret{md5: hash}
+	if secret.kind == secretPlain {
+		login.password = secret.text
+	}
+	return login, nil
+}
+
+// md5Hash is "md5" + hex(md5(password + salt)): PostgreSQL's pg_md5_encrypt.
+func md5Hash(password, salt string) string {
+	sum := md5.Sum([]byte(password + salt)) //nolint:gosec // PostgreSQL's md5 method
+	return "md5" + hex.EncodeToString(sum[:])
+}
+
+// cleartext runs PostgreSQL's password method: the client sends the
+// password itself, checked against a plain password, an md5 hash or a SCRAM
+// verifier (PostgreSQL's plain_crypt_verify).
+func (a *clientAuth) cleartext(conn net.Conn, user string, secret *authSecret) (*loginSecret, error) {
+	if err := writeMessage(conn, &pgproto3.AuthenticationCleartextPassword{}); err != nil {
+		return nil, err
+	}
+	password, err := readPassword(conn)
+	if err != nil {
+		return nil, err
+	}
+	if secret == nil {
+		return nil, authFailed(user)
+	}
+	login := &loginSecret{password: password}
+	switch secret.kind {
+	case secretPlain:
+		if subtle.ConstantTimeCompare([]byte(password), []byte(secret.text)) != 1 {
+			return nil, authFailed(user)
+		}
+	case secretMD5:
+		if subtle.ConstantTimeCompare([]byte(md5Hash(password, user)), []byte(secret.text)) != 1 {
+			return nil, authFailed(user)
+		}
+		login.md5 = secret.text
+	case secretSCRAM:
+		v := secret.verifier
+		keys, err := scram.PasswordKeys(password, v.Salt, v.Iterations)
+		if err != nil {
+			return nil, authFailed(user)
+		}
+		got := keys.Verifier()
+		if subtle.ConstantTimeCompare(got.StoredKey[:], v.StoredKey[:])&
+			subtle.ConstantTimeCompare(got.ServerKey[:], v.ServerKey[:]) != 1 {
+			return nil, authFailed(user)
+		}
+		login.keys = keys
+	}
+	return login, nil
+}
+
+// errEmptyPassword ends a login whose client sent an empty password:
+// PostgreSQL closes such a connection without an answer
+// (recv_password_packet).
+var errEmptyPassword = errors.New("empty password returned by client")
+
+// readPassword reads a PasswordMessage and returns the password.
+func readPassword(conn net.Conn) (string, error) {
+	body, err := readAuthMessage(conn, "password")
+	if err != nil {
+		return "", err
+	}
+	var msg pgproto3.PasswordMessage
+	if err := msg.Decode(body); err != nil || len(msg.Password)+1 != len(body) {
+		return "", &protocolError{code: codeProtocolViolation, msg: "invalid password packet size"}
+	}
+	if msg.Password == "" {
+		return "", errEmptyPassword
+	}
+	return msg.Password, nil
+}
+
+// readAuthMessage reads one message of type 'p' straight from conn (no
+// read-ahead) and returns its body. what names the expected response in
+// PostgreSQL's words ("SASL", "password").
+func readAuthMessage(conn net.Conn, what string) ([]byte, error) {
+	var hdr [headerLen]byte
+	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+		return nil, fmt.Errorf("reading %s response: %w", what, err)
+	}
+	if hdr[0] != 'p' {
+		return nil, &protocolError{code: codeProtocolViolation,
+			msg: fmt.Sprintf("expected %s response, got message type %d", what, hdr[0])}
+	}
+	n := int64(int32(binary.BigEndian.Uint32(hdr[1:]))) - 4
+	if n < 0 || n > maxAuthMessage {
+		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid message length"}
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(conn, body); err != nil {
+		return nil, fmt.Errorf("reading %s response: %w", what, err)
+	}
+	return body, nil
+}
+
+// writeMessage encodes msg and writes it to conn.
+func writeMessage(conn net.Conn, msg pgproto3.BackendMessage) error {
+	buf, err := msg.Encode(nil)
+	if err != nil {
+		panic(err) // only messages over 1 GiB fail
+	}
+	if _, err := conn.Write(buf); err != nil {
+		return fmt.Errorf("writing %T: %w", msg, err)
+	}
+	return nil
+}
+
+// writeAuthOK writes first, when not nil, and AuthenticationOk in one
+// write.
+func writeAuthOK(conn net.Conn, first pgproto3.BackendMessage) error {
+	var buf []byte
+	var err error
+	if first != nil {
+		if buf, err = first.Encode(nil); err != nil {
+			panic(err)
+		}
+	}
+	if buf, err = (&pgproto3.AuthenticationOk{}).Encode(buf); err != nil {
+		panic(err)
+	}
+	if _, err := conn.Write(buf); err != nil {
+		return fmt.Errorf("writing AuthenticationOk: %w", err)
+	}
+	return nil
+}

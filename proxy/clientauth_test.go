@@ -1,0 +1,522 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/scram"
+)
+
+// authResult is what the test listener's authenticate returned for one
+// client.
+type authResult struct {
+	user  string
+	login *loginSecret
+	err   error
+}
+
+// startAuthListener serves clients on a local port with a: the startup
+// phase (SSLRequest answered 'N'), authenticate, then a minimal welcome
+// (BackendKeyData, ReadyForQuery) and nothing more until the client goes.
+func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan authResult) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan authResult, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer conn.Close()
+				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+				user, err := readTestStartup(conn)
+				if err != nil {
+					out <- authResult{err: err}
+					return
+				}
+				login, err := a.authenticate(conn, user)
+				out <- authResult{user: user, login: login, err: err}
+				var pe *protocolError
+				switch {
+				case errors.As(err, &pe):
+					_, _ = conn.Write(errorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
+					return
+				case err != nil:
+					return
+				}
+				buf, _ := (&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}).Encode(nil)
+				buf, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(buf)
+				if _, err := conn.Write(buf); err != nil {
+					return
+				}
+				var b [256]byte
+				for {
+					if _, err := conn.Read(b[:]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+	})
+	return ln.Addr().String(), out
+}
+
+// readTestStartup reads the startup phase up to the StartupMessage and
+// returns its user.
+func readTestStartup(conn net.Conn) (string, error) {
+	for {
+		pkt, err := readStartupPacket(conn, nil)
+		if err != nil {
+			return "", err
+		}
+		if binary.BigEndian.Uint32(pkt[4:8]) == sslRequestCode {
+			if _, err := conn.Write([]byte{'N'}); err != nil {
+				return "", err
+			}
+			continue
+		}
+		var msg pgproto3.StartupMessage
+		if err := msg.Decode(pkt[4:]); err != nil {
+			return "", err
+		}
+		return msg.Parameters["user"], nil
+	}
+}
+
+// Users of the auth file the tests write: one per kind of secret.
+const (
+	scramUser, scramPassword = "scram_user", "s3cret é"
+	md5User, md5Password     = "md5_user", "m5pass"
+	plainUser, plainPassword = "plain_user", `pl"ain`
+)
+
+func writeAuthFile(t *testing.T) (path string, verifier *scram.Verifier) {
+	t.Helper()
+	v, err := scram.NewVerifier(scramPassword, []byte("0123456789abcdef"), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := fmt.Sprintf("; users for the tests\n\"%s\" \"%s\"\n\n\"%s\" \"%s\" \"\"\n# plain\r\n\"%s\" \"%s\"\r\n",
+		scramUser, v, md5User, md5Hash(md5Password, md5User), plainUser, strings.ReplaceAll(plainPassword, `"`, `""`))
+	path = filepath.Join(t.TempDir(), "userlist.txt")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, v
+}
+
+// connectAs logs in through addr with pgx and returns the SQLSTATE of the
+// failure, or "" on success.
+func connectAs(t *testing.T, addr, user, password string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig("postgres://" + addr + "/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Password = user, password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			if pe.Code == codeInvalidPassword && pe.Message != `password authentication failed for user "`+user+`"` {
+				t.Errorf("28P01 message %q", pe.Message)
+			}
+			return pe.Code
+		}
+		t.Fatalf("connecting as %s: %v", user, err)
+	}
+	_ = conn.Close(ctx)
+	return ""
+}
+
+// TestClientAuthFile logs pgx in with each auth_type against an auth_file
+// holding a SCRAM verifier, an md5 hash and a plain password, with the right
+// and a wrong password, and as a user the file does not list; it checks the
+// secret each login leaves for the server login.
+func TestClientAuthFile(t *testing.T) {
+	path, verifier := writeAuthFile(t)
+	scramKeys, err := scram.PasswordKeys(scramPassword, verifier.Salt, verifier.Iterations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md5Secret := md5Hash(md5Password, md5User)
+
+	type want struct {
+		code     string // "" for success
+		keys     bool   // the SCRAM keys of scramPassword
+		password string
+		md5      string
+	}
+	fail := want{code: codeInvalidPassword}
+	for _, c := range []struct {
+		authType string
+		scram    want
+		md5      want
+		plain    want
+	}{
+		{
+			authType: authSCRAM,
+			scram:    want{keys: true},
+			md5:      fail, // an md5 hash cannot answer SCRAM, as in PostgreSQL
+			plain:    want{password: plainPassword},
+		},
+		{
+			authType: authMD5,
+			scram:    want{keys: true}, // SCRAM for a verifier, as in PostgreSQL
+			md5:      want{md5: md5Secret},
+			plain:    want{password: plainPassword, md5: md5Hash(plainPassword, plainUser)},
+		},
+		{
+			authType: authPlain,
+			scram:    want{keys: true, password: scramPassword},
+			md5:      want{md5: md5Secret, password: md5Password},
+			plain:    want{password: plainPassword},
+		},
+	} {
+		t.Run(c.authType, func(t *testing.T) {
+			a, err := newClientAuth(authConfig{Type: c.authType, File: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, results := startAuthListener(t, a)
+			for _, u := range []struct {
+				user, password string
+				want           want
+			}{
+				{scramUser, scramPassword, c.scram},
+				{md5User, md5Password, c.md5},
+				{plainUser, plainPassword, c.plain},
+			} {
+				check := func(password string, w want) {
+					t.Helper()
+					code := connectAs(t, addr, u.user, password)
+					res := <-results
+					if code != w.code {
+						t.Fatalf("%s with %q: SQLSTATE %q, want %q (server: %v)", u.user, password, code, w.code, res.err)
+					}
+					if w.code != "" {
+						return
+					}
+					got := res.login
+					if (got.keys != nil) != w.keys || got.password != w.password || got.md5 != w.md5 {
+						t.Fatalf("%s: login secret keys=%v password=%q md5=%q, want %+v", u.user, got.keys != nil, got.password, got.md5, w)
+					}
+					if w.keys && (got.keys.ClientKey != scramKeys.ClientKey || got.keys.ServerKey != scramKeys.ServerKey) {
+						t.Fatalf("%s: the recovered SCRAM keys are not the password's", u.user)
+					}
+				}
+				check(u.password, u.want)
+				check(u.password+"x", fail)
+			}
+			// An unknown user fails as a wrong password does.
+			if code := connectAs(t, addr, "nobody", "x"); code != codeInvalidPassword {
+				t.Fatalf("unknown user: SQLSTATE %q", code)
+			}
+			<-results
+		})
+	}
+}
+
+func TestClientAuthTrust(t *testing.T) {
+	path, _ := writeAuthFile(t)
+	a, err := newClientAuth(authConfig{Type: authTrust, File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, results := startAuthListener(t, a)
+	if code := connectAs(t, addr, plainUser, "anything"); code != "" {
+		t.Fatalf("trust, listed user: SQLSTATE %q", code)
+	}
+	if res := <-results; res.login == nil || res.login.password != plainPassword {
+		t.Fatalf("trust: login secret %+v, want the file's password", res.login)
+	}
+	if code := connectAs(t, addr, "nobody", ""); code != codeInvalidAuthorization {
+		t.Fatalf("trust, unknown user: SQLSTATE %q, want 28000", code)
+	}
+	<-results
+
+	// Without a file, trust lets anyone in.
+	a, err = newClientAuth(authConfig{Type: authTrust})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, results = startAuthListener(t, a)
+	if code := connectAs(t, addr, "nobody", ""); code != "" {
+		t.Fatalf("trust without a file: SQLSTATE %q", code)
+	}
+	<-results
+}
+
+func TestClientAuthConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.txt", `"u" "p"`+"\n")
+	for _, c := range []struct {
+		cfg  authConfig
+		want string
+	}{
+		{authConfig{Type: "scram", File: good}, `auth_type: "scram" is not one of scram-sha-256, md5, plain, trust`},
+		{authConfig{}, "auth_file: required with auth_type scram-sha-256"},
+		{authConfig{Type: authMD5}, "auth_file: required with auth_type md5"},
+		{authConfig{File: filepath.Join(dir, "missing.txt")}, "auth_file: open " + filepath.Join(dir, "missing.txt")},
+		{authConfig{File: write("a.txt", "\"u\" \"p\"\n\nu p\n")}, "auth_file: " + filepath.Join(dir, "a.txt") + `:3: want "user" "secret": a field must be in double quotes`},
+		{authConfig{File: write("b.txt", `"u" "p`)}, "b.txt:1: unterminated quoted field"},
+		{authConfig{File: write("c.txt", `"u"`)}, `c.txt:1: want "user" "secret"`},
+		{authConfig{File: write("d.txt", `"" "p"`)}, "d.txt:1: empty user name"},
+		{authConfig{File: write("e.txt", "\"u\" \"p\"\n\"u\" \"q\"\n")}, `e.txt:2: user "u" is already listed on line 1`},
+		{authConfig{File: write("f.txt", `"u" "SCRAM-SHA-256$4096:c2FsdA==$AAAA:AAAA"`)}, `f.txt:1: user "u": malformed SCRAM verifier: bad StoredKey`},
+		{authConfig{File: write("g.txt", `"u""p"`)}, `g.txt:1: want "user" "secret"`},
+		{authConfig{File: write("i.txt", `"u"x "p"`)}, "i.txt:1: want white space between quoted fields"},
+		{authConfig{File: write("h.txt", `"u" "p" x`)}, "h.txt:1: want \"user\" \"secret\": a field must be in double quotes"},
+	} {
+		_, err := newClientAuth(c.cfg)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("newClientAuth(%+v) = %v, want an error containing %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+func TestParseAuthFile(t *testing.T) {
+	users, err := parseAuthFile("f", []byte("  ; comment\n# comment\n\t\"a\"\"b\" \"x\"\"y\" \"ignored\"  \n\"m\" \"md5"+strings.Repeat("a", 32)+"\"\n\"M\" \"md5"+strings.Repeat("A", 32)+"\"\n\"e\" \"\""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range map[string]struct {
+		kind secretKind
+		text string
+	}{`a"b`: {secretPlain, `x"y`}, "m": {secretMD5, "md5" + strings.Repeat("a", 32)}, "M": {secretPlain, "md5" + strings.Repeat("A", 32)}, "e": {secretPlain, ""}} {
+		s := users[name]
+		if s == nil || s.kind != w.kind || s.text != w.text {
+			t.Errorf("user %q: %+v, want %+v", name, s, w)
+		}
+	}
+	if len(users) != 4 {
+		t.Errorf("%d users, want 4", len(users))
+	}
+}
+
+// TestClientAuthProtocol drives the exchange with a raw pgproto3 client:
+// what PostgreSQL answers 08P01 to is answered 08P01, and an empty password
+// closes the connection without an answer.
+func TestClientAuthProtocol(t *testing.T) {
+	path, _ := writeAuthFile(t)
+	scramAuth, err := newClientAuth(authConfig{File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainAuth, err := newClientAuth(authConfig{Type: authPlain, File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scramAddr, scramResults := startAuthListener(t, scramAuth)
+	plainAddr, plainResults := startAuthListener(t, plainAuth)
+
+	for _, c := range []struct {
+		name  string
+		addr  string
+		res   <-chan authResult
+		send  []pgproto3.FrontendMessage
+		code  string // "" for no ErrorResponse
+		wantE error
+	}{
+		{"wrong mechanism", scramAddr, scramResults,
+			[]pgproto3.FrontendMessage{&pgproto3.SASLInitialResponse{AuthMechanism: "SCRAM-SHA-256-PLUS", Data: []byte("p=tls-server-end-point,,n=,r=abc")}},
+			codeProtocolViolation, nil},
+		{"channel binding", scramAddr, scramResults,
+			[]pgproto3.FrontendMessage{&pgproto3.SASLInitialResponse{AuthMechanism: scram.Mechanism, Data: []byte("p=tls-server-end-point,,n=,r=abc")}},
+			codeProtocolViolation, nil},
+		{"malformed client-final", scramAddr, scramResults,
+			[]pgproto3.FrontendMessage{
+				&pgproto3.SASLInitialResponse{AuthMechanism: scram.Mechanism, Data: []byte("n,,n=,r=abc")},
+				&pgproto3.SASLResponse{Data: []byte("c=biws,r=abc,p=AAAA")},
+			},
+			codeProtocolViolation, nil},
+		{"query instead of SASL", scramAddr, scramResults,
+			[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}},
+			codeProtocolViolation, nil},
+		{"empty password", plainAddr, plainResults,
+			[]pgproto3.FrontendMessage{&pgproto3.PasswordMessage{Password: ""}},
+			"", errEmptyPassword},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", c.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+			fe := pgproto3.NewFrontend(conn, conn)
+			fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30, Parameters: map[string]string{"user": scramUser}})
+			if err := fe.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var code string
+			for i, msg := range c.send {
+				if _, err := fe.Receive(); err != nil { // the request this message answers
+					t.Fatal(err)
+				}
+				fe.Send(msg)
+				if err := fe.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				if i == len(c.send)-1 {
+					for {
+						m, err := fe.Receive()
+						if err != nil {
+							break
+						}
+						if e, ok := m.(*pgproto3.ErrorResponse); ok {
+							code = e.Code
+						}
+					}
+				}
+			}
+			res := <-c.res
+			if code != c.code {
+				t.Fatalf("SQLSTATE %q, want %q (server: %v)", code, c.code, res.err)
+			}
+			if c.wantE != nil && !errors.Is(res.err, c.wantE) {
+				t.Fatalf("server error %v, want %v", res.err, c.wantE)
+			}
+		})
+	}
+}
+
+// TestClientAuthPassThrough: a verifier PostgreSQL made goes into the
+// auth_file; pgx logs in through the listener with the password; the keys
+// recovered from its proof then log in to PostgreSQL itself, without the
+// password, and a wrong key is refused there with 28P01.
+func TestClientAuthPassThrough(t *testing.T) {
+	srv := pgtest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, srv.ConnString("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	role := fmt.Sprintf("auth_pass_%d", os.Getpid())
+	const password = "pass-through"
+	if _, err := admin.Exec(ctx, "SET password_encryption = 'scram-sha-256'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD '"+password+"'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP ROLE "+pgx.Identifier{role}.Sanitize()) })
+	var stored string
+	if err := admin.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "userlist.txt")
+	if err := os.WriteFile(path, []byte(`"`+role+`" "`+stored+`"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newClientAuth(authConfig{File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, results := startAuthListener(t, a)
+	if code := connectAs(t, addr, role, password); code != "" {
+		t.Fatalf("login through the listener: SQLSTATE %q", code)
+	}
+	keys := (<-results).login.keys
+	if keys == nil {
+		t.Fatal("no SCRAM keys recovered")
+	}
+	if code := scramLogin(t, srv.Addr(), role, keys); code != "" {
+		t.Fatalf("login to PostgreSQL with the recovered keys: SQLSTATE %q", code)
+	}
+	wrong := *keys
+	wrong.ClientKey[0] ^= 1
+	if code := scramLogin(t, srv.Addr(), role, &wrong); code != codeInvalidPassword {
+		t.Fatalf("login to PostgreSQL with a wrong key: SQLSTATE %q, want 28P01", code)
+	}
+}
+
+// scramLogin logs in to addr as user with keys (scram.NewClient) and
+// returns the SQLSTATE of the failure, or "" once ReadyForQuery arrives.
+func scramLogin(t *testing.T, addr, user string, keys *scram.Keys) string {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fe := pgproto3.NewFrontend(conn, conn)
+	fe.Send(&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersion30,
+		Parameters: map[string]string{"user": user, "database": "postgres"}})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	client := scram.NewClient(keys)
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.AuthenticationSASL:
+			fe.Send(&pgproto3.SASLInitialResponse{AuthMechanism: scram.Mechanism, Data: client.First()})
+		case *pgproto3.AuthenticationSASLContinue:
+			final, err := client.Final(m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fe.Send(&pgproto3.SASLResponse{Data: final})
+		case *pgproto3.AuthenticationSASLFinal:
+			if err := client.Verify(m.Data); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		case *pgproto3.ErrorResponse:
+			return m.Code
+		case *pgproto3.ReadyForQuery:
+			fe.Send(&pgproto3.Terminate{})
+			_ = fe.Flush()
+			return ""
+		default:
+			continue
+		}
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
