@@ -520,3 +520,96 @@ func scramLogin(t *testing.T, addr, user string, keys *scram.Keys) string {
 		}
 	}
 }
+
+// FuzzParseAuthFile: any input parses or fails with an error naming the
+// file and a line, and what parses is written back and read again the same.
+func FuzzParseAuthFile(f *testing.F) {
+	for _, s := range []string{
+		"\"u\" \"p\"\n", "; c\n# c\n\"a\"\"b\" \"x\" \"\"\r\n", `"u" "md5` + strings.Repeat("0", 32) + `"`,
+		`"u" "SCRAM-SHA-256$4096:c2FsdA==$AAAA:AAAA"`, `"u" "p`, `"u"x`, "\"u\" \"p\"\n\"u\" \"q\"",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		users, err := parseAuthFile("f", []byte(data))
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f:") {
+				t.Fatalf("error without file and line: %v", err)
+			}
+			return
+		}
+		var b strings.Builder
+		for name, s := range users {
+			text := s.text
+			if s.kind == secretSCRAM {
+				text = s.verifier.String()
+			}
+			fmt.Fprintf(&b, "\"%s\" \"%s\"\n", strings.ReplaceAll(name, `"`, `""`), strings.ReplaceAll(text, `"`, `""`))
+		}
+		again, err := parseAuthFile("f", []byte(b.String()))
+		if err != nil {
+			t.Fatalf("written back: %v\n%s", err, b.String())
+		}
+		for name, s := range users {
+			if a := again[name]; a == nil || a.kind != s.kind || a.text != s.text {
+				t.Fatalf("user %q read back as %+v, was %+v", name, a, s)
+			}
+		}
+	})
+}
+
+// FuzzClientAuth feeds authenticate arbitrary client bytes for each
+// auth_type: it answers, fails or waits for more, and never panics.
+func FuzzClientAuth(f *testing.F) {
+	enc := func(msgs ...pgproto3.FrontendMessage) []byte {
+		var buf []byte
+		for _, m := range msgs {
+			buf, _ = m.Encode(buf)
+		}
+		return buf
+	}
+	f.Add(uint8(0), enc(&pgproto3.SASLInitialResponse{AuthMechanism: scram.Mechanism, Data: []byte("n,,n=,r=abc")},
+		&pgproto3.SASLResponse{Data: []byte("c=biws,r=abc,p=AAAA")}))
+	f.Add(uint8(0), []byte("p\x00\x00\x00\x08x\x00"))
+	f.Add(uint8(1), enc(&pgproto3.PasswordMessage{Password: "md5" + strings.Repeat("0", 32)}))
+	f.Add(uint8(2), enc(&pgproto3.PasswordMessage{Password: plainPassword}))
+	f.Add(uint8(2), []byte("p\xff\xff\xff\xff"))
+	dir := f.TempDir()
+	v, _ := scram.NewVerifier(scramPassword, []byte("salt"), 1)
+	path := filepath.Join(dir, "userlist.txt")
+	content := fmt.Sprintf("%q %q\n%q %q\n%q %q\n", scramUser, v.String(), md5User, md5Hash(md5Password, md5User), "p", "pw")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		f.Fatal(err)
+	}
+	var auths []*clientAuth
+	for _, typ := range []string{authSCRAM, authMD5, authPlain} {
+		a, err := newClientAuth(authConfig{Type: typ, File: path})
+		if err != nil {
+			f.Fatal(err)
+		}
+		auths = append(auths, a)
+	}
+	users := []string{scramUser, md5User, "p", "nobody"}
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		a := auths[int(which)%len(auths)]
+		server, client := net.Pipe()
+		_ = server.SetDeadline(time.Now().Add(time.Second))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = a.authenticate(server, users[int(which/4)%len(users)])
+			_ = server.Close()
+		}()
+		go func() {
+			var b [512]byte
+			for {
+				if _, err := client.Read(b[:]); err != nil {
+					return
+				}
+			}
+		}()
+		_, _ = client.Write(data)
+		_ = client.Close()
+		<-done
+	})
+}
