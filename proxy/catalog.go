@@ -338,7 +338,7 @@ func (s *session) loadCatalog() error {
 	if cat == nil {
 		query = rs.queries.full
 	}
-	up := s.upstreamConn()
+	up := s.server.conn()
 	if up == nil {
 		return errors.New("no upstream connection")
 	}
@@ -387,7 +387,7 @@ func (s *session) loadCatalog() error {
 // there was one, and the transaction status. Notices are dropped;
 // asynchronous messages are passed on to the client.
 func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
-	r := s.ur
+	r := s.server.r
 	var buf []byte
 	for {
 		_, length, err := peekHeader(r)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 // clientToServer forwards client messages to the server, rewriting Query and
 // Parse texts. It decodes nothing else.
 func (s *session) clientToServer() error {
-	r, w := s.cr, s.uw
+	r, w := s.cr, s.server.w
 
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
@@ -193,10 +192,7 @@ func (s *session) stateFailed(err error) error {
 // unexpected EOF.
 func (s *session) clientEnded(err error, boundary bool) error {
 	if !s.closing.Swap(true) && boundary {
-		_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-		if _, werr := s.uw.WriteString(terminateMsg); werr == nil {
-			_ = s.uw.Flush()
-		}
+		s.server.endAtBoundary()
 	}
 	s.closeClient()
 	s.closeUpstream()
@@ -237,17 +233,8 @@ func (s *session) endWithFatal(code, msg string) {
 	s.fatal.CompareAndSwap(nil, &b)
 	s.pending.Store(closedMark)
 	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	_ = s.upstreamConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if _, err := s.uw.WriteString(terminateMsg); err == nil {
-		_ = s.uw.Flush()
-	}
+	s.server.endAtBoundary()
 	s.closeUpstream()
-}
-
-func (s *session) upstreamConn() net.Conn {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.upstream
 }
 
 // forwardQuery rewrites one Query message and writes the result.
@@ -312,7 +299,7 @@ func (s *session) forwardParse(msg []byte) error {
 }
 
 func (s *session) write(b []byte) error {
-	if _, err := s.uw.Write(b); err != nil {
+	if _, err := s.server.w.Write(b); err != nil {
 		return &writeError{err}
 	}
 	if cap(s.out) > maxKeptBuffer {

@@ -182,7 +182,7 @@ func (s *session) ask(msgs []byte, n int) (refreshResult, error) {
 	if err := s.write(msgs); err != nil {
 		return refreshResult{}, err
 	}
-	if err := s.uw.Flush(); err != nil {
+	if err := s.server.w.Flush(); err != nil {
 		return refreshResult{}, &writeError{err}
 	}
 	var res refreshResult
@@ -221,7 +221,7 @@ func (s *session) awaitIdle() error {
 	if s.pending.Load() <= 0 {
 		return nil
 	}
-	if err := s.uw.Flush(); err != nil {
+	if err := s.server.w.Flush(); err != nil {
 		return &writeError{err}
 	}
 	s.answers.idleWait.Store(true)

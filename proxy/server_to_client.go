@@ -12,7 +12,7 @@ import (
 // ReadyForQuery, ErrorResponse while rejections are pending, and during
 // startup the SASL mechanism list.
 func (s *session) serverToClient() error {
-	r, w := s.ur, s.cw
+	r, w := s.server.r, s.cw
 	started := false
 	var lastType byte
 	var zSeq uint64
@@ -90,7 +90,7 @@ func (s *session) serverToClient() error {
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.upstreamEnded(err, false, lastType)
 			}
-			s.setBackendKey(buf[headerLen:])
+			s.server.setBackendKey(buf[headerLen:])
 			_, err = w.Write(buf)
 		case typ == 'R' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {
@@ -129,7 +129,7 @@ func (s *session) closeAtShutdown() error {
 	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	_, _ = s.cw.Write(adminShutdownError())
 	_ = s.cw.Flush()
-	s.terminateUpstream()
+	s.server.terminate()
 	s.closeClient()
 	return errShutdown
 }

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"crypto/tls"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,26 +51,20 @@ type session struct {
 	id  uint64
 	log *slog.Logger
 
-	// mu guards client, upstream, upstreamClosed, backendKey, and log while
-	// startup replaces it (read it with logger() outside the session's
-	// own goroutines: the login timer, a forced shutdown).
-	mu             sync.Mutex
-	client         net.Conn
-	upstream       net.Conn
-	upstreamClosed bool
-	// backendKey is the body of the server's BackendKeyData (process ID and
-	// secret key), to cancel a statement still running at forced shutdown.
-	backendKey   []byte
-	clientOnce   sync.Once
-	upstreamOnce sync.Once
+	// mu guards client, and log while startup replaces it (read it with
+	// logger() outside the session's own goroutines: the login timer, a
+	// forced shutdown).
+	mu         sync.Mutex
+	client     net.Conn
+	clientOnce sync.Once
+	// server is the upstream connection (serverconn.go).
+	server *serverConn
 
 	user, database string
 	replication    bool
 
 	cr *msgReader
 	cw *msgWriter
-	ur *msgReader
-	uw *msgWriter
 
 	// ready is closed by serverToClient at the end of startup, once st is
 	// set up; quit is closed when serverToClient returns.
@@ -133,6 +126,7 @@ func newSession(srv *Server, conn net.Conn) *session {
 		log:     log,
 		st:      newSessionState(log, rs.rw, rs.bypass),
 		client:  newRawConn(conn),
+		server:  &serverConn{},
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
 		answers: newHandoff(),
@@ -202,8 +196,7 @@ func (s *session) forward() error {
 	idle := s.owesNothing
 	s.cr = newMsgReader(clientReader{s.client, s}, clientBufSize, idle)
 	s.cw = newMsgWriter(s.client)
-	s.ur = newMsgReader(s.upstream, serverBufSize, idle)
-	s.uw = newMsgWriter(s.upstream)
+	s.server.startBuffers(idle)
 
 	errc := make(chan error, 1)
 	report := func(err error) {
@@ -219,7 +212,7 @@ func (s *session) forward() error {
 	go func() {
 		defer wg.Done()
 		defer close(s.quit)
-		report(s.pump("server_to_client", s.upstream, s.serverToClient))
+		report(s.pump("server_to_client", s.server.nc, s.serverToClient))
 	}()
 	report(s.pump("client_to_server", s.client, s.clientToServer))
 	err := <-errc
@@ -285,18 +278,6 @@ func (s *session) setClient(c net.Conn) {
 	s.mu.Unlock()
 }
 
-// setUpstream records the upstream connection; false when the session is
-// already shutting down.
-func (s *session) setUpstream(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.upstreamClosed {
-		return false
-	}
-	s.upstream = c
-	return true
-}
-
 // lingerClient ends the client's connection after its last ErrorResponse
 // has been flushed: a FIN now, and the close once the client has stopped
 // sending (drainClient, after both pumps), within lingerTimeout. Closing a
@@ -353,31 +334,7 @@ func (s *session) closeClient() {
 	s.clientOnce.Do(func() { _ = s.clientConn().Close() })
 }
 
-func (s *session) closeUpstream() {
-	s.upstreamOnce.Do(func() {
-		s.mu.Lock()
-		up := s.upstream
-		s.upstreamClosed = true
-		s.mu.Unlock()
-		if up != nil {
-			_ = up.Close()
-		}
-	})
-}
-
-// terminateUpstream ends the server session cleanly (Terminate, then
-// close). Only used when clientToServer cannot be writing a message.
-func (s *session) terminateUpstream() {
-	s.mu.Lock()
-	up := s.upstream
-	closed := s.upstreamClosed
-	s.mu.Unlock()
-	if up != nil && !closed {
-		_ = up.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-		_, _ = up.Write([]byte(terminateMsg))
-	}
-	s.closeUpstream()
-}
+func (s *session) closeUpstream() { s.server.close() }
 
 func adminShutdownError() []byte {
 	return errorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
@@ -400,17 +357,14 @@ func (s *session) beginShutdown() {
 	}
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
-	s.mu.Lock()
-	up := s.upstream
-	s.mu.Unlock()
-	if up == nil {
+	if s.server.conn() == nil {
 		// Still reading the startup packet: nothing to say yet.
 		s.closeClient()
 		return
 	}
 	// serverToClient sees the upstream close, sends fatal and closes the
 	// client.
-	s.terminateUpstream()
+	s.server.terminate()
 }
 
 // forceClose ends a session that is still busy at the shutdown deadline.
@@ -421,35 +375,17 @@ func (s *session) forceClose() {
 	s.pending.Store(closedMark)
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
-	s.mu.Lock()
-	c, up, key := s.client, s.upstream, s.backendKey
-	s.mu.Unlock()
-	_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if up == nil {
+	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	if s.server.conn() == nil {
 		s.closeClient()
 		return
 	}
-	if key != nil {
-		s.cancelUpstream(key)
+	if pkt := s.server.cancelRequest(); pkt != nil {
+		if err := s.srv.sendCancel(pkt); err != nil {
+			s.logger().Warn("cancelling statement at shutdown", "err", err)
+		}
 	}
 	s.closeUpstream()
-}
-
-func (s *session) setBackendKey(body []byte) {
-	s.mu.Lock()
-	s.backendKey = append([]byte(nil), body...)
-	s.mu.Unlock()
-}
-
-// cancelUpstream sends a CancelRequest for key (a BackendKeyData body).
-func (s *session) cancelUpstream(key []byte) {
-	pkt := make([]byte, 8, 8+len(key))
-	binary.BigEndian.PutUint32(pkt, uint32(8+len(key)))
-	binary.BigEndian.PutUint32(pkt[4:], cancelRequestCode)
-	pkt = append(pkt, key...)
-	if err := s.srv.sendCancel(pkt); err != nil {
-		s.logger().Warn("cancelling statement at shutdown", "err", err)
-	}
 }
 
 // expect announces one more ReadyForQuery owed by the server; false when

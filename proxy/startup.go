@@ -74,7 +74,7 @@ func (e *protocolError) Error() string { return e.msg }
 
 // startup runs the startup phase: SSL/GSS negotiation, CancelRequest, or a
 // StartupMessage that is forwarded to a newly dialled upstream connection.
-// On success s.upstream is set.
+// On success s.server is attached.
 func (s *session) startup() error {
 	_ = s.client.SetDeadline(time.Now().Add(s.rs.Load().clientLoginTimeout))
 	var first [1]byte
@@ -200,7 +200,7 @@ func (s *session) startSession(pkt []byte) error {
 		s.log.Error("connecting to upstream", "err", err)
 		return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
 	}
-	if !s.setUpstream(up) {
+	if !s.server.attach(up) {
 		_ = up.Close()
 		return &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
 	}

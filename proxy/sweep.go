@@ -73,14 +73,10 @@ func (s *Server) sweepSessions(ctx context.Context) {
 
 // checkEnds runs rawConn.checkEnd on the session's two sockets.
 func (s *session) checkEnds() {
-	s.mu.Lock()
-	c, up := s.client, s.upstream
-	s.mu.Unlock()
-	for _, conn := range []net.Conn{c, up} {
-		if rc := rawConnOf(conn); rc != nil {
-			rc.checkEnd()
-		}
+	if rc := rawConnOf(s.clientConn()); rc != nil {
+		rc.checkEnd()
 	}
+	s.server.checkEnd()
 }
 
 // idleExpired reports a logged-in session (idleAt is set from the

@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"time"
+)
+
+// serverConn is one connection to the upstream server: the socket, the
+// buffers the relay reads and writes it through, and the server's
+// BackendKeyData. In session mode it serves one client for its whole life,
+// reached through that client's link (link.go); it knows nothing of the
+// client.
+type serverConn struct {
+	// mu guards nc, closed and key, which the pumps, startup, the sweep and
+	// a forced shutdown reach from different goroutines.
+	mu     sync.Mutex
+	nc     net.Conn
+	closed bool
+	// key is the body of the server's BackendKeyData (process ID and
+	// secret key), to cancel a statement still running at forced shutdown.
+	key  []byte
+	once sync.Once
+
+	// r is read by the server pump only; w is written by the client pump
+	// (and by the catalog query at startup, before the client pump writes).
+	r *msgReader
+	w *msgWriter
+}
+
+// attach records the dialled connection; false when the connection is
+// already closed (a shutdown came first) and c must be closed by the caller.
+func (sc *serverConn) attach(c net.Conn) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.closed {
+		return false
+	}
+	sc.nc = c
+	return true
+}
+
+// conn returns the socket, nil before startup has dialled it.
+func (sc *serverConn) conn() net.Conn {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.nc
+}
+
+// startBuffers sets up the relay's buffers once the socket is attached;
+// idle reports when the server owes nothing (the reader's buffer is small
+// then, buffer.go).
+func (sc *serverConn) startBuffers(idle func() bool) {
+	sc.r = newMsgReader(sc.nc, serverBufSize, idle)
+	sc.w = newMsgWriter(sc.nc)
+}
+
+// close closes the socket, once; a later attach fails.
+func (sc *serverConn) close() {
+	sc.once.Do(func() {
+		sc.mu.Lock()
+		nc := sc.nc
+		sc.closed = true
+		sc.mu.Unlock()
+		if nc != nil {
+			_ = nc.Close()
+		}
+	})
+}
+
+// terminate ends the server session cleanly (Terminate, then close). Only
+// used when no pump can be writing a message to the server.
+func (sc *serverConn) terminate() {
+	sc.mu.Lock()
+	nc, closed := sc.nc, sc.closed
+	sc.mu.Unlock()
+	if nc != nil && !closed {
+		_ = nc.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+		_, _ = nc.Write([]byte(terminateMsg))
+	}
+	sc.close()
+}
+
+// endAtBoundary writes a Terminate through the relay's writer (flushing what
+// the client pump has buffered before it) and closes the socket; called by
+// the client pump at a message boundary when the session ends.
+func (sc *serverConn) endAtBoundary() {
+	_ = sc.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	if _, err := sc.w.WriteString(terminateMsg); err == nil {
+		_ = sc.w.Flush()
+	}
+}
+
+// setBackendKey keeps a copy of a BackendKeyData body.
+func (sc *serverConn) setBackendKey(body []byte) {
+	sc.mu.Lock()
+	sc.key = append([]byte(nil), body...)
+	sc.mu.Unlock()
+}
+
+// cancelRequest returns the CancelRequest packet for the server's key, nil
+// when the server sent none (yet).
+func (sc *serverConn) cancelRequest() []byte {
+	sc.mu.Lock()
+	key := sc.key
+	sc.mu.Unlock()
+	if key == nil {
+		return nil
+	}
+	pkt := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint32(pkt, uint32(8+len(key)))
+	binary.BigEndian.PutUint32(pkt[4:], cancelRequestCode)
+	return append(pkt, key...)
+}
+
+// checkEnd runs rawConn.checkEnd on the socket (sweep.go).
+func (sc *serverConn) checkEnd() {
+	if rc := rawConnOf(sc.conn()); rc != nil {
+		rc.checkEnd()
+	}
+}
