@@ -338,7 +338,7 @@ func (s *session) loadCatalog() error {
 	if cat == nil {
 		query = rs.queries.full
 	}
-	up := s.server.conn()
+	up := s.link.server.conn()
 	if up == nil {
 		return errors.New("no upstream connection")
 	}
@@ -357,7 +357,7 @@ func (s *session) loadCatalog() error {
 		s.log.Warn("catalog query failed; statements that need the catalog will be rejected",
 			"sqlstate", qerr.Code, "err", qerr.Message)
 	}
-	s.txStatus.Store(uint32(status))
+	s.link.txStatus.Store(uint32(status))
 	if _, r, ok := catalogResults(results, false); cat == nil && qerr == nil && ok {
 		cat, at = buildCatalog(s.log, r), time.Now()
 		rs.catalogs.put(s.database, cat, at, gen)
@@ -387,7 +387,7 @@ func (s *session) loadCatalog() error {
 // there was one, and the transaction status. Notices are dropped;
 // asynchronous messages are passed on to the client.
 func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
-	r := s.server.r
+	r := s.link.server.r
 	var buf []byte
 	for {
 		_, length, err := peekHeader(r)

@@ -17,7 +17,8 @@ import (
 // clientToServer forwards client messages to the server, rewriting Query and
 // Parse texts. It decodes nothing else.
 func (s *session) clientToServer() error {
-	r, w := s.cr, s.server.w
+	l := s.link
+	r, w := s.cr, l.server.w
 
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
@@ -29,7 +30,7 @@ func (s *session) clientToServer() error {
 		// the server's idle sweep finds it so (sweep.go).
 		typ, length, err := peekHeader(r)
 		if err != nil {
-			if isTimeout(err) && s.pending.Load() == 0 {
+			if isTimeout(err) && l.pending.Load() == 0 {
 				return s.idleTimedOut()
 			}
 			return s.clientEnded(err, true)
@@ -78,12 +79,12 @@ func (s *session) clientToServer() error {
 		case 'S':
 			if open {
 				open = false
-			} else if !s.expect() {
+			} else if !l.expect() {
 				return errShutdown
 			}
 			partial, err = relayRaw(r, w, total)
 		case 'F':
-			if !s.expect() {
+			if !l.expect() {
 				return errShutdown
 			}
 			s.st.onFunctionCall()
@@ -165,11 +166,11 @@ func (s *session) announce(refresh bool) error {
 	}
 	refresh = refresh && s.st.needsRefresh()
 	if refresh {
-		if err := s.awaitIdle(); err != nil {
+		if err := s.link.awaitIdle(s.quit); err != nil {
 			return s.stateFailed(err)
 		}
 	}
-	if !s.expect() {
+	if !s.link.expect() {
 		return errShutdown
 	}
 	if refresh {
@@ -192,7 +193,7 @@ func (s *session) stateFailed(err error) error {
 // unexpected EOF.
 func (s *session) clientEnded(err error, boundary bool) error {
 	if !s.closing.Swap(true) && boundary {
-		s.server.endAtBoundary()
+		s.link.server.endAtBoundary()
 	}
 	s.closeClient()
 	s.closeUpstream()
@@ -231,9 +232,9 @@ func (s *session) violation(code, msg string) error {
 func (s *session) endWithFatal(code, msg string) {
 	b := errorResponse(nil, "FATAL", code, msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
-	s.pending.Store(closedMark)
+	s.link.markClosed()
 	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	s.server.endAtBoundary()
+	s.link.server.endAtBoundary()
 	s.closeUpstream()
 }
 
@@ -299,7 +300,7 @@ func (s *session) forwardParse(msg []byte) error {
 }
 
 func (s *session) write(b []byte) error {
-	if _, err := s.server.w.Write(b); err != nil {
+	if _, err := s.link.server.w.Write(b); err != nil {
 		return &writeError{err}
 	}
 	if cap(s.out) > maxKeptBuffer {

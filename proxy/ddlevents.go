@@ -614,7 +614,7 @@ func (s *session) followDDL(d *dbEvents, gen uint64) error {
 		return errQuit
 	default:
 	}
-	if s.txStatus.Load() == 'I' {
+	if s.link.txStatus.Load() == 'I' {
 		s.st.catalogStale, s.st.dirty = true, true
 		s.st.catalogGen = gen
 		return nil

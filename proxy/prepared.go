@@ -173,7 +173,7 @@ func (s *session) reprepareOnly(only []byte) error {
 	if n == 0 {
 		return nil
 	}
-	_, err := s.ask(msgs, n)
+	_, err := s.link.ask(msgs, n, s.quit)
 	return err
 }
 
@@ -215,7 +215,7 @@ func (s *session) inspect(typ byte, r *msgReader, total int) (stale, err error) 
 // about to run: a failure is the failure running it would have. Nothing
 // but this batch may be outstanding.
 func (s *session) reprepareBound(r *msgReader, total int) error {
-	if s.st.unseen || s.pending.Load() != 1 || byte(s.txStatus.Load()) != 'T' {
+	if s.st.unseen || s.link.pending.Load() != 1 || byte(s.link.txStatus.Load()) != 'T' {
 		return nil
 	}
 	b, err := r.Peek(min(total, r.Size()))

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -51,37 +50,11 @@ func encodeStatements(queries ...string) []byte {
 	return b
 }
 
-// handoff is how clientToServer waits for, and borrows, what
-// serverToClient reads from the server.
-type handoff struct {
-	// refreshing counts the answers (each up to a ReadyForQuery) that
-	// serverToClient hands clientToServer through refreshed instead of
-	// relaying them to the client.
-	refreshing atomic.Int32
-	refreshed  chan refreshResult
-	// idleWait asks serverToClient to signal idle when pending drops to 0.
-	idleWait atomic.Bool
-	idle     chan struct{}
-}
-
-func newHandoff() handoff {
-	return handoff{refreshed: make(chan refreshResult, 1), idle: make(chan struct{}, 1)}
-}
-
-// refreshResult is what serverToClient hands clientToServer after reading
-// the answer to the state query.
-type refreshResult struct {
-	results [][][]string
-	qerr    *pgproto3.ErrorResponse
-	status  byte
-	err     error
-}
-
 // syncState reads the session state (buildStateQuery) and applies it. Called by
 // clientToServer before it announces a Query or a batch-starting Parse;
 // awaitIdle must have returned first.
 func (s *session) syncState() error {
-	status := byte(s.txStatus.Load())
+	status := byte(s.link.txStatus.Load())
 	if status == 'E' {
 		return nil
 	}
@@ -91,7 +64,7 @@ func (s *session) syncState() error {
 		}
 		s.st.setCatalog(nil, time.Now()) // no TTL tables, no catalog
 	}
-	res, err := s.ask(s.rs.Load().queries.refresh, 1)
+	res, err := s.link.ask(s.rs.Load().queries.refresh, 1, s.quit)
 	if err != nil {
 		return err
 	}
@@ -123,7 +96,7 @@ func (s *session) reloadCatalog() error {
 		s.st.events = s.srv.events.forDB(s.database)
 	}
 	gen := s.st.eventsGen()
-	res, err := s.ask(s.rs.Load().queries.reload, 1)
+	res, err := s.link.ask(s.rs.Load().queries.reload, 1, s.quit)
 	if err != nil {
 		return err
 	}
@@ -141,7 +114,7 @@ func (s *session) reloadCatalog() error {
 		if res.status == 'E' {
 			// The reload's own transaction block failed: end it, so that
 			// the client, which was idle, is idle again.
-			if _, err := s.ask(rollbackMsgs, 1); err != nil {
+			if _, err := s.link.ask(rollbackMsgs, 1, s.quit); err != nil {
 				return err
 			}
 		}
@@ -174,79 +147,12 @@ func (s *session) applyRefresh(row stateRow, status byte) error {
 	return nil
 }
 
-// ask sends msgs, which the server answers with n ReadyForQuery messages,
-// and returns the last answer. serverToClient reads the answers (readState)
-// instead of relaying them. Nothing else may be outstanding.
-func (s *session) ask(msgs []byte, n int) (refreshResult, error) {
-	s.answers.refreshing.Store(int32(n))
-	if err := s.write(msgs); err != nil {
-		return refreshResult{}, err
-	}
-	if err := s.server.w.Flush(); err != nil {
-		return refreshResult{}, &writeError{err}
-	}
-	var res refreshResult
-	for range n {
-		select {
-		case res = <-s.answers.refreshed:
-		case <-s.quit:
-			return res, errQuit
-		}
-		if res.err != nil {
-			// serverToClient has ended the session.
-			return res, errQuit
-		}
-	}
-	return res, nil
-}
-
 // readState is serverToClient's side of ask: it reads one answer up to its
 // ReadyForQuery and hands it over.
 func (s *session) readState() error {
 	results, qerr, status, err := readResults(s)
-	if err == nil {
-		s.txStatus.Store(uint32(status))
-		s.answers.refreshing.Add(-1)
-	} else {
-		s.answers.refreshing.Store(0)
-	}
-	s.answers.refreshed <- refreshResult{results: results, qerr: qerr, status: status, err: err}
+	s.link.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
 	return err
-}
-
-// awaitIdle waits until the server has answered every Query, FunctionCall
-// and Sync sent so far. The caller must not have an extended-protocol batch
-// open, whose ReadyForQuery waits for a Sync not yet sent.
-func (s *session) awaitIdle() error {
-	if s.pending.Load() <= 0 {
-		return nil
-	}
-	if err := s.server.w.Flush(); err != nil {
-		return &writeError{err}
-	}
-	s.answers.idleWait.Store(true)
-	defer s.answers.idleWait.Store(false)
-	for {
-		if v := s.pending.Load(); v <= 0 {
-			return nil
-		}
-		select {
-		case <-s.answers.idle:
-		case <-s.quit:
-			return errQuit
-		}
-	}
-}
-
-// noteIdle wakes awaitIdle; called by serverToClient when a ReadyForQuery
-// leaves nothing outstanding.
-func (s *session) noteIdle() {
-	if s.answers.idleWait.Load() {
-		select {
-		case s.answers.idle <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // ageCatalog bounds how stale a long-lived session's catalog gets: DDL made
@@ -265,7 +171,7 @@ func (s *session) ageCatalog() error {
 	}
 	// In a failed block the server refuses every statement but ROLLBACK:
 	// the one after it is checked.
-	if d := s.st.events; d != nil && s.txStatus.Load() != 'E' {
+	if d := s.st.events; d != nil && s.link.txStatus.Load() != 'E' {
 		if gen := d.gen.Load(); gen != s.st.catalogGen {
 			return s.followDDL(d, gen)
 		}
@@ -279,7 +185,7 @@ func (s *session) ageCatalog() error {
 		s.st.catalogGen = gen
 		return nil
 	}
-	if s.txStatus.Load() == 'I' {
+	if s.link.txStatus.Load() == 'I' {
 		s.st.catalogStale, s.st.dirty = true, true
 	}
 	return nil

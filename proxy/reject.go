@@ -88,13 +88,13 @@ func (s *session) addRejection(err error) uint64 {
 		s.log.Error("rewriting statement", "err", err)
 		re = &rewrite.Error{Code: codeInternalError, Message: "ttlproxy: could not rewrite the statement"}
 	}
-	return s.rejects.add(re, s.expected)
+	return s.link.rejects.add(re, s.link.expected)
 }
 
 // substituteRejection returns the ErrorResponse to send for msg (a whole
 // ErrorResponse from the server): the stored rejection if msg is the
 // server's answer to a marker, msg itself otherwise.
-func (s *session) substituteRejection(msg []byte, dst []byte) []byte {
+func (l *link) substituteRejection(msg []byte, dst []byte) []byte {
 	i := bytes.Index(msg, []byte(rejectPrefix))
 	if i < 0 {
 		return msg
@@ -116,7 +116,7 @@ func (s *session) substituteRejection(msg []byte, dst []byte) []byte {
 	if err != nil {
 		return msg
 	}
-	re := s.rejects.take(n)
+	re := l.rejects.take(n)
 	if re == nil {
 		return msg
 	}

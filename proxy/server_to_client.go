@@ -12,7 +12,8 @@ import (
 // ReadyForQuery, ErrorResponse while rejections are pending, and during
 // startup the SASL mechanism list.
 func (s *session) serverToClient() error {
-	r, w := s.server.r, s.cw
+	l := s.link
+	r, w := l.server.r, s.cw
 	started := false
 	var lastType byte
 	var zSeq uint64
@@ -29,7 +30,7 @@ func (s *session) serverToClient() error {
 
 		var partial bool
 		switch {
-		case typ != 'D' && s.answers.refreshing.Load() > 0:
+		case typ != 'D' && l.answers.refreshing.Load() > 0:
 			// The answer to the proxy's state query (state.go).
 			if err = s.readState(); err != nil && !isWriteError(err) {
 				return s.upstreamEnded(err, false, lastType)
@@ -49,48 +50,48 @@ func (s *session) serverToClient() error {
 					}
 					return s.upstreamEnded(err, false, lastType)
 				}
-				s.idleAt.Store(monoNow())
+				l.idleAt.Store(monoNow())
 				s.writeZ(status)
 				// Shut down while authenticating: the client gets its first
 				// exchange (beginShutdown), closed at its ReadyForQuery.
 				break
 			}
 			zSeq++
-			if s.rejects.pending() {
-				s.rejects.drop(zSeq)
+			if l.rejects.pending() {
+				l.rejects.drop(zSeq)
 			}
 			// idleAt and txStatus before pending: a pending of 0 comes
 			// with them (sweep.go).
 			now := monoNow()
-			s.idleAt.Store(now)
-			s.txStatus.Store(uint32(status))
-			v := s.pending.Add(-1)
+			l.idleAt.Store(now)
+			l.txStatus.Store(uint32(status))
+			v := l.pending.Add(-1)
 			if v < 0 && !isClosed(v) {
 				// A ReadyForQuery the proxy did not foresee (a Sync ignored
 				// in COPY mode is the other way round): resynchronise.
-				s.pending.CompareAndSwap(v, 0)
+				l.pending.CompareAndSwap(v, 0)
 			}
 			if v == 0 {
-				s.srv.latency.observe(now, time.Duration(now-s.busySince.Load()))
+				s.srv.latency.observe(now, time.Duration(now-l.busySince.Load()))
 			}
 			if v <= 0 {
-				s.noteIdle()
+				l.noteIdle()
 			}
 			s.writeZ(status)
-			if v <= 0 && s.shutdown.Load() && s.pending.CompareAndSwap(0, closedMark) {
+			if v <= 0 && s.shutdown.Load() && l.closeIfIdle() {
 				return s.closeAtShutdown()
 			}
-		case typ == 'E' && s.rejects.pending():
+		case typ == 'E' && l.rejects.pending():
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.upstreamEnded(err, false, lastType)
 			}
-			out = s.substituteRejection(buf, out[:0])
+			out = l.substituteRejection(buf, out[:0])
 			_, err = w.Write(out)
 		case typ == 'K' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.upstreamEnded(err, false, lastType)
 			}
-			s.server.setBackendKey(buf[headerLen:])
+			s.link.server.setBackendKey(buf[headerLen:])
 			_, err = w.Write(buf)
 		case typ == 'R' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {
@@ -129,7 +130,7 @@ func (s *session) closeAtShutdown() error {
 	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	_, _ = s.cw.Write(adminShutdownError())
 	_ = s.cw.Flush()
-	s.server.terminate()
+	s.link.server.terminate()
 	s.closeClient()
 	return errShutdown
 }

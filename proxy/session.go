@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -21,9 +20,6 @@ const (
 	// maxKeptBuffer: a message buffer grown past this (a huge statement) is
 	// dropped after use instead of being kept for the session's life.
 	maxKeptBuffer = 1 << 20
-	// closedMark in session.pending means the session is closing: no
-	// statement may be forwarded any more.
-	closedMark = math.MinInt64 / 2
 	// finalWriteTimeout bounds writing a last ErrorResponse to a client
 	// that may not be reading.
 	finalWriteTimeout = time.Second
@@ -57,8 +53,9 @@ type session struct {
 	mu         sync.Mutex
 	client     net.Conn
 	clientOnce sync.Once
-	// server is the upstream connection (serverconn.go).
-	server *serverConn
+	// link is the client's link to its server (link.go): in session mode
+	// one, for the session's life.
+	link *link
 
 	user, database string
 	replication    bool
@@ -77,16 +74,6 @@ type session struct {
 	// clientToServer only.
 	rs atomic.Pointer[ruleSet]
 
-	// pending counts the ReadyForQuery messages the server still owes: one
-	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
-	// closedMark once the session is closing.
-	pending atomic.Int64
-	// busySince is when pending last rose from 0 (monoNow), the start of
-	// a foreground latency sample (latency.go).
-	busySince atomic.Int64
-	// idleAt is when the last ReadyForQuery came (monoNow): with pending
-	// at 0, since when the session waits for its client (sweep.go).
-	idleAt   atomic.Int64
 	shutdown atomic.Bool
 	// closing marks a deliberate close: losing the upstream is not an error.
 	closing atomic.Bool
@@ -98,22 +85,12 @@ type session struct {
 	lingering atomic.Bool
 
 	// Owned by clientToServer.
-	expected uint64 // ReadyForQuery messages announced so far
-	out      []byte
+	out []byte
 	// statements and nrejected count the Query and Parse texts forwarded
 	// and rejected (the end log line, Status).
 	statements, nrejected atomic.Uint64
 	// started is when the client connected.
 	started time.Time
-
-	// rejects hands rejected statements to serverToClient (reject.go).
-	rejects rejections
-
-	// txStatus is the status byte of the last ReadyForQuery.
-	txStatus atomic.Uint32
-	// answers lets clientToServer wait for and borrow what serverToClient
-	// reads from the server (refresh.go).
-	answers handoff
 }
 
 func newSession(srv *Server, conn net.Conn) *session {
@@ -126,10 +103,9 @@ func newSession(srv *Server, conn net.Conn) *session {
 		log:     log,
 		st:      newSessionState(log, rs.rw, rs.bypass),
 		client:  newRawConn(conn),
-		server:  &serverConn{},
+		link:    newLink(&serverConn{}),
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
-		answers: newHandoff(),
 		started: time.Now(),
 	}
 	s.rs.Store(rs)
@@ -186,17 +162,17 @@ func (s *session) loginTimedOut() {
 	s.logger().Info("closing client: login timeout", "timeout", s.rs.Load().clientLoginTimeout)
 	b := errorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)
-	s.pending.Store(closedMark)
+	s.link.markClosed()
 	_ = s.clientConn().SetDeadline(time.Now())
 	s.closeUpstream()
 }
 
 // forward runs the two forwarding loops and returns the first error.
 func (s *session) forward() error {
-	idle := s.owesNothing
+	idle := s.link.owesNothing
 	s.cr = newMsgReader(clientReader{s.client, s}, clientBufSize, idle)
 	s.cw = newMsgWriter(s.client)
-	s.server.startBuffers(idle)
+	s.link.server.startBuffers(idle)
 
 	errc := make(chan error, 1)
 	report := func(err error) {
@@ -212,7 +188,7 @@ func (s *session) forward() error {
 	go func() {
 		defer wg.Done()
 		defer close(s.quit)
-		report(s.pump("server_to_client", s.server.nc, s.serverToClient))
+		report(s.pump("server_to_client", s.link.server.nc, s.serverToClient))
 	}()
 	report(s.pump("client_to_server", s.client, s.clientToServer))
 	err := <-errc
@@ -246,7 +222,7 @@ func (s *session) guard(name string, loop func() error) (err error) {
 		if name == "client_to_server" {
 			b := errorResponse(nil, "FATAL", codeInternalError, "ttlproxy: internal error", "", "")
 			s.fatal.CompareAndSwap(nil, &b)
-			s.pending.Store(closedMark)
+			s.link.markClosed()
 			_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 			s.closeUpstream()
 			return
@@ -290,7 +266,7 @@ func (s *session) lingerClient() {
 	c := s.clientConn()
 	// A client read that times out from now on ends clientToServer
 	// (clientReader, timedOut).
-	s.pending.Store(closedMark)
+	s.link.markClosed()
 	if err := halfClose(c); err != nil {
 		s.closeClient()
 		return
@@ -334,7 +310,7 @@ func (s *session) closeClient() {
 	s.clientOnce.Do(func() { _ = s.clientConn().Close() })
 }
 
-func (s *session) closeUpstream() { s.server.close() }
+func (s *session) closeUpstream() { s.link.server.close() }
 
 func adminShutdownError() []byte {
 	return errorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
@@ -352,19 +328,19 @@ func (s *session) beginShutdown() {
 		// bounds the wait.
 		return
 	}
-	if !s.pending.CompareAndSwap(0, closedMark) {
+	if !s.link.closeIfIdle() {
 		return
 	}
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
-	if s.server.conn() == nil {
+	if s.link.server.conn() == nil {
 		// Still reading the startup packet: nothing to say yet.
 		s.closeClient()
 		return
 	}
 	// serverToClient sees the upstream close, sends fatal and closes the
 	// client.
-	s.server.terminate()
+	s.link.server.terminate()
 }
 
 // forceClose ends a session that is still busy at the shutdown deadline.
@@ -372,44 +348,18 @@ func (s *session) beginShutdown() {
 // on executing it for a client that is gone.
 func (s *session) forceClose() {
 	s.shutdown.Store(true)
-	s.pending.Store(closedMark)
+	s.link.markClosed()
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
 	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if s.server.conn() == nil {
+	if s.link.server.conn() == nil {
 		s.closeClient()
 		return
 	}
-	if pkt := s.server.cancelRequest(); pkt != nil {
+	if pkt := s.link.server.cancelRequest(); pkt != nil {
 		if err := s.srv.sendCancel(pkt); err != nil {
 			s.logger().Warn("cancelling statement at shutdown", "err", err)
 		}
 	}
 	s.closeUpstream()
 }
-
-// expect announces one more ReadyForQuery owed by the server; false when
-// the session is closing and the message must not be forwarded.
-func (s *session) expect() bool {
-	for {
-		v := s.pending.Load()
-		if isClosed(v) {
-			return false
-		}
-		if s.pending.CompareAndSwap(v, v+1) {
-			if v == 0 {
-				s.busySince.Store(monoNow())
-			}
-			s.expected++
-			return true
-		}
-	}
-}
-
-// owesNothing reports that the server owes no ReadyForQuery: the client
-// is still to send, the server has nothing more to answer.
-func (s *session) owesNothing() bool { return s.pending.Load() == 0 }
-
-// isClosed reports a pending count that carries closedMark. Small negative
-// counts (a ReadyForQuery the proxy did not foresee) are not closed.
-func isClosed(pending int64) bool { return pending < closedMark/2 }

@@ -200,7 +200,7 @@ func (s *session) startSession(pkt []byte) error {
 		s.log.Error("connecting to upstream", "err", err)
 		return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
 	}
-	if !s.server.attach(up) {
+	if !s.link.server.attach(up) {
 		_ = up.Close()
 		return &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
 	}

@@ -99,11 +99,11 @@ func (s *session) status() SessionStatus {
 		// user and database are written before ready is closed.
 		st.User, st.Database = s.user, s.database
 		switch {
-		case s.pending.Load() > 0:
+		case s.link.pending.Load() > 0:
 			st.State = "active"
-		case byte(s.txStatus.Load()) == 'T':
+		case byte(s.link.txStatus.Load()) == 'T':
 			st.State = "idle in transaction"
-		case byte(s.txStatus.Load()) == 'E':
+		case byte(s.link.txStatus.Load()) == 'E':
 			st.State = "idle in transaction (aborted)"
 		default:
 			st.State = "idle"

@@ -54,7 +54,7 @@ func (s *Server) sweepSessions(ctx context.Context) {
 		s.mu.Lock()
 		for sess := range s.sessions {
 			all = append(all, sess)
-			if sess.idleExpired(now, timeout) {
+			if sess.link.idleExpired(now, timeout) {
 				idle = append(idle, sess)
 			}
 		}
@@ -76,21 +76,7 @@ func (s *session) checkEnds() {
 	if rc := rawConnOf(s.clientConn()); rc != nil {
 		rc.checkEnd()
 	}
-	s.server.checkEnd()
-}
-
-// idleExpired reports a logged-in session (idleAt is set from the
-// ReadyForQuery that ends the startup on) that has waited for its client
-// outside a transaction block, with nothing outstanding, for at least
-// timeout, as of now (monoNow). The ReadyForQuery sets idleAt and txStatus before it
-// lowers pending, so a pending of 0 seen here comes with the idleAt of the
-// exchange that ended.
-func (s *session) idleExpired(now int64, timeout time.Duration) bool {
-	if timeout <= 0 || s.pending.Load() != 0 || s.txStatus.Load() != 'I' {
-		return false
-	}
-	at := s.idleAt.Load()
-	return at != 0 && now-at >= int64(timeout)
+	s.link.server.checkEnd()
 }
 
 // clientReader is what clientToServer reads the client through: a read
@@ -120,5 +106,5 @@ func (c clientReader) Read(b []byte) (int, error) {
 // session is closing (the login timeout), or it is idle for longer than
 // IdleSessionTimeout.
 func (s *session) timedOut() bool {
-	return isClosed(s.pending.Load()) || s.idleExpired(monoNow(), s.rs.Load().idleSessionTimeout)
+	return isClosed(s.link.pending.Load()) || s.link.idleExpired(monoNow(), s.rs.Load().idleSessionTimeout)
 }

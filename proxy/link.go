@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// closedMark in link.pending means the link is closing: no statement may
+// be forwarded any more.
+const closedMark = math.MinInt64 / 2
+
+// link binds one client to one server connection: what the server owes the
+// client (the ReadyForQuery messages, the rejections whose errors are to be
+// swapped, the answers to the proxy's own queries) and the transaction
+// status it last reported. In session mode a client has one link, to its
+// own server, for its whole life. The client pump calls the link and, through
+// it, writes to the server; the link never calls the client.
+type link struct {
+	server *serverConn
+
+	// pending counts the ReadyForQuery messages the server still owes: one
+	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
+	// closedMark once the link is closing.
+	pending atomic.Int64
+	// busySince is when pending last rose from 0 (monoNow), the start of
+	// a foreground latency sample (latency.go).
+	busySince atomic.Int64
+	// idleAt is when the last ReadyForQuery came (monoNow): with pending
+	// at 0, since when the client is waited for (sweep.go).
+	idleAt atomic.Int64
+	// txStatus is the status byte of the last ReadyForQuery.
+	txStatus atomic.Uint32
+	// expected counts the ReadyForQuery messages announced so far; owned by
+	// the client pump.
+	expected uint64
+
+	// rejects are the rejected statements whose markers the server is to
+	// answer (reject.go).
+	rejects rejections
+	// answers is the queue of the proxy's own questions to the server,
+	// whose answers are kept from the client (refresh.go).
+	answers handoff
+}
+
+func newLink(server *serverConn) *link {
+	return &link{server: server, answers: newHandoff()}
+}
+
+// expect announces one more ReadyForQuery owed by the server; false when
+// the link is closing and the message must not be forwarded.
+func (l *link) expect() bool {
+	for {
+		v := l.pending.Load()
+		if isClosed(v) {
+			return false
+		}
+		if l.pending.CompareAndSwap(v, v+1) {
+			if v == 0 {
+				l.busySince.Store(monoNow())
+			}
+			l.expected++
+			return true
+		}
+	}
+}
+
+// owesNothing reports that the server owes no ReadyForQuery: the client
+// is still to send, the server has nothing more to answer.
+func (l *link) owesNothing() bool { return l.pending.Load() == 0 }
+
+// markClosed closes the link: nothing more is forwarded.
+func (l *link) markClosed() { l.pending.Store(closedMark) }
+
+// closeIfIdle closes the link if the server owes nothing; false when it
+// does (or the link is closed already).
+func (l *link) closeIfIdle() bool { return l.pending.CompareAndSwap(0, closedMark) }
+
+// isClosed reports a pending count that carries closedMark. Small negative
+// counts (a ReadyForQuery the proxy did not foresee) are not closed.
+func isClosed(pending int64) bool { return pending < closedMark/2 }
+
+// idleExpired reports a logged-in link (idleAt is set from the
+// ReadyForQuery that ends the startup on) that has waited for its client
+// outside a transaction block, with nothing outstanding, for at least
+// timeout, as of now (monoNow). The ReadyForQuery sets idleAt and txStatus
+// before it lowers pending, so a pending of 0 seen here comes with the
+// idleAt of the exchange that ended.
+func (l *link) idleExpired(now int64, timeout time.Duration) bool {
+	if timeout <= 0 || l.pending.Load() != 0 || l.txStatus.Load() != 'I' {
+		return false
+	}
+	at := l.idleAt.Load()
+	return at != 0 && now-at >= int64(timeout)
+}
+
+// handoff is how the client pump waits for, and borrows, what the server
+// pump reads from the server: the link's queue for the proxy's own answers.
+type handoff struct {
+	// refreshing counts the answers (each up to a ReadyForQuery) that the
+	// server pump hands the client pump through refreshed instead of
+	// relaying them to the client.
+	refreshing atomic.Int32
+	refreshed  chan refreshResult
+	// idleWait asks the server pump to signal idle when pending drops to 0.
+	idleWait atomic.Bool
+	idle     chan struct{}
+}
+
+func newHandoff() handoff {
+	return handoff{refreshed: make(chan refreshResult, 1), idle: make(chan struct{}, 1)}
+}
+
+// refreshResult is what the server pump hands the client pump after reading
+// the answer to one of the proxy's queries.
+type refreshResult struct {
+	results [][][]string
+	qerr    *pgproto3.ErrorResponse
+	status  byte
+	err     error
+}
+
+// ask sends msgs, which the server answers with n ReadyForQuery messages,
+// and returns the last answer; quit is closed when the server pump has
+// ended. The server pump reads the answers (readState) instead of relaying
+// them. Nothing else may be outstanding.
+func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, error) {
+	l.answers.refreshing.Store(int32(n))
+	if _, err := l.server.w.Write(msgs); err != nil {
+		return refreshResult{}, &writeError{err}
+	}
+	if err := l.server.w.Flush(); err != nil {
+		return refreshResult{}, &writeError{err}
+	}
+	var res refreshResult
+	for range n {
+		select {
+		case res = <-l.answers.refreshed:
+		case <-quit:
+			return res, errQuit
+		}
+		if res.err != nil {
+			// The server pump has ended the session.
+			return res, errQuit
+		}
+	}
+	return res, nil
+}
+
+// answered is the server pump's side of ask: it hands over one answer, read
+// up to its ReadyForQuery.
+func (l *link) answered(res refreshResult) {
+	if res.err == nil {
+		l.txStatus.Store(uint32(res.status))
+		l.answers.refreshing.Add(-1)
+	} else {
+		l.answers.refreshing.Store(0)
+	}
+	l.answers.refreshed <- res
+}
+
+// awaitIdle waits until the server has answered every Query, FunctionCall
+// and Sync sent so far; quit is closed when the server pump has ended. The
+// caller must not have an extended-protocol batch open, whose
+// ReadyForQuery waits for a Sync not yet sent.
+func (l *link) awaitIdle(quit <-chan struct{}) error {
+	if l.pending.Load() <= 0 {
+		return nil
+	}
+	if err := l.server.w.Flush(); err != nil {
+		return &writeError{err}
+	}
+	l.answers.idleWait.Store(true)
+	defer l.answers.idleWait.Store(false)
+	for {
+		if v := l.pending.Load(); v <= 0 {
+			return nil
+		}
+		select {
+		case <-l.answers.idle:
+		case <-quit:
+			return errQuit
+		}
+	}
+}
+
+// noteIdle wakes awaitIdle; called by the server pump when a ReadyForQuery
+// leaves nothing outstanding.
+func (l *link) noteIdle() {
+	if l.answers.idleWait.Load() {
+		select {
+		case l.answers.idle <- struct{}{}:
+		default:
+		}
+	}
+}
