@@ -320,7 +320,7 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
 // relayed: it learns what the rewriter needs about this session and hands
 // the rewrite session to clientToServer. An error means the upstream
 // connection failed; a failed query only leaves the catalog unknown.
-func (s *session) finishStartup() error {
+func (s *clientConn) finishStartup() error {
 	if len(s.rs.Load().rules) > 0 && !s.replication {
 		s.st.track = true
 		if err := s.loadCatalog(); err != nil {
@@ -331,7 +331,7 @@ func (s *session) finishStartup() error {
 	return nil
 }
 
-func (s *session) loadCatalog() error {
+func (s *clientConn) loadCatalog() error {
 	rs := s.rs.Load()
 	cat, at, gen := s.startupCatalog(rs)
 	query := rs.queries.state
@@ -349,7 +349,7 @@ func (s *session) loadCatalog() error {
 	if _, err := up.Write(query); err != nil {
 		return fmt.Errorf("sending catalog query: %w", err)
 	}
-	results, qerr, status, err := readResults(s)
+	results, qerr, status, err := readResults(s.link.server.r, s.cw)
 	if err != nil {
 		return fmt.Errorf("reading catalog query results: %w", err)
 	}
@@ -384,10 +384,10 @@ func (s *session) loadCatalog() error {
 
 // readResults reads the answer to one simple Query up to ReadyForQuery:
 // the rows of each result set as text (NULL as ""), the server's error if
-// there was one, and the transaction status. Notices are dropped;
-// asynchronous messages are passed on to the client.
-func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
-	r := s.link.server.r
+// there was one, and the transaction status, from r (a server's reader).
+// Notices are dropped; asynchronous messages are passed on to the client
+// through w.
+func readResults(r *msgReader, w *msgWriter) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
 	var buf []byte
 	for {
 		_, length, err := peekHeader(r)
@@ -418,7 +418,7 @@ func readResults(s *session) (results [][][]string, qerr *pgproto3.ErrorResponse
 		case 'S', 'A':
 			// Asynchronous ParameterStatus and NotificationResponse
 			// belong to the client.
-			if _, err := s.cw.Write(buf); err != nil {
+			if _, err := w.Write(buf); err != nil {
 				return nil, nil, 0, &writeError{err}
 			}
 		case 'E':

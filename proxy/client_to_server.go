@@ -16,7 +16,7 @@ import (
 
 // clientToServer forwards client messages to the server, rewriting Query and
 // Parse texts. It decodes nothing else.
-func (s *session) clientToServer() error {
+func (s *clientConn) clientToServer() error {
 	l := s.link
 	r, w := s.cr, l.server.w
 
@@ -155,7 +155,7 @@ func (s *session) clientToServer() error {
 // when refresh is set and the session state may have changed, it waits for
 // the answers the client is owed and re-reads the state (state.go); then it
 // announces the ReadyForQuery the message will cost.
-func (s *session) announce(refresh bool) error {
+func (s *clientConn) announce(refresh bool) error {
 	if rs := s.srv.set.Load(); refresh && rs != s.rs.Load() {
 		s.adopt(rs)
 	}
@@ -181,7 +181,7 @@ func (s *session) announce(refresh bool) error {
 	return nil
 }
 
-func (s *session) stateFailed(err error) error {
+func (s *clientConn) stateFailed(err error) error {
 	if isWriteError(err) {
 		return s.upstreamWriteFailed(err)
 	}
@@ -191,7 +191,7 @@ func (s *session) stateFailed(err error) error {
 // clientEnded handles a failed read from the client: the client is gone.
 // At a message boundary the server gets a Terminate, so it does not log an
 // unexpected EOF.
-func (s *session) clientEnded(err error, boundary bool) error {
+func (s *clientConn) clientEnded(err error, boundary bool) error {
 	if !s.closing.Swap(true) && boundary {
 		s.link.server.endAtBoundary()
 	}
@@ -202,7 +202,7 @@ func (s *session) clientEnded(err error, boundary bool) error {
 
 // upstreamWriteFailed: serverToClient will see the broken connection too and
 // tell the client; closing the upstream makes sure it wakes up.
-func (s *session) upstreamWriteFailed(err error) error {
+func (s *clientConn) upstreamWriteFailed(err error) error {
 	s.closeUpstream()
 	return fmt.Errorf("upstream: %w", err)
 }
@@ -210,7 +210,7 @@ func (s *session) upstreamWriteFailed(err error) error {
 // idleTimedOut closes a client idle for longer than IdleSessionTimeout:
 // serverToClient sends the FATAL ErrorResponse once the upstream session has
 // ended.
-func (s *session) idleTimedOut() error {
+func (s *clientConn) idleTimedOut() error {
 	s.srv.metrics.idleTimeouts.Inc()
 	s.log.Info("closing client: idle session timeout", "timeout", s.rs.Load().idleSessionTimeout)
 	s.endWithFatal(codeIdleSessionTimeout, "terminating connection due to idle-session timeout")
@@ -219,7 +219,7 @@ func (s *session) idleTimedOut() error {
 
 // violation closes the client for a protocol error: serverToClient sends the
 // FATAL ErrorResponse after what it has already relayed, then closes.
-func (s *session) violation(code, msg string) error {
+func (s *clientConn) violation(code, msg string) error {
 	s.log.Warn("closing client: protocol violation", "sqlstate", code, "err", msg)
 	s.endWithFatal(code, msg)
 	return &protocolError{code: code, msg: msg}
@@ -229,17 +229,17 @@ func (s *session) violation(code, msg string) error {
 // forwarded any more, the server gets a Terminate, and serverToClient,
 // woken by the upstream's close, sends the client a FATAL ErrorResponse
 // (code, msg) after what it has already relayed.
-func (s *session) endWithFatal(code, msg string) {
+func (s *clientConn) endWithFatal(code, msg string) {
 	b := errorResponse(nil, "FATAL", code, msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
-	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	s.link.server.endAtBoundary()
 	s.closeUpstream()
 }
 
 // forwardQuery rewrites one Query message and writes the result.
-func (s *session) forwardQuery(msg []byte) error {
+func (s *clientConn) forwardQuery(msg []byte) error {
 	text, rest, ok := cstring(msg[headerLen:])
 	if !ok || len(rest) != 0 {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Query message format"}
@@ -264,7 +264,7 @@ func (s *session) forwardQuery(msg []byte) error {
 
 // forwardParse rewrites the query of one Parse message, keeping the
 // statement name and parameter types.
-func (s *session) forwardParse(msg []byte) error {
+func (s *clientConn) forwardParse(msg []byte) error {
 	name, rest, ok := cstring(msg[headerLen:])
 	if !ok {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
@@ -299,7 +299,7 @@ func (s *session) forwardParse(msg []byte) error {
 	return s.write(s.out)
 }
 
-func (s *session) write(b []byte) error {
+func (s *clientConn) write(b []byte) error {
 	if _, err := s.link.server.w.Write(b); err != nil {
 		return &writeError{err}
 	}
@@ -310,7 +310,7 @@ func (s *session) write(b []byte) error {
 }
 
 // rewriteStatement runs the rewriter and records the outcome.
-func (s *session) rewriteStatement(sql string) (rewrite.Result, error) {
+func (s *clientConn) rewriteStatement(sql string) (rewrite.Result, error) {
 	m := s.srv.metrics
 	start := time.Now()
 	res, err := s.rs.Load().rewriter.Rewrite(sql, s.st.cur)

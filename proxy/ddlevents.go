@@ -591,7 +591,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // block, which the proxy cannot read for without touching the client's
 // transaction, is closed rather than served with a catalog that may miss a
 // view over a TTL table.
-func (s *session) followDDL(d *dbEvents, gen uint64) error {
+func (s *clientConn) followDDL(d *dbEvents, gen uint64) error {
 	rs := s.rs.Load()
 	if snap, ok := d.fresh(rs, gen, s.quit); ok {
 		if sameCatalog(s.st.base, snap.cat) {
@@ -631,7 +631,7 @@ func (s *session) followDDL(d *dbEvents, gen uint64) error {
 // one younger than CatalogTTL and not older than the generation, or with
 // DDL events flowing the reader's next one; nil when there is none, and
 // the session reads it on its own connection (at the generation returned).
-func (s *session) startupCatalog(rs *ruleSet) (*rewrite.Catalog, time.Time, uint64) {
+func (s *clientConn) startupCatalog(rs *ruleSet) (*rewrite.Catalog, time.Time, uint64) {
 	d := s.srv.events.forDB(s.database)
 	s.st.events = d
 	var gen uint64

@@ -440,7 +440,7 @@ func TestDDLEventsFailedBlock(t *testing.T) {
 func BenchmarkAgeCatalog(b *testing.B) {
 	for _, events := range []bool{false, true} {
 		b.Run(fmt.Sprintf("events=%v", events), func(b *testing.B) {
-			s := &session{srv: &Server{cfg: Config{CatalogTTL: time.Hour}}}
+			s := &clientConn{srv: &Server{cfg: Config{CatalogTTL: time.Hour}}}
 			s.st.track, s.st.catalogAt = true, time.Now()
 			if events {
 				s.st.events = &dbEvents{}

@@ -12,7 +12,7 @@ import (
 //
 // One sample is a session's busy period: from relaying a Query, or the first
 // message of an extended-protocol batch, to a session with nothing owed
-// (session.pending back to 0) to relaying the ReadyForQuery that settles
+// (link.pending back to 0) to relaying the ReadyForQuery that settles
 // it. For a client that waits for each answer that is one statement's (or
 // one batch's) time at the server plus the loopback hop; a pipelining client
 // contributes one sample per pipeline. Time the client takes to read the

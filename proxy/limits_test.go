@@ -128,7 +128,7 @@ func TestIdleSweepLateDeadline(t *testing.T) {
 	p := startProxy(t, Config{IdleSessionTimeout: time.Hour})
 	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
 	mustExec(t, conn, "SELECT 1")
-	var sess *session
+	var sess *clientConn
 	p.srv.mu.Lock()
 	for s := range p.srv.sessions {
 		sess = s
@@ -140,7 +140,7 @@ func TestIdleSweepLateDeadline(t *testing.T) {
 	big := "SELECT length('" + strings.Repeat("x", 4*bufSize) + "')"
 	for i := range 3 {
 		// As the sweep does for a session it found idle.
-		_ = sess.clientConn().SetReadDeadline(time.Unix(1, 0))
+		_ = sess.conn().SetReadDeadline(time.Unix(1, 0))
 		q := "SELECT 1"
 		if i == 2 {
 			q = big

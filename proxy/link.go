@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"math"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,9 @@ import (
 // closedMark in link.pending means the link is closing: no statement may
 // be forwarded any more.
 const closedMark = math.MinInt64 / 2
+
+// errQuit: the server pump has ended, and with it the link.
+var errQuit = errors.New("session ended")
 
 // link binds one client to one server connection: what the server owes the
 // client (the ReadyForQuery messages, the rejections whose errors are to be

@@ -132,13 +132,13 @@ func (st *sessionState) stillPlain(p *preparedStmt) bool {
 // reprepare prepares every stale statement again for the current state.
 // Called between statements outside a transaction block, with nothing
 // outstanding.
-func (s *session) reprepare() error {
+func (s *clientConn) reprepare() error {
 	return s.reprepareOnly(nil)
 }
 
 // reprepareOnly is reprepare for the statements only names, or all when
 // only is nil.
-func (s *session) reprepareOnly(only []byte) error {
+func (s *clientConn) reprepareOnly(only []byte) error {
 	var msgs []byte
 	n := 0
 	for name, p := range s.st.prepared {
@@ -197,7 +197,7 @@ func containsFold(s, needle string) bool {
 // inspect looks at a Bind or Close about to be relayed (total bytes, still
 // unread in r): it returns the rejection for a Bind that must not run, and
 // notes what the message changes.
-func (s *session) inspect(typ byte, r *msgReader, total int) (stale, err error) {
+func (s *clientConn) inspect(typ byte, r *msgReader, total int) (stale, err error) {
 	b, err := r.Peek(min(total, r.Size()))
 	if err != nil && len(b) < total {
 		return nil, err
@@ -214,7 +214,7 @@ func (s *session) inspect(typ byte, r *msgReader, total int) (stale, err error) 
 // statement that the Bind starting a batch (total bytes, unread in r) is
 // about to run: a failure is the failure running it would have. Nothing
 // but this batch may be outstanding.
-func (s *session) reprepareBound(r *msgReader, total int) error {
+func (s *clientConn) reprepareBound(r *msgReader, total int) error {
 	if s.st.unseen || s.link.pending.Load() != 1 || byte(s.link.txStatus.Load()) != 'T' {
 		return nil
 	}

@@ -53,7 +53,7 @@ func encodeStatements(queries ...string) []byte {
 // syncState reads the session state (buildStateQuery) and applies it. Called by
 // clientToServer before it announces a Query or a batch-starting Parse;
 // awaitIdle must have returned first.
-func (s *session) syncState() error {
+func (s *clientConn) syncState() error {
 	status := byte(s.link.txStatus.Load())
 	if status == 'E' {
 		return nil
@@ -89,7 +89,7 @@ var rollbackMsgs = appendQuery(nil, "ROLLBACK")
 // DDL through this session, or when its catalog is older than CatalogTTL),
 // outside a transaction block, and shares the new catalog with the
 // sessions that start later.
-func (s *session) reloadCatalog() error {
+func (s *clientConn) reloadCatalog() error {
 	if s.st.events == nil {
 		// A session that started without TTL tables, under a reload that
 		// brought some.
@@ -133,7 +133,7 @@ func (s *session) reloadCatalog() error {
 }
 
 // applyRefresh applies a state row read at transaction status status.
-func (s *session) applyRefresh(row stateRow, status byte) error {
+func (s *clientConn) applyRefresh(row stateRow, status byte) error {
 	s.st.apply(&row)
 	s.st.refreshed(status)
 	if s.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -149,8 +149,8 @@ func (s *session) applyRefresh(row stateRow, status byte) error {
 
 // readState is serverToClient's side of ask: it reads one answer up to its
 // ReadyForQuery and hands it over.
-func (s *session) readState() error {
-	results, qerr, status, err := readResults(s)
+func (s *clientConn) readState() error {
+	results, qerr, status, err := readResults(s.link.server.r, s.cw)
 	s.link.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
 	return err
 }
@@ -165,7 +165,7 @@ func (s *session) readState() error {
 // before the statement (syncState). Inside a block it waits for the
 // block's end: a reload there would cost a round trip per statement until
 // then. An error ends the session (followDDL).
-func (s *session) ageCatalog() error {
+func (s *clientConn) ageCatalog() error {
 	if !s.st.track {
 		return nil
 	}

@@ -81,7 +81,7 @@ func (r *rejections) take(n uint64) *rewrite.Error {
 
 // addRejection records err for the statement being forwarded and returns
 // its marker number. Called by clientToServer only.
-func (s *session) addRejection(err error) uint64 {
+func (s *clientConn) addRejection(err error) uint64 {
 	var re *rewrite.Error
 	if !errors.As(err, &re) {
 		// Not a rejection but a rewriter failure: still fail closed.

@@ -105,7 +105,7 @@ func sameRule(a, b ttl.Rule) bool {
 
 // adopt moves the session onto rs, the Server's newest set: called by
 // clientToServer at a statement boundary.
-func (s *session) adopt(rs *ruleSet) {
+func (s *clientConn) adopt(rs *ruleSet) {
 	s.rs.Store(rs)
 	s.st.rw, s.st.bypass = rs.rw, rs.bypass
 	// Statements prepared under the old rules are prepared again at the

@@ -41,7 +41,7 @@ type Server struct {
 	active atomic.Int64
 
 	mu       sync.Mutex
-	sessions map[*session]struct{}
+	sessions map[*clientConn]struct{}
 	draining bool
 	wg       sync.WaitGroup
 }
@@ -54,7 +54,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
-		sessions: make(map[*session]struct{}),
+		sessions: make(map[*clientConn]struct{}),
 		latency:  newLatencyWindow(),
 	}
 	s.set.Store(newRuleSet(&cfg, 1))
@@ -139,7 +139,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (s *Server) startSession(conn net.Conn) {
-	sess := newSession(s, conn)
+	sess := newClientConn(s, conn)
 	s.mu.Lock()
 	s.sessions[sess] = struct{}{}
 	draining := s.draining
@@ -166,7 +166,7 @@ func (s *Server) startSession(conn net.Conn) {
 func (s *Server) drain() {
 	s.mu.Lock()
 	s.draining = true
-	sessions := make([]*session, 0, len(s.sessions))
+	sessions := make([]*clientConn, 0, len(s.sessions))
 	for sess := range s.sessions {
 		sessions = append(sessions, sess)
 	}

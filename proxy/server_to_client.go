@@ -11,7 +11,7 @@ import (
 // serverToClient forwards server messages to the client. It decodes only
 // ReadyForQuery, ErrorResponse while rejections are pending, and during
 // startup the SASL mechanism list.
-func (s *session) serverToClient() error {
+func (s *clientConn) serverToClient() error {
 	l := s.link
 	r, w := l.server.r, s.cw
 	started := false
@@ -119,15 +119,15 @@ func (s *session) serverToClient() error {
 	}
 }
 
-func (s *session) writeZ(status byte) {
+func (s *clientConn) writeZ(status byte) {
 	_, _ = s.cw.WriteString("Z\x00\x00\x00\x05")
 	_ = s.cw.WriteByte(status)
 }
 
 // closeAtShutdown ends a session that has just become idle during shutdown.
-func (s *session) closeAtShutdown() error {
+func (s *clientConn) closeAtShutdown() error {
 	s.closing.Store(true)
-	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	_, _ = s.cw.Write(adminShutdownError())
 	_ = s.cw.Flush()
 	s.link.server.terminate()
@@ -139,8 +139,8 @@ func (s *session) closeAtShutdown() error {
 // boundary the client is told why, unless the server already said so (its
 // last message was an ErrorResponse) or the proxy closed the connection on
 // purpose; then both connections are closed.
-func (s *session) upstreamEnded(err error, partial bool, lastType byte) error {
-	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+func (s *clientConn) upstreamEnded(err error, partial bool, lastType byte) error {
+	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	if !partial {
 		if f := s.fatal.Load(); f != nil {
 			_, _ = s.cw.Write(*f)
@@ -162,7 +162,7 @@ func (s *session) upstreamEnded(err error, partial bool, lastType byte) error {
 	return fmt.Errorf("upstream: %w", err)
 }
 
-func (s *session) clientWriteFailed(err error) error {
+func (s *clientConn) clientWriteFailed(err error) error {
 	s.closing.Store(true)
 	s.closeClient()
 	s.closeUpstream()

@@ -12,16 +12,19 @@ import (
 // BackendKeyData. In session mode it serves one client for its whole life,
 // reached through that client's link (link.go); it knows nothing of the
 // client.
+//
+// Every idle client holds one, so it is kept to 64 bytes: a clientConn, its
+// link and its serverConn take the 640 bytes one session object took.
 type serverConn struct {
 	// mu guards nc, closed and key, which the pumps, startup, the sweep and
 	// a forced shutdown reach from different goroutines.
-	mu     sync.Mutex
-	nc     net.Conn
+	mu sync.Mutex
+	// closed is set by the first close; the socket is closed then.
 	closed bool
+	nc     net.Conn
 	// key is the body of the server's BackendKeyData (process ID and
 	// secret key), to cancel a statement still running at forced shutdown.
-	key  []byte
-	once sync.Once
+	key string
 
 	// r is read by the server pump only; w is written by the client pump
 	// (and by the catalog query at startup, before the client pump writes).
@@ -58,15 +61,13 @@ func (sc *serverConn) startBuffers(idle func() bool) {
 
 // close closes the socket, once; a later attach fails.
 func (sc *serverConn) close() {
-	sc.once.Do(func() {
-		sc.mu.Lock()
-		nc := sc.nc
-		sc.closed = true
-		sc.mu.Unlock()
-		if nc != nil {
-			_ = nc.Close()
-		}
-	})
+	sc.mu.Lock()
+	nc, closed := sc.nc, sc.closed
+	sc.closed = true
+	sc.mu.Unlock()
+	if nc != nil && !closed {
+		_ = nc.Close()
+	}
 }
 
 // terminate ends the server session cleanly (Terminate, then close). Only
@@ -95,7 +96,7 @@ func (sc *serverConn) endAtBoundary() {
 // setBackendKey keeps a copy of a BackendKeyData body.
 func (sc *serverConn) setBackendKey(body []byte) {
 	sc.mu.Lock()
-	sc.key = append([]byte(nil), body...)
+	sc.key = string(body)
 	sc.mu.Unlock()
 }
 
@@ -105,7 +106,7 @@ func (sc *serverConn) cancelRequest() []byte {
 	sc.mu.Lock()
 	key := sc.key
 	sc.mu.Unlock()
-	if key == nil {
+	if key == "" {
 		return nil
 	}
 	pkt := make([]byte, 8, 8+len(key))

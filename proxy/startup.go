@@ -75,17 +75,17 @@ func (e *protocolError) Error() string { return e.msg }
 // startup runs the startup phase: SSL/GSS negotiation, CancelRequest, or a
 // StartupMessage that is forwarded to a newly dialled upstream connection.
 // On success s.server is attached.
-func (s *session) startup() error {
-	_ = s.client.SetDeadline(time.Now().Add(s.rs.Load().clientLoginTimeout))
+func (s *clientConn) startup() error {
+	_ = s.nc.SetDeadline(time.Now().Add(s.rs.Load().clientLoginTimeout))
 	var first [1]byte
-	if _, err := io.ReadFull(s.client, first[:]); err != nil {
+	if _, err := io.ReadFull(s.nc, first[:]); err != nil {
 		return fmt.Errorf("reading startup packet: %w", err)
 	}
 	prefix := first[:]
 	tlsConfig := s.srv.tlsConfig
 	tlsDone := false
 	if first[0] == tlsHandshakeRecord && tlsConfig != nil {
-		tc := tls.Server(&prefixConn{Conn: s.client, prefix: prefix}, tlsConfig)
+		tc := tls.Server(&prefixConn{Conn: s.nc, prefix: prefix}, tlsConfig)
 		if err := tc.Handshake(); err != nil {
 			return fmt.Errorf("direct TLS handshake: %w", err)
 		}
@@ -97,7 +97,7 @@ func (s *session) startup() error {
 		prefix, tlsDone = nil, true
 	}
 	for {
-		pkt, err := readStartupPacket(s.client, prefix)
+		pkt, err := readStartupPacket(s.nc, prefix)
 		prefix = nil
 		if err != nil {
 			return fmt.Errorf("reading startup packet: %w", err)
@@ -106,15 +106,15 @@ func (s *session) startup() error {
 		switch code {
 		case sslRequestCode:
 			if tlsConfig == nil || tlsDone {
-				if _, err := s.client.Write([]byte{'N'}); err != nil {
+				if _, err := s.nc.Write([]byte{'N'}); err != nil {
 					return fmt.Errorf("answering SSLRequest: %w", err)
 				}
 				continue
 			}
-			if _, err := s.client.Write([]byte{'S'}); err != nil {
+			if _, err := s.nc.Write([]byte{'S'}); err != nil {
 				return fmt.Errorf("answering SSLRequest: %w", err)
 			}
-			tc := tls.Server(s.client, tlsConfig)
+			tc := tls.Server(s.nc, tlsConfig)
 			if err := tc.Handshake(); err != nil {
 				return fmt.Errorf("TLS handshake: %w", err)
 			}
@@ -122,7 +122,7 @@ func (s *session) startup() error {
 			tlsDone = true
 		case gssEncRequestCode:
 			// No GSSAPI encryption: the client goes on with SSL or plain.
-			if _, err := s.client.Write([]byte{'N'}); err != nil {
+			if _, err := s.nc.Write([]byte{'N'}); err != nil {
 				return fmt.Errorf("answering GSSENCRequest: %w", err)
 			}
 		case cancelRequestCode:
@@ -132,7 +132,7 @@ func (s *session) startup() error {
 			if err := s.startSession(pkt); err != nil {
 				return err
 			}
-			_ = s.client.SetDeadline(time.Time{})
+			_ = s.nc.SetDeadline(time.Time{})
 			return nil
 		}
 	}
@@ -141,7 +141,7 @@ func (s *session) startup() error {
 // relayCancel sends the client's CancelRequest unchanged to the upstream
 // server: the client holds the server's own BackendKeyData, relayed at
 // startup, so process ID and secret key need no translation.
-func (s *session) relayCancel(pkt []byte) {
+func (s *clientConn) relayCancel(pkt []byte) {
 	s.srv.metrics.cancelRequests.Inc()
 	var req pgproto3.CancelRequest
 	if err := req.Decode(pkt[4:]); err != nil {
@@ -157,7 +157,7 @@ func (s *session) relayCancel(pkt []byte) {
 
 // startSession decodes the StartupMessage, dials upstream and forwards the
 // packet unchanged.
-func (s *session) startSession(pkt []byte) error {
+func (s *clientConn) startSession(pkt []byte) error {
 	version := binary.BigEndian.Uint32(pkt[4:8])
 	if version>>16 != 3 {
 		return &protocolError{

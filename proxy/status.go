@@ -69,7 +69,7 @@ func (s *Server) Status() Status {
 		st.Tables = append(st.Tables, t)
 	}
 	s.mu.Lock()
-	sessions := make([]*session, 0, len(s.sessions))
+	sessions := make([]*clientConn, 0, len(s.sessions))
 	for sess := range s.sessions {
 		sessions = append(sessions, sess)
 	}
@@ -84,10 +84,10 @@ func (s *Server) Status() Status {
 }
 
 // status describes the session; safe from any goroutine.
-func (s *session) status() SessionStatus {
+func (s *clientConn) status() SessionStatus {
 	st := SessionStatus{
 		ID:         s.id,
-		ClientAddr: s.clientConn().RemoteAddr().String(),
+		ClientAddr: s.conn().RemoteAddr().String(),
 		Since:      s.started,
 		Statements: s.statements.Load(),
 		Rejected:   s.nrejected.Load(),

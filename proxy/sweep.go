@@ -41,7 +41,7 @@ func idleSweepPeriod(timeout time.Duration) time.Duration {
 func (s *Server) sweepSessions(ctx context.Context) {
 	t := time.NewTimer(idleSweepPeriod(s.set.Load().idleSessionTimeout))
 	defer t.Stop()
-	var idle, all []*session
+	var idle, all []*clientConn
 	for {
 		select {
 		case <-ctx.Done():
@@ -60,7 +60,7 @@ func (s *Server) sweepSessions(ctx context.Context) {
 		}
 		s.mu.Unlock()
 		for _, sess := range idle {
-			_ = sess.clientConn().SetReadDeadline(time.Unix(1, 0))
+			_ = sess.conn().SetReadDeadline(time.Unix(1, 0))
 		}
 		for _, sess := range all {
 			sess.checkEnds()
@@ -72,8 +72,8 @@ func (s *Server) sweepSessions(ctx context.Context) {
 }
 
 // checkEnds runs rawConn.checkEnd on the session's two sockets.
-func (s *session) checkEnds() {
-	if rc := rawConnOf(s.clientConn()); rc != nil {
+func (s *clientConn) checkEnds() {
+	if rc := rawConnOf(s.conn()); rc != nil {
 		rc.checkEnd()
 	}
 	s.link.server.checkEnd()
@@ -86,7 +86,7 @@ func (s *session) checkEnds() {
 // included, is returned.
 type clientReader struct {
 	net.Conn
-	s *session
+	s *clientConn
 }
 
 func (c clientReader) Read(b []byte) (int, error) {
@@ -105,6 +105,6 @@ func (c clientReader) Read(b []byte) (int, error) {
 // timedOut reports that a read deadline of the client's is meant: the
 // session is closing (the login timeout), or it is idle for longer than
 // IdleSessionTimeout.
-func (s *session) timedOut() bool {
+func (s *clientConn) timedOut() bool {
 	return isClosed(s.link.pending.Load()) || s.link.idleExpired(monoNow(), s.rs.Load().idleSessionTimeout)
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
@@ -15,6 +16,13 @@ import (
 // Messages after startup are framed as a type byte and a big-endian int32
 // length that counts itself but not the type byte.
 const headerLen = 5
+
+// terminateMsg is a Terminate message.
+const terminateMsg = "X\x00\x00\x00\x04"
+
+// finalWriteTimeout bounds writing a last message to a peer that may not be
+// reading: an ErrorResponse to a client, a Terminate to a server.
+const finalWriteTimeout = time.Second
 
 // Startup-phase request codes (PostgreSQL pqcomm.h).
 const (

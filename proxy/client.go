@@ -20,41 +20,39 @@ const (
 	// maxKeptBuffer: a message buffer grown past this (a huge statement) is
 	// dropped after use instead of being kept for the session's life.
 	maxKeptBuffer = 1 << 20
-	// finalWriteTimeout bounds writing a last ErrorResponse to a client
-	// that may not be reading.
-	finalWriteTimeout = time.Second
 	// lingerTimeout bounds how long a client that was sent its last
 	// ErrorResponse may go on sending before its connection is closed
 	// (lingerClient).
 	lingerTimeout = time.Second
 )
 
-// terminateMsg is a Terminate message.
-const terminateMsg = "X\x00\x00\x00\x04"
-
 var (
 	errShutdown = errors.New("proxy shutdown")
-	errQuit     = errors.New("session ended")
 	// errIdleTimeout ends a session closed by IdleSessionTimeout.
 	errIdleTimeout = errors.New("idle session timeout")
 )
 
-// session is one client connection and its upstream connection. After
-// startup two goroutines forward messages: clientToServer owns cr, uw, rw and
-// the fields it documents; serverToClient owns ur, cw.
-type session struct {
+// clientConn is one client's session: the client socket and its pump,
+// what the client believes (sessionState: search_path, role, ttlproxy.ttl,
+// prepared statements by name), and how its session ends. It reaches its
+// server connection (serverconn.go) only through its link (link.go); in
+// session mode it has one link, to a server of its own, for its life.
+//
+// After startup two goroutines forward messages: clientToServer, the
+// client pump, owns cr, the server's writer and the fields it documents;
+// serverToClient owns the server's reader and cw.
+type clientConn struct {
 	srv *Server
 	id  uint64
 	log *slog.Logger
 
-	// mu guards client, and log while startup replaces it (read it with
+	// mu guards nc, and log while startup replaces it (read it with
 	// logger() outside the session's own goroutines: the login timer, a
 	// forced shutdown).
-	mu         sync.Mutex
-	client     net.Conn
-	clientOnce sync.Once
-	// link is the client's link to its server (link.go): in session mode
-	// one, for the session's life.
+	mu     sync.Mutex
+	nc     net.Conn
+	ncOnce sync.Once
+	// link binds the client to its server connection.
 	link *link
 
 	user, database string
@@ -93,16 +91,16 @@ type session struct {
 	started time.Time
 }
 
-func newSession(srv *Server, conn net.Conn) *session {
+func newClientConn(srv *Server, conn net.Conn) *clientConn {
 	id := srv.nextID.Add(1)
 	log := srv.log.With("session_id", id, "client_addr", conn.RemoteAddr().String())
 	rs := srv.set.Load()
-	s := &session{
+	s := &clientConn{
 		srv:     srv,
 		id:      id,
 		log:     log,
 		st:      newSessionState(log, rs.rw, rs.bypass),
-		client:  newRawConn(conn),
+		nc:      newRawConn(conn),
 		link:    newLink(&serverConn{}),
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
@@ -113,7 +111,7 @@ func newSession(srv *Server, conn net.Conn) *session {
 }
 
 // run serves the connection until it ends. It never panics.
-func (s *session) run() {
+func (s *clientConn) run() {
 	m := s.srv.metrics
 	m.clientConnectionsTotal.Inc()
 	m.clientConnections.Inc()
@@ -136,7 +134,7 @@ func (s *session) run() {
 		switch {
 		case errors.As(err, &pe):
 			s.log.Info("closing client at startup", "sqlstate", pe.code, "err", err)
-			c := s.clientConn()
+			c := s.conn()
 			_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 			_, _ = c.Write(errorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
 		case errors.Is(err, errStartupDone):
@@ -152,7 +150,7 @@ func (s *session) run() {
 }
 
 // loginTimedOut closes a client that has not finished logging in.
-func (s *session) loginTimedOut() {
+func (s *clientConn) loginTimedOut() {
 	select {
 	case <-s.ready:
 		return
@@ -163,15 +161,15 @@ func (s *session) loginTimedOut() {
 	b := errorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
-	_ = s.clientConn().SetDeadline(time.Now())
+	_ = s.conn().SetDeadline(time.Now())
 	s.closeUpstream()
 }
 
 // forward runs the two forwarding loops and returns the first error.
-func (s *session) forward() error {
+func (s *clientConn) forward() error {
 	idle := s.link.owesNothing
-	s.cr = newMsgReader(clientReader{s.client, s}, clientBufSize, idle)
-	s.cw = newMsgWriter(s.client)
+	s.cr = newMsgReader(clientReader{s.nc, s}, clientBufSize, idle)
+	s.cw = newMsgWriter(s.nc)
 	s.link.server.startBuffers(idle)
 
 	errc := make(chan error, 1)
@@ -190,7 +188,7 @@ func (s *session) forward() error {
 		defer close(s.quit)
 		report(s.pump("server_to_client", s.link.server.nc, s.serverToClient))
 	}()
-	report(s.pump("client_to_server", s.client, s.clientToServer))
+	report(s.pump("client_to_server", s.nc, s.clientToServer))
 	err := <-errc
 	wg.Wait()
 	if s.lingering.Load() {
@@ -201,7 +199,7 @@ func (s *session) forward() error {
 
 // pump runs one forwarding loop, which reads src, under guard; when src is
 // a socket, it reads it under drive (rawconn.go).
-func (s *session) pump(name string, src net.Conn, loop func() error) error {
+func (s *clientConn) pump(name string, src net.Conn, loop func() error) error {
 	if rc := rawConnOf(src); rc != nil {
 		return rc.drive(func() error { return s.guard(name, loop) })
 	}
@@ -211,7 +209,7 @@ func (s *session) pump(name string, src net.Conn, loop func() error) error {
 // guard runs one forwarding loop; a panic closes this session only. A
 // panic in clientToServer (the rewriter runs there) is reported to the
 // client by serverToClient; one in serverToClient just closes both sides.
-func (s *session) guard(name string, loop func() error) (err error) {
+func (s *clientConn) guard(name string, loop func() error) (err error) {
 	defer func() {
 		r := recover()
 		if r == nil {
@@ -223,7 +221,7 @@ func (s *session) guard(name string, loop func() error) (err error) {
 			b := errorResponse(nil, "FATAL", codeInternalError, "ttlproxy: internal error", "", "")
 			s.fatal.CompareAndSwap(nil, &b)
 			s.link.markClosed()
-			_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+			_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 			s.closeUpstream()
 			return
 		}
@@ -236,21 +234,21 @@ func (s *session) guard(name string, loop func() error) (err error) {
 
 // logger returns the session's logger, for the goroutines that may run
 // while startup replaces it.
-func (s *session) logger() *slog.Logger {
+func (s *clientConn) logger() *slog.Logger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.log
 }
 
-func (s *session) clientConn() net.Conn {
+func (s *clientConn) conn() net.Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.client
+	return s.nc
 }
 
-func (s *session) setClient(c net.Conn) {
+func (s *clientConn) setClient(c net.Conn) {
 	s.mu.Lock()
-	s.client = c
+	s.nc = c
 	s.mu.Unlock()
 }
 
@@ -262,8 +260,8 @@ func (s *session) setClient(c net.Conn) {
 // its write and may drop the ErrorResponse it has not read yet: pgx does,
 // mid-COPY FROM. Web servers linger for the same reason (nginx's
 // lingering_close).
-func (s *session) lingerClient() {
-	c := s.clientConn()
+func (s *clientConn) lingerClient() {
+	c := s.conn()
 	// A client read that times out from now on ends clientToServer
 	// (clientReader, timedOut).
 	s.link.markClosed()
@@ -277,8 +275,8 @@ func (s *session) lingerClient() {
 
 // drainClient reads and drops what a lingering client still sends, until
 // it closes or the deadline lingerClient set passes; run closes it then.
-func (s *session) drainClient() {
-	c := s.clientConn()
+func (s *clientConn) drainClient() {
+	c := s.conn()
 	buf := make([]byte, 4096)
 	for {
 		if _, err := c.Read(buf); err != nil {
@@ -306,11 +304,11 @@ func halfClose(c net.Conn) error {
 	}
 }
 
-func (s *session) closeClient() {
-	s.clientOnce.Do(func() { _ = s.clientConn().Close() })
+func (s *clientConn) closeClient() {
+	s.ncOnce.Do(func() { _ = s.conn().Close() })
 }
 
-func (s *session) closeUpstream() { s.link.server.close() }
+func (s *clientConn) closeUpstream() { s.link.server.close() }
 
 func adminShutdownError() []byte {
 	return errorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
@@ -318,7 +316,7 @@ func adminShutdownError() []byte {
 
 // beginShutdown closes the session now if it is idle between statements;
 // otherwise serverToClient closes it at the ReadyForQuery that leaves it idle.
-func (s *session) beginShutdown() {
+func (s *clientConn) beginShutdown() {
 	s.shutdown.Store(true)
 	if s.statements.Load() == 0 {
 		// Still logging in, or not a statement yet: the client gets its
@@ -346,12 +344,12 @@ func (s *session) beginShutdown() {
 // forceClose ends a session that is still busy at the shutdown deadline.
 // The running statement is cancelled first, so that the server does not go
 // on executing it for a client that is gone.
-func (s *session) forceClose() {
+func (s *clientConn) forceClose() {
 	s.shutdown.Store(true)
 	s.link.markClosed()
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
-	_ = s.clientConn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	if s.link.server.conn() == nil {
 		s.closeClient()
 		return
