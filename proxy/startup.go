@@ -74,7 +74,7 @@ func (e *protocolError) Error() string { return e.msg }
 
 // startup runs the startup phase: SSL/GSS negotiation, CancelRequest, or a
 // StartupMessage that is forwarded to a newly dialled upstream connection.
-// On success s.server is attached.
+// On success the link's server connection is attached.
 func (s *clientConn) startup() error {
 	_ = s.nc.SetDeadline(time.Now().Add(s.rs.Load().clientLoginTimeout))
 	var first [1]byte
