@@ -349,7 +349,7 @@ func (s *clientConn) loadCatalog() error {
 	if _, err := up.Write(query); err != nil {
 		return fmt.Errorf("sending catalog query: %w", err)
 	}
-	results, qerr, status, err := readResults(s.link.server.r, s.cw)
+	results, qerr, status, err := readResults(s.link.server.r, s.link.cw)
 	if err != nil {
 		return fmt.Errorf("reading catalog query results: %w", err)
 	}

@@ -40,7 +40,9 @@ var (
 //
 // After startup two goroutines forward messages: clientToServer, the
 // client pump, owns cr, the server's writer and the fields it documents;
-// serverToClient owns the server's reader and cw.
+// serverToClient, the server pump, runs the link's relay, which owns the
+// server's reader and the client's writer (link.cw), and ends the session
+// where the relay stops.
 type clientConn struct {
 	srv *Server
 	id  uint64
@@ -59,7 +61,6 @@ type clientConn struct {
 	replication    bool
 
 	cr *msgReader
-	cw *msgWriter
 
 	// ready is closed by serverToClient at the end of startup, once st is
 	// set up; quit is closed when serverToClient returns.
@@ -72,7 +73,6 @@ type clientConn struct {
 	// clientToServer only.
 	rs atomic.Pointer[ruleSet]
 
-	shutdown atomic.Bool
 	// closing marks a deliberate close: losing the upstream is not an error.
 	closing atomic.Bool
 	// fatal is the ErrorResponse serverToClient sends the client before
@@ -169,7 +169,7 @@ func (s *clientConn) loginTimedOut() {
 func (s *clientConn) forward() error {
 	idle := s.link.owesNothing
 	s.cr = newMsgReader(clientReader{s.nc, s}, clientBufSize, idle)
-	s.cw = newMsgWriter(s.nc)
+	s.link.cw = newMsgWriter(s.nc)
 	s.link.server.startBuffers(idle)
 
 	errc := make(chan error, 1)
@@ -317,7 +317,7 @@ func adminShutdownError() []byte {
 // beginShutdown closes the session now if it is idle between statements;
 // otherwise serverToClient closes it at the ReadyForQuery that leaves it idle.
 func (s *clientConn) beginShutdown() {
-	s.shutdown.Store(true)
+	s.link.closeAtIdle.Store(true)
 	if s.statements.Load() == 0 {
 		// Still logging in, or not a statement yet: the client gets its
 		// first exchange (a client that connects per transaction, as
@@ -345,7 +345,7 @@ func (s *clientConn) beginShutdown() {
 // The running statement is cancelled first, so that the server does not go
 // on executing it for a client that is gone.
 func (s *clientConn) forceClose() {
-	s.shutdown.Store(true)
+	s.link.closeAtIdle.Store(true)
 	s.link.markClosed()
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)

@@ -24,6 +24,10 @@ var errQuit = errors.New("session ended")
 // it, writes to the server; the link never calls the client.
 type link struct {
 	server *serverConn
+	// cw is the client's writer: the server pump relays the server's
+	// messages through it (the client writes it only once the relay has
+	// stopped, to end the session).
+	cw *msgWriter
 
 	// pending counts the ReadyForQuery messages the server still owes: one
 	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
@@ -37,6 +41,9 @@ type link struct {
 	idleAt atomic.Int64
 	// txStatus is the status byte of the last ReadyForQuery.
 	txStatus atomic.Uint32
+	// closeAtIdle is set at shutdown: the ReadyForQuery that leaves the
+	// link idle closes it (beginShutdown).
+	closeAtIdle atomic.Bool
 	// expected counts the ReadyForQuery messages announced so far; owned by
 	// the client pump.
 	expected uint64
@@ -107,10 +114,10 @@ type handoff struct {
 	// server pump hands the client pump through refreshed instead of
 	// relaying them to the client.
 	refreshing atomic.Int32
-	refreshed  chan refreshResult
 	// idleWait asks the server pump to signal idle when pending drops to 0.
-	idleWait atomic.Bool
-	idle     chan struct{}
+	idleWait  atomic.Bool
+	refreshed chan refreshResult
+	idle      chan struct{}
 }
 
 func newHandoff() handoff {
@@ -153,8 +160,15 @@ func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, err
 	return res, nil
 }
 
-// answered is the server pump's side of ask: it hands over one answer, read
-// up to its ReadyForQuery.
+// readState is the server pump's side of ask: it reads one answer up to
+// its ReadyForQuery and hands it over.
+func (l *link) readState() error {
+	results, qerr, status, err := readResults(l.server.r, l.cw)
+	l.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
+	return err
+}
+
+// answered hands over one answer, read up to its ReadyForQuery.
 func (l *link) answered(res refreshResult) {
 	if res.err == nil {
 		l.txStatus.Store(uint32(res.status))

@@ -147,14 +147,6 @@ func (s *clientConn) applyRefresh(row stateRow, status byte) error {
 	return nil
 }
 
-// readState is serverToClient's side of ask: it reads one answer up to its
-// ReadyForQuery and hands it over.
-func (s *clientConn) readState() error {
-	results, qerr, status, err := readResults(s.link.server.r, s.cw)
-	s.link.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
-	return err
-}
-
 // ageCatalog bounds how stale a long-lived session's catalog gets: DDL made
 // outside the proxy (a view over a TTL table created by a migration tool,
 // say) reaches it before its next statement when DDL events flow

@@ -8,23 +8,88 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
-// serverToClient forwards server messages to the client. It decodes only
-// ReadyForQuery, ErrorResponse while rejections are pending, and during
-// startup the SASL mechanism list.
+// pumpStop says why link.relay returned.
+type pumpStop uint8
+
+const (
+	// stopStartup: the server's first ReadyForQuery, not yet relayed; the
+	// client finishes its startup, then relays it and resumes the relay.
+	stopStartup pumpStop = iota
+	// stopServerEnded: a read from the server failed (partial: mid-message).
+	stopServerEnded
+	// stopClientWrite: a write to the client failed.
+	stopClientWrite
+	// stopShutdown: the link became idle during shutdown and is closed.
+	stopShutdown
+)
+
+// pumpEnd is what link.relay returns: why it stopped, the error, and the
+// state the client needs to end its session (or to resume the relay).
+type pumpEnd struct {
+	why     pumpStop
+	partial bool
+	// lastType is the type of the last message relayed to the client.
+	lastType byte
+	// status is the ReadyForQuery's status byte at stopStartup.
+	status byte
+	err    error
+}
+
+// serverToClient is the server pump: it runs link.relay, which forwards the
+// server's messages to the client, and does the client's part where the
+// relay stops: the end of startup and the end of the session.
 func (s *clientConn) serverToClient() error {
 	l := s.link
-	r, w := l.server.r, s.cw
 	started := false
 	var lastType byte
+	for {
+		end := l.relay(s.srv.latency, started, lastType)
+		switch end.why {
+		case stopStartup:
+			started = true
+			if err := s.finishStartup(); err != nil {
+				if isWriteError(err) {
+					return s.clientWriteFailed(err)
+				}
+				return s.upstreamEnded(err, false, end.lastType)
+			}
+			l.idleAt.Store(monoNow())
+			l.writeZ(end.status)
+			// Shut down while authenticating: the client gets its first
+			// exchange (beginShutdown), closed at its ReadyForQuery.
+			lastType = 'Z'
+			if !nextBuffered(l.server.r) {
+				if err := l.cw.Flush(); err != nil {
+					return s.clientWriteFailed(err)
+				}
+			}
+		case stopServerEnded:
+			return s.upstreamEnded(end.err, end.partial, end.lastType)
+		case stopClientWrite:
+			return s.clientWriteFailed(end.err)
+		default: // stopShutdown
+			return s.closeAtShutdown()
+		}
+	}
+}
+
+// relay forwards the server's messages to the client until it must stop
+// (pumpEnd). It decodes only ReadyForQuery, ErrorResponse while rejections
+// are pending, and during startup (until started) BackendKeyData and the
+// SASL mechanism list. lastType is the type of the last message relayed
+// before; lat takes the foreground latency samples.
+func (l *link) relay(lat *latencyWindow, started bool, lastType byte) pumpEnd {
+	r, w := l.server.r, l.cw
 	var zSeq uint64
 	var buf, out []byte
 	for {
 		typ, length, err := peekHeader(r)
 		if err != nil {
-			return s.upstreamEnded(err, false, lastType)
+			return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 		}
 		if length < 4 {
-			return s.upstreamEnded(fmt.Errorf("invalid message length %d from upstream", length), false, lastType)
+			return pumpEnd{why: stopServerEnded, lastType: lastType,
+				err: fmt.Errorf("invalid message length %d from upstream", length)}
 		}
 		total := int(length) + 1
 
@@ -32,29 +97,18 @@ func (s *clientConn) serverToClient() error {
 		switch {
 		case typ != 'D' && l.answers.refreshing.Load() > 0:
 			// The answer to the proxy's state query (state.go).
-			if err = s.readState(); err != nil && !isWriteError(err) {
-				return s.upstreamEnded(err, false, lastType)
+			if err = l.readState(); err != nil && !isWriteError(err) {
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 		case typ == 'Z' && length == 5:
 			hdr, err := r.Peek(6)
 			if err != nil {
-				return s.upstreamEnded(err, false, lastType)
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			status := hdr[5]
 			_, _ = r.Discard(6)
 			if !started {
-				started = true
-				if err := s.finishStartup(); err != nil {
-					if isWriteError(err) {
-						return s.clientWriteFailed(err)
-					}
-					return s.upstreamEnded(err, false, lastType)
-				}
-				l.idleAt.Store(monoNow())
-				s.writeZ(status)
-				// Shut down while authenticating: the client gets its first
-				// exchange (beginShutdown), closed at its ReadyForQuery.
-				break
+				return pumpEnd{why: stopStartup, status: status, lastType: lastType}
 			}
 			zSeq++
 			if l.rejects.pending() {
@@ -72,40 +126,40 @@ func (s *clientConn) serverToClient() error {
 				l.pending.CompareAndSwap(v, 0)
 			}
 			if v == 0 {
-				s.srv.latency.observe(now, time.Duration(now-l.busySince.Load()))
+				lat.observe(now, time.Duration(now-l.busySince.Load()))
 			}
 			if v <= 0 {
 				l.noteIdle()
 			}
-			s.writeZ(status)
-			if v <= 0 && s.shutdown.Load() && l.closeIfIdle() {
-				return s.closeAtShutdown()
+			l.writeZ(status)
+			if v <= 0 && l.closeAtIdle.Load() && l.closeIfIdle() {
+				return pumpEnd{why: stopShutdown}
 			}
 		case typ == 'E' && l.rejects.pending():
 			if buf, err = readMessage(r, buf, total); err != nil {
-				return s.upstreamEnded(err, false, lastType)
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			out = l.substituteRejection(buf, out[:0])
 			_, err = w.Write(out)
 		case typ == 'K' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {
-				return s.upstreamEnded(err, false, lastType)
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
-			s.link.server.setBackendKey(buf[headerLen:])
+			l.server.setBackendKey(buf[headerLen:])
 			_, err = w.Write(buf)
 		case typ == 'R' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {
-				return s.upstreamEnded(err, false, lastType)
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			_, err = w.Write(filterSASL(buf))
 		default:
 			partial, err = relayRaw(r, w, total)
 			if err != nil && !isWriteError(err) {
-				return s.upstreamEnded(err, partial, lastType)
+				return pumpEnd{why: stopServerEnded, err: err, partial: partial, lastType: lastType}
 			}
 		}
 		if err != nil {
-			return s.clientWriteFailed(err)
+			return pumpEnd{why: stopClientWrite, err: err}
 		}
 		if cap(buf) > maxKeptBuffer {
 			buf, out = nil, nil
@@ -113,23 +167,24 @@ func (s *clientConn) serverToClient() error {
 		lastType = typ
 		if !nextBuffered(r) {
 			if err := w.Flush(); err != nil {
-				return s.clientWriteFailed(err)
+				return pumpEnd{why: stopClientWrite, err: err}
 			}
 		}
 	}
 }
 
-func (s *clientConn) writeZ(status byte) {
-	_, _ = s.cw.WriteString("Z\x00\x00\x00\x05")
-	_ = s.cw.WriteByte(status)
+// writeZ writes a ReadyForQuery to the client.
+func (l *link) writeZ(status byte) {
+	_, _ = l.cw.WriteString("Z\x00\x00\x00\x05")
+	_ = l.cw.WriteByte(status)
 }
 
 // closeAtShutdown ends a session that has just become idle during shutdown.
 func (s *clientConn) closeAtShutdown() error {
 	s.closing.Store(true)
 	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	_, _ = s.cw.Write(adminShutdownError())
-	_ = s.cw.Flush()
+	_, _ = s.link.cw.Write(adminShutdownError())
+	_ = s.link.cw.Flush()
 	s.link.server.terminate()
 	s.closeClient()
 	return errShutdown
@@ -143,14 +198,14 @@ func (s *clientConn) upstreamEnded(err error, partial bool, lastType byte) error
 	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
 	if !partial {
 		if f := s.fatal.Load(); f != nil {
-			_, _ = s.cw.Write(*f)
+			_, _ = s.link.cw.Write(*f)
 		} else if !s.closing.Load() && lastType != 'E' {
 			s.srv.metrics.upstreamErrors.Inc()
 			s.log.Warn("upstream connection lost", "err", err)
-			_, _ = s.cw.Write(errorResponse(nil, "FATAL", codeConnectionFailure,
+			_, _ = s.link.cw.Write(errorResponse(nil, "FATAL", codeConnectionFailure,
 				"ttlproxy: lost the connection to the upstream server", "", ""))
 		}
-		_ = s.cw.Flush()
+		_ = s.link.cw.Flush()
 	}
 	s.closing.Store(true)
 	if partial {
