@@ -43,8 +43,7 @@ func (h panicCounter) WithGroup(name string) slog.Handler {
 
 // openFDs counts the process's open sockets: what a session leaks when it
 // leaks a descriptor. Other descriptors of the test process (files and
-// pipes of the harness and the runtime) are not counted: under CI two such
-// descriptors were seen to come and go across an input.
+// pipes of the harness and the runtime) are not the proxy's.
 func openFDs(t testing.TB) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -138,7 +137,7 @@ func FuzzClientWire(f *testing.F) {
 	f.Fuzz(func(t *testing.T, loggedIn bool, data []byte) {
 		// The checker's own sockets close when it sees the proxy's close:
 		// they are not counted.
-		before, fds := panics.Load(), openFDs(t)-wire.openFDs()
+		before, fds := panics.Load(), wire.proxySockets(t)
 		malformed, _ := wire.seen()
 		c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
 		if err != nil {
@@ -172,9 +171,9 @@ func FuzzClientWire(f *testing.F) {
 		}
 		// A socket closed while its pump drives it is closed once the pump
 		// lets go (rawConn.Close): give it a moment.
-		for deadline := time.Now().Add(5 * time.Second); openFDs(t)-wire.openFDs() > fds; {
+		for deadline := time.Now().Add(5 * time.Second); wire.proxySockets(t) > fds; {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d file descriptor(s) left open", openFDs(t)-wire.openFDs()-fds)
+				t.Fatalf("%d socket(s) left open", wire.proxySockets(t)-fds)
 			}
 			time.Sleep(time.Millisecond)
 		}

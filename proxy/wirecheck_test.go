@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"golang.org/x/sys/unix"
 )
 
 // wireChecker is a TCP relay the tests put between the proxy and the test
@@ -35,8 +38,9 @@ type wireChecker struct {
 	mu     sync.Mutex
 	faults []string
 	wg     sync.WaitGroup
-	// fds counts the checker's open sockets.
-	fds atomic.Int64
+	// own holds the inodes of the checker's sockets, from accept or dial
+	// until they are closed.
+	own map[uint64]bool
 }
 
 // frontendTypes are the message types a frontend sends after startup
@@ -65,8 +69,62 @@ func startWireChecker(t testing.TB, target string) *wireChecker {
 
 func (w *wireChecker) addr() string { return w.ln.Addr().String() }
 
-// openFDs is how many sockets of the checker's links are open.
-func (w *wireChecker) openFDs() int { return int(w.fds.Load()) }
+// proxySockets counts the test process's open sockets that are not the
+// checker's: a checker's socket closes when the checker sees the proxy's
+// close, a moment later, and must not count as the proxy's.
+func (w *wireChecker) proxySockets(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || !strings.HasPrefix(target, "socket:[") {
+			continue
+		}
+		ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]"), 10, 64)
+		if err == nil && !w.own[ino] {
+			n++
+		}
+	}
+	return n
+}
+
+// track adds c's socket to the checker's own and returns its inode.
+func (w *wireChecker) track(c net.Conn) uint64 {
+	var ino uint64
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) {
+				var st unix.Stat_t
+				if unix.Fstat(int(fd), &st) == nil {
+					ino = st.Ino
+				}
+			})
+		}
+	}
+	w.mu.Lock()
+	if w.own == nil {
+		w.own = map[uint64]bool{}
+	}
+	w.own[ino] = true
+	w.mu.Unlock()
+	return ino
+}
+
+// closeOwn closes c, then forgets its socket: until then it is the
+// checker's, never the proxy's.
+func (w *wireChecker) closeOwn(c net.Conn) {
+	ino := w.track(c)
+	_ = c.Close()
+	w.mu.Lock()
+	delete(w.own, ino)
+	w.mu.Unlock()
+}
 
 // seen returns how many malformed messages were recorded, and the first.
 func (w *wireChecker) seen() (int, string) {
@@ -91,27 +149,24 @@ func (w *wireChecker) accept() {
 		if err != nil {
 			return
 		}
-		w.fds.Add(1)
+		w.track(c)
 		s, err := net.DialTimeout("tcp", w.target, 5*time.Second)
 		if err != nil {
 			w.t.Logf("wire checker: dialling %s: %v", w.target, err)
-			_ = c.Close()
-			w.fds.Add(-1)
+			w.closeOwn(c)
 			continue
 		}
-		w.fds.Add(1)
+		w.track(s)
 		w.wg.Add(2)
 		go func() {
 			defer w.wg.Done()
 			_, _ = io.Copy(c, s)
-			_ = c.Close()
-			w.fds.Add(-1)
+			w.closeOwn(c)
 		}()
 		go func() {
 			defer w.wg.Done()
 			w.check(bufio.NewReader(c), s)
-			_ = s.Close()
-			w.fds.Add(-1)
+			w.closeOwn(s)
 		}()
 	}
 }
