@@ -5,8 +5,9 @@
 # INTERVAL seconds. Prints one Markdown table (a line per interval) and a
 # pass/fail summary; exits 1 when a criterion fails.
 #
-#   bench/soak.sh                                          # an hour
-#   DURATION=120 INTERVAL=10 RELOAD_EVERY=20 RESTART_EVERY=50 WARMUP=30 bench/soak.sh   # CI
+#   bench/soak.sh                                 # an hour
+#   SMOKE=1 bench/soak.sh                         # two minutes, every event at least twice (CI)
+#   DURATION=1200 RESTART_EVERY=300 bench/soak.sh
 #
 # Traffic, each client looping until the end (a client that fails, as every
 # one does when the server restarts, starts again after 0.5 s):
@@ -77,6 +78,9 @@
 #       proxy must stay up and log no panic.
 #
 # Environment:
+#   SMOKE=1        the short form CI runs: the defaults become DURATION 120,
+#                  INTERVAL 10, RELOAD_EVERY 20, RESTART_EVERY 50, WARMUP 30,
+#                  BACKLOG 20000 (each can still be set)
 #   DURATION       seconds of traffic (default 3600)
 #   INTERVAL       seconds between samples and checks, one table line each (default 60)
 #   RELOAD_EVERY   seconds between reloads (default 60)
@@ -91,6 +95,9 @@
 #   PG_BINDIR, KEEP   see lib.sh (KEEP=1 keeps the logs, configurations and samples)
 set -euo pipefail
 
+if [ "${SMOKE:-}" = 1 ]; then
+	: "${DURATION:=120}" "${INTERVAL:=10}" "${RELOAD_EVERY:=20}" "${RESTART_EVERY:=50}" "${WARMUP:=30}" "${BACKLOG:=20000}"
+fi
 DURATION=${DURATION:-3600}
 INTERVAL=${INTERVAL:-60}
 RELOAD_EVERY=${RELOAD_EVERY:-60}
@@ -120,7 +127,6 @@ for v in WARMUP BACKLOG RSS_GROWTH_MIB GOROUTINE_GROWTH FD_GROWTH; do
 done
 [ "$WARMUP" -lt "$DURATION" ] || die "WARMUP ($WARMUP) must be shorter than DURATION ($DURATION)"
 command -v pgbench >/dev/null || die "pgbench not found (install postgresql-client or postgresql-contrib)"
-command -v curl >/dev/null || die "curl not found: needed to read the proxy's /metrics"
 
 unset PGSERVICE PGSERVICEFILE PGOPTIONS PGPASSWORD PGPASSFILE PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE
 export PGSSLMODE=disable PGCONNECT_TIMEOUT=5
@@ -181,7 +187,18 @@ cp "$WORK/a.yaml" "$WORK/run.yaml"
 PROXY_PID=$!
 PIDS+=("$PROXY_PID")
 wait_port "$PROXY_PORT" ttlproxy
-METRICS_URL=http://127.0.0.1:$ADMIN_PORT/metrics
+# metrics: the proxy's /metrics (curl, or bash's /dev/tcp without it).
+metrics() {
+	if command -v curl >/dev/null; then
+		curl -sf --max-time 5 "http://127.0.0.1:$ADMIN_PORT/metrics"
+		return
+	fi
+	local fd
+	exec {fd}<>"/dev/tcp/127.0.0.1/$ADMIN_PORT" || return 1
+	printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&"$fd"
+	timeout 5 cat <&"$fd" | tr -d '\r' | sed '1,/^$/d'
+	exec {fd}<&-
+}
 
 # psql_proxy ARGS...: psql through the proxy.
 psql_proxy() { psql -X -q -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -d bench -v ON_ERROR_STOP=1 "$@"; }
@@ -197,6 +214,34 @@ INSERT INTO events (aid, payload) VALUES (:aid, 'ttl :ttl');
 SELECT count(*) FROM events_v WHERE aid = :aid;
 SELECT count(*) FROM events_dv WHERE aid = :aid;
 EOF
+
+# sample [FILE]: one line of FILE (default samples), "time rss goroutines
+# fds sessions backlog deleted reload_ok": the first five from the proxy's
+# /metrics; the backlog (rows expired and not yet deleted in events and
+# pgbench_history) and the rows deleted from them (pg_stat_user_tables'
+# n_tup_del: only the sweeper deletes there) read directly, since the
+# sweeper's own counters start again from 0 at every reload.
+: >"$WORK/samples"
+: >"$WORK/problems"
+: >"$WORK/reloads"
+: >"$WORK/restarts"
+sample() {
+	local m out=${1:-$WORK/samples}
+	local m db t
+	t=$(date +%s)
+	m=$(metrics) || { echo "$t metrics unavailable" >>"$WORK/problems"; return; }
+	db=$(psql_q -d bench -At -F ' ' -c "SELECT
+		(SELECT count(*) FROM events WHERE expires_at < now()) + (SELECT count(*) FROM pgbench_history WHERE expires_at < now()),
+		(SELECT sum(n_tup_del) FROM pg_stat_user_tables WHERE relname IN ('events', 'pgbench_history'))") ||
+		{ echo "$t backlog unavailable" >>"$WORK/problems"; return; }
+	printf '%s\n' "$m" | awk -v t="$t" -v db="$db" '
+		$1 == "process_resident_memory_bytes" { rss = $2 }
+		$1 == "go_goroutines" { g = $2 }
+		$1 == "process_open_fds" { fd = $2 }
+		$1 == "ttlproxy_proxy_client_connections" { s = $2 }
+		$1 == "ttlproxy_config_last_reload_successful" { ok = $2 }
+		END { printf "%d %.0f %d %d %d %s %d\n", t, rss, g, fd, s, db, ok }' >>"$out"
+}
 
 # At rest before the traffic: compared with the figures after it.
 sample "$WORK/rest"
@@ -308,22 +353,6 @@ client writer-c bash -c "$(declare -f nap writer_c psql_proxy); exec {NAPFD}<> <
 client copy bash -c "$(declare -f copy_batch psql_proxy nap); exec {NAPFD}<> <(:); END=$END PROXY_PORT=$PROXY_PORT COPY_ROWS=$COPY_ROWS
 	while [ \$(date +%s) -lt $END ]; do copy_batch || exit 1; nap $COPY_EVERY; done"
 
-# sample [FILE]: one line of FILE (default samples), "time rss goroutines
-# fds sessions backlog deleted reload_ok".
-: >"$WORK/samples"
-sample() {
-	local m out=${1:-$WORK/samples}
-	m=$(curl -sf --max-time 5 "$METRICS_URL") || { echo "$(date +%s) metrics unavailable" >>"$WORK/problems"; return; }
-	printf '%s\n' "$m" | awk -v t="$(date +%s)" '
-		$1 == "process_resident_memory_bytes" { rss = $2 }
-		$1 == "go_goroutines" { g = $2 }
-		$1 == "process_open_fds" { fd = $2 }
-		$1 == "ttlproxy_proxy_client_connections" { s = $2 }
-		$1 ~ /^ttlproxy_sweeper_backlog_rows\{/ { b += $2 }
-		$1 ~ /^ttlproxy_sweeper_rows_deleted_total\{/ { d += $2 }
-		$1 == "ttlproxy_config_last_reload_successful" { ok = $2 }
-		END { printf "%d %.0f %d %d %d %.0f %.0f %d\n", t, rss, g, fd, s, b, d, ok }' >>"$out"
-}
 
 # check: the live-row check (see the header); one line of CHECKS, "time
 # served expired_served forms_differ not_live hidden", or a line in
@@ -332,7 +361,8 @@ sample() {
 check() {
 	local t=$1 p r snap tp tr cand hidden=0
 	p=$WORK/check-proxy r=$WORK/check-ref
-	if ! psql_proxy -At -F ' ' >"$p" 2>"$p.err" <<'SQL'; then
+	if ! timeout 60 psql -X -q -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -d bench -v ON_ERROR_STOP=1 \
+		-At -F ' ' >"$p" 2>"$p.err" <<'SQL'; then
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT 'now', (extract(epoch FROM now()) * 1000000)::bigint, pg_current_snapshot();
 SELECT 'q', id, (extract(epoch FROM expires_at) * 1000000)::bigint FROM events;
@@ -346,7 +376,8 @@ SQL
 		echo "$t check through the proxy failed: $(head -c 300 "$p.err")" >>"$WORK/problems"
 		return
 	fi
-	if ! psql_q -d bench -At -F ' ' >"$r" 2>"$r.err" <<'SQL'; then
+	if ! timeout 60 psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -d bench -v ON_ERROR_STOP=1 \
+		-At -F ' ' >"$r" 2>"$r.err" <<'SQL'; then
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SET LOCAL ROLE soak_reader;
 SELECT 'now', (extract(epoch FROM now()) * 1000000)::bigint;
@@ -375,7 +406,7 @@ SQL
 		}' "$p" "$r" >"$WORK/check-result"
 	cand=$(tail -n +2 "$WORK/check-result" | paste -sd, -)
 	if [ -n "$cand" ]; then
-		hidden=$(psql_q -d bench -At -c "SELECT count(*) FROM events WHERE id = ANY ('{$cand}'::bigint[])
+		hidden=$(psql_q -d bench -At <<<"SELECT count(*) FROM events WHERE id = ANY ('{$cand}'::bigint[])
 			AND pg_visible_in_snapshot(xmin::text::xid8, '$snap'::pg_snapshot)") || {
 			echo "$t reference snapshot query failed" >>"$WORK/problems"
 			return
@@ -387,11 +418,11 @@ SQL
 reload() {
 	local t=$1 which=$2 before after
 	cp "$WORK/$which.yaml" "$WORK/run.yaml"
-	before=$(curl -sf --max-time 5 "$METRICS_URL" | awk '$1 == "ttlproxy_config_last_reload_success_timestamp_seconds" { print $2 }') || true
+	before=$(metrics | awk '$1 == "ttlproxy_config_last_reload_success_timestamp_seconds" { print $2 }') || true
 	kill -HUP "$PROXY_PID"
 	for _ in $(seq 50); do
 		nap 0.1
-		after=$(curl -sf --max-time 5 "$METRICS_URL" | awk '$1 == "ttlproxy_config_last_reload_success_timestamp_seconds" { print $2 }') || true
+		after=$(metrics | awk '$1 == "ttlproxy_config_last_reload_success_timestamp_seconds" { print $2 }') || true
 		if [ -n "$after" ] && [ "$after" != "$before" ]; then
 			echo "$t $which" >>"$WORK/reloads"
 			return
@@ -410,9 +441,6 @@ restart() {
 }
 
 log "soak for $DURATION s: reload every $RELOAD_EVERY s, restart every $RESTART_EVERY s, sample every $INTERVAL s"
-: >"$WORK/problems"
-: >"$WORK/reloads"
-: >"$WORK/restarts"
 next_sample=$((START + INTERVAL))
 next_reload=$((START + RELOAD_EVERY))
 next_restart=$((START + RESTART_EVERY))
@@ -420,6 +448,7 @@ reloads=0
 while now=$(date +%s) && [ "$now" -lt "$END" ]; do
 	kill -0 "$PROXY_PID" 2>/dev/null || {
 		echo "$now ttlproxy exited" >>"$WORK/problems"
+		stop_clients
 		break
 	}
 	if [ "$now" -ge "$next_restart" ]; then
@@ -491,14 +520,15 @@ bucket "$WORK/checks" >"$WORK/check-buckets"
 
 printf '\n| at s | tx | p99 ms | RSS MiB | goroutines | fds | sessions | backlog | swept | served | errors | events |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
-awk -v start="$START" '
+awk -v start="$START" -v d0="$(head -1 "$WORK/rest" | cut -d' ' -f7)" '
 	FILENAME ~ /tx-buckets$/ { tx[$1] = $2; p99[$1] = $3; next }
 	FILENAME ~ /error-buckets$/ { err[$1] = $2; next }
 	FILENAME ~ /event-buckets$/ { ev[$1] = ev[$1] (ev[$1] == "" ? "" : ", ") $3; next }
 	FILENAME ~ /check-buckets$/ { served[$1] = $3; next }
 	{
 		i = FNR
-		# The sweeper counters start again from 0 when a reload restarts it.
+		if (FNR == 1) prev = d0
+		# (n_tup_del starts again from 0 if the server loses its statistics)
 		swept = $7 >= prev ? $7 - prev : $7
 		printf "| %d | %d | %s | %.1f | %d | %d | %d | %d | %d | %s | %d | %s |\n", $1 - start, tx[i],
 			(i in p99) ? sprintf("%.1f", p99[i]) : "–", $2 / 1048576, $3, $4, $5, $6, swept,
@@ -508,12 +538,13 @@ awk -v start="$START" '
 
 # slope COLUMN SCALE: the growth over the fitted span of the least-squares
 # line through the samples' COLUMN (divided by SCALE) after WARMUP,
-# leaving out samples inside restart windows; "n/a" below 3 samples. Prints
+# leaving out samples inside restart windows and the one after the traffic;
+# "n/a" below 3 samples. Prints
 # "growth samples".
 slope() {
-	awk -v c="$1" -v s="$2" -v from="$((START + WARMUP))" '
+	awk -v c="$1" -v s="$2" -v from="$((START + WARMUP))" -v end="$END" '
 		NR == FNR { wf[++w] = $1; wt[w] = $2; next }
-		$1 >= from {
+		$1 >= from && $1 <= end {
 			for (i = 1; i <= w; i++) if ($1 >= wf[i] && $1 <= wt[i]) next
 			n++; x = $1 - from; y = $c / s; sx += x; sy += y; sxx += x * x; sxy += x * y
 			if (n == 1) x0 = x; x1 = x
