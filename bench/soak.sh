@@ -19,7 +19,7 @@
 #              ttlproxy.ttl to 5-90 s, an INSERT into events (stamped with
 #              that TTL), reads through a view created through the proxy and
 #              through a view created directly (which the proxy expands)
-#   connect    pgbench -C -M extended select-only, -c 2, -R RATE_CONNECT:
+#   connect    pgbench -C -M extended select-only, two of -c 1, -R RATE_CONNECT in all:
 #              a new connection per transaction
 #   copy       psql every COPY_EVERY s: COPY of COPY_ROWS rows into events
 #              (COPY FROM is not stamped: the rows carry their expiry, half
@@ -122,6 +122,7 @@ PROG=soak.sh
 for v in DURATION INTERVAL RELOAD_EVERY RESTART_EVERY RESTART_GRACE SCALE RATE_BENCH RATE_TTL RATE_CONNECT COPY_EVERY COPY_ROWS; do
 	case ${!v} in '' | *[!0-9]* | 0*) die "$v must be a positive integer, got '${!v}'" ;; esac
 done
+[ "$RATE_CONNECT" -ge 2 ] || die "RATE_CONNECT must be at least 2 (two clients), got $RATE_CONNECT"
 for v in WARMUP BACKLOG RSS_GROWTH_MIB GOROUTINE_GROWTH FD_GROWTH; do
 	case ${!v} in '' | *[!0-9]*) die "$v must be a whole number, got '${!v}'" ;; esac
 done
@@ -180,13 +181,33 @@ tables:
 sweeper: {dsn: '$DSN', interval: 10s, batch_size: $2, batch_pause: 20ms}
 EOF
 }
-config 30s 1000 >"$WORK/a.yaml"
-config 40s 500 >"$WORK/b.yaml"
-cp "$WORK/a.yaml" "$WORK/run.yaml"
-"$WORK/ttlproxy" serve --config "$WORK/run.yaml" >"$WORK/proxy.log" 2>&1 &
-PROXY_PID=$!
-PIDS+=("$PROXY_PID")
-wait_port "$PROXY_PORT" ttlproxy
+# start_proxy: starts ttlproxy on PROXY_PORT and ADMIN_PORT; false when it
+# exits first (a port taken since free_port looked: the machine is shared).
+start_proxy() {
+	config 30s 1000 >"$WORK/a.yaml"
+	config 40s 500 >"$WORK/b.yaml"
+	cp "$WORK/a.yaml" "$WORK/run.yaml"
+	"$WORK/ttlproxy" serve --config "$WORK/run.yaml" >"$WORK/proxy.log" 2>&1 &
+	PROXY_PID=$!
+	PIDS+=("$PROXY_PID")
+	for _ in $(seq 100); do
+		kill -0 "$PROXY_PID" 2>/dev/null || return 1
+		if (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null &&
+			(exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT") 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	die "ttlproxy did not start listening on ports $PROXY_PORT and $ADMIN_PORT: $(tail -3 "$WORK/proxy.log")"
+}
+tries=0
+until start_proxy; do
+	tries=$((tries + 1))
+	[ "$tries" -lt 5 ] || die "ttlproxy did not start: $(tail -3 "$WORK/proxy.log")"
+	log "ttlproxy exited at start ($(tail -1 "$WORK/proxy.log")): trying other ports"
+	PROXY_PORT=$(free_port)
+	ADMIN_PORT=$(free_port)
+done
 # metrics: the proxy's /metrics (curl, or bash's /dev/tcp without it).
 metrics() {
 	if command -v curl >/dev/null; then
@@ -313,8 +334,13 @@ client bench "${PGB[@]}" -M prepared -b tpcb-like@1 -b select-only@3 -c 4 -j 1 -
 	--log-prefix="$WORK/tx/bench-{N}" bench
 client ttl "${PGB[@]}" -M simple -f "$WORK/ttl.sql" -c 2 -j 1 -R "$RATE_TTL" \
 	--log-prefix="$WORK/tx/ttl-{N}" bench
-client connect "${PGB[@]}" -C -M extended -b select-only -c 2 -j 1 -R "$RATE_CONNECT" \
-	--log-prefix="$WORK/tx/connect-{N}" bench
+# One pgbench per client here: a client between two connections may miss a
+# restart that aborts the other, and pgbench would go on with fewer clients
+# until its end, and report "Run was aborted" then.
+for i in 1 2; do
+	client "connect$i" "${PGB[@]}" -C -M extended -b select-only -c 1 -j 1 -R "$(((RATE_CONNECT + 2 - i) / 2))" \
+		--log-prefix="$WORK/tx/connect$i-{N}" bench
+done
 
 # copy_batch: one COPY of COPY_ROWS rows into events, half expired a minute
 # ago, half expiring in 10-120 s (their expiry in the data: COPY FROM is
@@ -500,15 +526,20 @@ bucket() {
 }
 # restart windows: "from to" in Unix seconds.
 awk -v g="$RESTART_GRACE" '{ print $1 - 1, $2 + g }' "$WORK/restarts" >"$WORK/windows"
-# errors: "time in|out client line"
+# errors: "time in|out client line". pgbench's closing "Run was aborted"
+# sums up errors stamped already.
 awk 'NR == FNR { from[++n] = $1; to[n] = $2; next }
+	/Run was aborted; the above results are incomplete/ { next }
 	{ w = "out"; for (i = 1; i <= n; i++) if ($1 >= from[i] && $1 <= to[i]) w = "in"; $1 = $1 " " w; print }' \
 	"$WORK/windows" "$ERRLOG" >"$WORK/errors"
 errors_in=$(awk '$2 == "in"' "$WORK/errors" | wc -l)
 errors_out=$(awk '$2 == "out"' "$WORK/errors" | wc -l)
-# transactions: "end_time latency_ms" from every pgbench log.
+# transactions: "end_time latency_ms" from every pgbench log. Under -R
+# pgbench's latency counts from the scheduled start; the schedule lag (the
+# last field) is taken off, so that a client starved of CPU on a busy
+# machine does not pass for a slow proxy.
 find "$WORK/tx" -type f -exec cat {} + |
-	awk '$3 ~ /^[0-9]+$/ { printf "%d %.3f\n", $5, $3 / 1000 }' >"$WORK/latencies"
+	awk '$3 ~ /^[0-9]+$/ { printf "%d %.3f\n", $5, ($3 - (NF >= 7 ? $7 : 0)) / 1000 }' >"$WORK/latencies"
 bucket "$WORK/latencies" | sort -k1,1n -k3,3g | awk '
 	{ if ($1 != b) { flush(); b = $1; n = 0 } v[++n] = $3 }
 	function flush() { if (n) { i = int(n * 0.99 + 0.999999); if (i > n) i = n; print b, n, v[i] } }
