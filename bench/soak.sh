@@ -21,9 +21,10 @@
 #              through a view created directly (which the proxy expands)
 #   connect    pgbench -C -M extended select-only, two of -c 1, -R RATE_CONNECT in all:
 #              a new connection per transaction
-#   copy       psql every COPY_EVERY s: COPY of COPY_ROWS rows into events
-#              (COPY FROM is not stamped: the rows carry their expiry, half
-#              already expired, half expiring in 10-120 s)
+#   copy       psql every COPY_EVERY s: COPY into events of COPY_ROWS/2 rows
+#              expiring in 10-120 s and of rows expired a minute ago, from
+#              COPY_ROWS/2 a batch at the start up to 2 * COPY_ROWS at the
+#              end (COPY FROM is not stamped: the rows carry their expiry)
 #   writer     psql, one session: INSERT INTO ledger … RETURNING id, about 50
 #              a second; writer-c: the same with a new psql per row, about 5
 #              a second. A row is acknowledged when its id comes back.
@@ -33,15 +34,17 @@
 #              the sweeper's batch_size, so each reload changes the rules
 #              and re-prepares the sessions' statements; the reload must
 #              succeed (ttlproxy_config_last_reload_successful 1)
-#   restart    every RESTART_EVERY s, `pg_ctl restart -m fast`: every
-#              session loses its server
+#   restart    every RESTART_EVERY s (half an INTERVAL later, off the
+#              samples), `pg_ctl restart -m fast`: every session loses its
+#              server
 #   sample     every INTERVAL s: /metrics (RSS, goroutines, fds, client
 #              connections, the sweeper's backlog and rows deleted), then the
 #              live-row check
 # The sweeper (interval 10 s, batch_pause 20ms) works on events, which
 # starts with BACKLOG rows expired an hour ago and gets new expired rows all
-# along (COPY, the ttl script's rows, pgbench_history's), so its backlog
-# keeps growing between runs.
+# along, at a rate that grows over the run (COPY's expired rows four times
+# as many at the end as at the start; the ttl script's rows,
+# pgbench_history's), while it paces itself against the foreground.
 #
 # Pass criteria:
 #   expired rows served 0
@@ -141,6 +144,9 @@ log "building events ($BACKLOG expired rows), ledger, the reference role"
 psql_q -d bench <<SQL
 ALTER TABLE pgbench_accounts ADD COLUMN expires_at timestamptz;
 UPDATE pgbench_accounts SET expires_at = now() + interval '1 day' WHERE aid % 10 = 0;
+-- Without an index the sweeper walks the table's blocks, paced under load,
+-- on every run: a minute and more here, and each reload starts it again.
+CREATE INDEX ON pgbench_accounts (expires_at);
 ALTER TABLE pgbench_history ADD COLUMN expires_at timestamptz;
 CREATE INDEX ON pgbench_history (expires_at);
 CREATE TABLE events (id bigserial PRIMARY KEY, aid int NOT NULL, payload text, expires_at timestamptz);
@@ -342,14 +348,15 @@ for i in 1 2; do
 		--log-prefix="$WORK/tx/connect$i-{N}" bench
 done
 
-# copy_batch: one COPY of COPY_ROWS rows into events, half expired a minute
-# ago, half expiring in 10-120 s (their expiry in the data: COPY FROM is
-# not stamped).
+# copy_batch: one COPY into events: COPY_ROWS/2 rows expiring in 10-120 s
+# and rows expired a minute ago, COPY_ROWS/2 at START growing linearly to
+# 2 * COPY_ROWS at END (their expiry in the data: COPY FROM is not stamped).
 copy_batch() {
-	awk -v n="$COPY_ROWS" -v now="$(date +%s)" -v seed="$RANDOM" 'BEGIN {
+	awk -v n="$COPY_ROWS" -v now="$(date +%s)" -v start="$START" -v end="$END" -v seed="$RANDOM" 'BEGIN {
 		srand(seed)
-		for (i = 0; i < n; i++) {
-			e = i % 2 ? now - 60 : now + 10 + int(rand() * 110)
+		live = int(n / 2); expired = int(n / 2 * (1 + 3 * (now - start) / (end - start)))
+		for (i = 0; i < live + expired; i++) {
+			e = i < live ? now + 10 + int(rand() * 110) : now - 60
 			printf "%d\tcopy\t%s\n", int(rand() * 1000), strftime("%Y-%m-%d %H:%M:%S+00", e, 1)
 		}
 	}' | psql_proxy -c "COPY events (aid, payload, expires_at) FROM STDIN"
@@ -376,7 +383,7 @@ writer_c() {
 # Ids: writer run N writes from N * 10^9, writer-c's from 10^15 + N * 10^9.
 client writer bash -c "$(declare -f nap writer psql_proxy); exec {NAPFD}<> <(:); END=$END PROXY_PORT=$PROXY_PORT writer \$((\$1 * 1000000000)) 0.02" writer '{N}'
 client writer-c bash -c "$(declare -f nap writer_c psql_proxy); exec {NAPFD}<> <(:); END=$END PROXY_PORT=$PROXY_PORT writer_c \$((1000000000000000 + \$1 * 1000000000)) 0.2" writer-c '{N}'
-client copy bash -c "$(declare -f copy_batch psql_proxy nap); exec {NAPFD}<> <(:); END=$END PROXY_PORT=$PROXY_PORT COPY_ROWS=$COPY_ROWS
+client copy bash -c "$(declare -f copy_batch psql_proxy nap); exec {NAPFD}<> <(:); START=$START END=$END PROXY_PORT=$PROXY_PORT COPY_ROWS=$COPY_ROWS
 	while [ \$(date +%s) -lt $END ]; do copy_batch || exit 1; nap $COPY_EVERY; done"
 
 
@@ -469,7 +476,9 @@ restart() {
 log "soak for $DURATION s: reload every $RELOAD_EVERY s, restart every $RESTART_EVERY s, sample every $INTERVAL s"
 next_sample=$((START + INTERVAL))
 next_reload=$((START + RELOAD_EVERY))
-next_restart=$((START + RESTART_EVERY))
+# Restarts half an interval off the samples, so that no sample falls in
+# a restart's window (those are left out of the slopes).
+next_restart=$((START + RESTART_EVERY + INTERVAL / 2))
 reloads=0
 while now=$(date +%s) && [ "$now" -lt "$END" ]; do
 	kill -0 "$PROXY_PID" 2>/dev/null || {
