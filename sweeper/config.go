@@ -88,7 +88,12 @@ type Config struct {
 	// Logger receives the sweeper's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the sweeper's metrics; nil means no metrics.
+	// Ignored when Metrics is set.
 	Registerer prometheus.Registerer
+	// Metrics, when set, are the collectors the sweeper reports to, shared
+	// with the sweepers built before it (NewMetrics): counters go on from
+	// where the last one left them.
+	Metrics *Metrics
 }
 
 // DefaultConfig returns a Config with every tuning field at its default;

@@ -32,6 +32,32 @@ type metrics struct {
 	partitionsDropped *prometheus.CounterVec
 }
 
+// Metrics are a sweeper's Prometheus collectors, made once and handed to
+// each Sweeper a process builds (Config.Metrics), so that a reload that
+// replaces the sweeper keeps its counters counting and its last run's time
+// instead of starting again from zero.
+type Metrics struct{ m *metrics }
+
+// NewMetrics registers the sweeper's collectors with reg; the error is
+// reg's (a collector registered twice).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Metrics{m: m}, nil
+}
+
+// forgetTables drops the per-table gauges, which a new sweeper sets again
+// at its first run: a table no longer configured must not keep reporting
+// the backlog it had. Counters and the last run's time stay.
+func (m *metrics) forgetTables() {
+	m.oldestExpired.Reset()
+	m.batchSize.Reset()
+	m.slicesHeld.Reset()
+	m.backlog.Reset()
+}
+
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	name := func(n string) string {
 		return prometheus.BuildFQName(metricsNamespace, metricsSubsystem, n)

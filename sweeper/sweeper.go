@@ -147,8 +147,11 @@ func New(cfg Config) (*Sweeper, error) {
 	if rp["application_name"] == "" {
 		rp["application_name"] = "ttlproxy-sweeper"
 	}
-	m, err := newMetrics(cfg.Registerer)
-	if err != nil {
+	var m *metrics
+	if cfg.Metrics != nil {
+		m = cfg.Metrics.m
+		m.forgetTables()
+	} else if m, err = newMetrics(cfg.Registerer); err != nil {
 		return nil, fmt.Errorf("sweeper: %w", err)
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)

@@ -149,8 +149,10 @@ func (s *stack) restartSweeper(cfg *config.Config) error {
 	return nil
 }
 
-// newSweeper builds the sweeper of cfg, with a registry of its own; nil
-// without a sweeper section or tables.
+// newSweeper builds the sweeper of cfg; nil without a sweeper section or
+// tables. Every sweeper of the stack reports to the same collectors, in a
+// registry of their own made with the first: a reload that replaces the
+// sweeper keeps its counters and the time of its last run.
 func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	sc := cfg.Sweeper
 	if sc == nil {
@@ -160,10 +162,18 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 		s.log.Warn("sweeper section present but no tables configured: not sweeping")
 		return nil, nil
 	}
-	reg := prometheus.NewRegistry()
+	if s.sweeperMetrics == nil {
+		reg := prometheus.NewRegistry()
+		m, err := sweeper.NewMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		s.sweeperMetrics = m
+		s.sweeperReg.Store(reg)
+	}
 	swc := sweeper.DefaultConfig()
 	swc.DSN, swc.Rules = sc.DSN, cfg.Tables
-	swc.Logger, swc.Registerer = s.log.With("component", "sweeper"), reg
+	swc.Logger, swc.Metrics = s.log.With("component", "sweeper"), s.sweeperMetrics
 	if sc.Interval > 0 {
 		swc.Interval = sc.Interval
 	}
@@ -188,12 +198,7 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	swc.DropExpiredPartitions = sc.DropExpiredPartitions
 	swc.CDCOrigin = sc.CDCOrigin
 	swc.ForegroundLatency = s.foregroundLatency
-	sw, err := sweeper.New(swc)
-	if err != nil {
-		return nil, err
-	}
-	s.sweeperReg.Store(reg)
-	return sw, nil
+	return sweeper.New(swc)
 }
 
 // watchSIGHUP reloads on SIGHUP until done is closed.

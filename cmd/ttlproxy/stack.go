@@ -51,10 +51,12 @@ type stack struct {
 
 	// reloadMu orders reloads (reload.go) and guards sweeper and cfg.
 	reloadMu sync.Mutex
-	// sweeper is nil without a sweeper section; it registers its metrics in
-	// sweeperReg, which a reload replaces with the sweeper.
-	sweeper    *sweeper.Sweeper
-	sweeperReg atomic.Pointer[prometheus.Registry]
+	// sweeper is nil without a sweeper section. Its metrics are
+	// sweeperMetrics, in sweeperReg, made with the first sweeper and kept
+	// by the ones a reload builds.
+	sweeper        *sweeper.Sweeper
+	sweeperMetrics *sweeper.Metrics
+	sweeperReg     atomic.Pointer[prometheus.Registry]
 	// sweeperCtx is what a sweeper started by a reload runs under.
 	sweeperCtx context.Context
 	// reload rereads the configuration (nil: not reloadable); the gauges
@@ -216,7 +218,7 @@ func (s *stack) foregroundLatency() time.Duration {
 // upstream server accepts TCP connections and no shutdown is under way).
 func (s *stack) adminHandler() http.Handler {
 	mux := http.NewServeMux()
-	// The sweeper's registry is replaced with the sweeper by a reload.
+	// The sweeper's registry appears with the first sweeper.
 	gatherers := prometheus.Gatherers{s.registry, prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		if r := s.sweeperReg.Load(); r != nil {
 			return r.Gather()
