@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,7 +45,11 @@ func (h panicCounter) WithGroup(name string) slog.Handler {
 // openFDs counts the process's open sockets: what a session leaks when it
 // leaks a descriptor. Other descriptors of the test process (files and
 // pipes of the harness and the runtime) are not the proxy's.
-func openFDs(t testing.TB) int {
+func openFDs(t testing.TB) int { return countSockets(t, nil) }
+
+// countSockets counts the process's open sockets whose inode skip does not
+// claim (skip nil: every socket).
+func countSockets(t testing.TB, skip func(inode uint64) bool) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
@@ -52,11 +57,60 @@ func openFDs(t testing.TB) int {
 	}
 	n := 0
 	for _, e := range ents {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, "socket:") {
-			n++
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil || !strings.HasPrefix(target, "socket:[") {
+			continue
 		}
+		if skip != nil {
+			ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]"), 10, 64)
+			if err == nil && skip(ino) {
+				continue
+			}
+		}
+		n++
 	}
 	return n
+}
+
+// sendAndAwaitEnd sends data to the proxy as a new client, half-closes,
+// and reads until the proxy closes: the session must end within 10 s and
+// the proxy must have no session open 10 s after that.
+func sendAndAwaitEnd(t *testing.T, p *testProxy, data []byte) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	// The proxy may close before reading everything: write errors are
+	// part of the game.
+	_, _ = c.Write(data)
+	_ = c.(*net.TCPConn).CloseWrite()
+	_, err = io.Copy(io.Discard, c)
+	_ = c.Close()
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the session did not end within 10 s")
+	}
+	for deadline := time.Now().Add(10 * time.Second); p.srv.active.Load() > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d session(s) still open 10 s after the client left", p.srv.active.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// awaitSockets waits up to 5 s for count to come down to want: a socket
+// closed while its pump drives it is closed once the pump lets go
+// (rawConn.Close), and a peer's side after the proxy's.
+func awaitSockets(t *testing.T, count func(testing.TB) int, want int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); count(t) > want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d %s left open", count(t)-want, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // fuzzStartup is a StartupMessage for ttl_trust (trust authentication in
@@ -139,44 +193,17 @@ func FuzzClientWire(f *testing.F) {
 		// they are not counted.
 		before, fds := panics.Load(), wire.proxySockets(t)
 		malformed, _ := wire.seen()
-		c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		if loggedIn {
 			data = append(append([]byte(nil), startup...), data...)
 		}
-		// The proxy may close before reading everything: write errors are
-		// part of the game.
-		_, _ = c.Write(data)
-		_ = c.(*net.TCPConn).CloseWrite()
-		_, err = io.Copy(io.Discard, c)
-		_ = c.Close()
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("the session did not end within 10 s")
-		}
-		for deadline := time.Now().Add(10 * time.Second); p.srv.active.Load() > 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d session(s) still open 10 s after the client left", p.srv.active.Load())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		sendAndAwaitEnd(t, p, data)
 		if n := panics.Load() - before; n > 0 {
 			t.Fatalf("%d session panic(s) recovered", n)
 		}
 		if n, first := wire.seen(); n > malformed {
 			t.Fatalf("the server received %d malformed message(s) from the proxy, the first: %s", n-malformed, first)
 		}
-		// A socket closed while its pump drives it is closed once the pump
-		// lets go (rawConn.Close): give it a moment.
-		for deadline := time.Now().Add(5 * time.Second); wire.proxySockets(t) > fds; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d socket(s) left open", wire.proxySockets(t)-fds)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		awaitSockets(t, wire.proxySockets, fds, "socket(s)")
 	})
 }
 
@@ -286,36 +313,11 @@ func FuzzServerWire(f *testing.F) {
 		script = append([]byte(nil), script...)
 		fs.script.Store(&script)
 		fs.hangUp.Store(hangUp)
-		c, err := net.DialTimeout("tcp", p.addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		_, _ = c.Write(clientBytes)
-		_ = c.(*net.TCPConn).CloseWrite()
-		_, err = io.Copy(io.Discard, c)
-		_ = c.Close()
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("the session did not end within 10 s")
-		}
-		for deadline := time.Now().Add(10 * time.Second); p.srv.active.Load() > 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d session(s) still open 10 s after the client left", p.srv.active.Load())
-			}
-			time.Sleep(time.Millisecond)
-		}
+		sendAndAwaitEnd(t, p, clientBytes)
 		if n := panics.Load() - before; n > 0 {
 			t.Fatalf("%d session panic(s) recovered", n)
 		}
-		// The fake server's side of the connection closes after the
-		// proxy's, and a socket closed while its pump drives it is closed
-		// once the pump lets go (rawConn.Close): give them a moment.
-		for deadline := time.Now().Add(5 * time.Second); openFDs(t) > fds; {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d file descriptor(s) left open", openFDs(t)-fds)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		// The fake server's side of the connection is in this process too.
+		awaitSockets(t, openFDs, fds, "file descriptor(s)")
 	})
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,24 +72,9 @@ func (w *wireChecker) addr() string { return w.ln.Addr().String() }
 // close, a moment later, and must not count as the proxy's.
 func (w *wireChecker) proxySockets(t testing.TB) int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
-	for _, e := range ents {
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil || !strings.HasPrefix(target, "socket:[") {
-			continue
-		}
-		ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(target, "socket:["), "]"), 10, 64)
-		if err == nil && !w.own[ino] {
-			n++
-		}
-	}
-	return n
+	return countSockets(t, func(ino uint64) bool { return w.own[ino] })
 }
 
 // track adds c's socket to the checker's own and returns its inode.
