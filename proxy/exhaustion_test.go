@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -20,11 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/ttlproxy/ttlproxy/internal/pgtest"
-	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
 // fdChildEnv, set to the upstream address, makes the test binary run
@@ -43,83 +37,46 @@ const fdChildSessions = 8
 // Serve returned before stdin closed.
 func fdChild(upstream string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	rw, err := rewrite.New(testRules, rewrite.Options{})
-	if err != nil {
-		log.Error("rewriter", "err", err)
-		return 1
-	}
-	reg := prometheus.NewRegistry()
-	srv, err := New(Config{Upstream: upstream, Rewriter: rw, Logger: log, Registerer: reg})
-	if err != nil {
-		log.Error("proxy", "err", err)
-		return 1
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Error("listen", "err", err)
-		return 1
-	}
-	// The kernel hands out the lowest free descriptor below the limit:
-	// the sessions may use the numbers below it that no open descriptor
-	// (ReadDir's own is closed by now; inherited ones may lie above) holds.
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		log.Error("listing descriptors", "err", err)
-		return 1
-	}
-	held := make(map[int]bool)
-	for _, e := range ents {
-		if _, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil {
-			continue
-		}
-		fd, err := strconv.Atoi(e.Name())
+	limitDescriptors := func() error {
+		// The kernel hands out the lowest free descriptor below the limit:
+		// the sessions may use the numbers below it that no open descriptor
+		// (ReadDir's own is closed by now; inherited ones may lie above) holds.
+		ents, err := os.ReadDir("/proc/self/fd")
 		if err != nil {
-			continue
+			return fmt.Errorf("listing descriptors: %w", err)
 		}
-		held[fd] = true
-	}
-	limit, free := 0, 0
-	for free < 2*fdChildSessions+1 {
-		if !held[limit] {
-			free++
+		held := make(map[int]bool)
+		for _, e := range ents {
+			if _, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil {
+				continue
+			}
+			fd, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			held[fd] = true
 		}
-		limit++
+		limit, free := 0, 0
+		for free < 2*fdChildSessions+1 {
+			if !held[limit] {
+				free++
+			}
+			limit++
+		}
+		var rl syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			return fmt.Errorf("getrlimit: %w", err)
+		}
+		rl.Cur = uint64(limit)
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			return fmt.Errorf("setrlimit: %w", err)
+		}
+		log.Info("descriptor limit", "limit", limit, "free", free)
+		return nil
 	}
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		log.Error("getrlimit", "err", err)
-		return 1
-	}
-	rl.Cur = uint64(limit)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		log.Error("setrlimit", "err", err)
-		return 1
-	}
-	log.Info("descriptor limit", "limit", limit, "free", free)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	fmt.Printf("addr=%s sessions=%d\n", ln.Addr(), fdChildSessions)
-	stdinClosed := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		close(stdinClosed)
-	}()
-	select {
-	case err := <-done:
-		log.Error("Serve returned while clients were still expected", "err", err)
-		return 1
-	case <-stdinClosed:
-	}
-	cancel()
-	if err := <-done; err != nil {
-		log.Error("Serve", "err", err)
-		return 1
-	}
-	fmt.Printf("accept_errors=%v\n", testutil.ToFloat64(srv.metrics.acceptErrors.WithLabelValues("emfile")))
-	return 0
+	return runChild(upstream, log, limitDescriptors, fmt.Sprintf(" sessions=%d", fdChildSessions), func(srv *Server) {
+		fmt.Printf("accept_errors=%v\n", testutil.ToFloat64(srv.metrics.acceptErrors.WithLabelValues("emfile")))
+	})
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -150,50 +107,13 @@ func TestFDExhaustion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
-	pg := pgtest.Server(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // the test binary itself, as the child
-	cmd.Env = append(os.Environ(), fdChildEnv+"="+pg.Addr())
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdoutPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("proxy log:\n%s", stderr.String())
-		}
-	})
-	stdout := bufio.NewScanner(stdoutPipe)
-	if !stdout.Scan() {
-		t.Fatalf("child printed nothing: %v", stdout.Err())
-	}
+	child := startChildProxy(t, fdChildEnv)
 	var addr string
 	var sessions int
-	if _, err := fmt.Sscanf(stdout.Text(), "addr=%s sessions=%d", &addr, &sessions); err != nil {
-		t.Fatalf("child said %q: %v", stdout.Text(), err)
+	if _, err := fmt.Sscanf(child.line, "addr=%s sessions=%d", &addr, &sessions); err != nil {
+		t.Fatalf("child said %q: %v", child.line, err)
 	}
-	u, err := url.Parse(pg.ConnString("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = addr
-	q := u.Query()
-	q.Set("sslmode", "disable")
-	u.RawQuery = q.Encode()
-	connString := u.String()
+	connString := child.connString
 	connect := func(ctx context.Context) (*pgx.Conn, error) {
 		conn, err := pgx.Connect(ctx, connString)
 		if err != nil {
@@ -256,7 +176,7 @@ func TestFDExhaustion(t *testing.T) {
 		}()
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		log := stderr.String()
+		log := child.stderr.String()
 		if strings.Contains(log, `msg="accepting connection"`) && strings.Contains(log, "too many open files") {
 			break
 		}
@@ -308,10 +228,7 @@ func TestFDExhaustion(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	_ = stdin.Close()
-	rest, _ := io.ReadAll(stdoutPipe)
-	err = cmd.Wait()
-	exited = true
+	rest, err := child.stop()
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {

@@ -1,16 +1,11 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -22,7 +17,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -106,33 +100,7 @@ const memChildEnv = "TTLPROXY_TEST_MEM_CHILD"
 // "addr=HOST:PORT" to stdout, and serves until stdin closes.
 func memChild(upstream string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rw, err := rewrite.New(testRules, rewrite.Options{})
-	if err != nil {
-		log.Error("rewriter", "err", err)
-		return 1
-	}
-	srv, err := New(Config{Upstream: upstream, Rewriter: rw, Logger: log, Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		log.Error("proxy", "err", err)
-		return 1
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Error("listen", "err", err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	fmt.Printf("addr=%s\n", ln.Addr())
-	_, _ = io.Copy(io.Discard, os.Stdin)
-	cancel()
-	if err := <-done; err != nil {
-		log.Error("Serve", "err", err)
-		return 1
-	}
-	return 0
+	return runChild(upstream, log, nil, "", nil)
 }
 
 // startMemChild starts memChild in front of the test server and returns
@@ -140,56 +108,8 @@ func memChild(upstream string) int {
 // when the test ends.
 func startMemChild(t *testing.T) (connString string, pid int) {
 	t.Helper()
-	pg := pgtest.Server(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$") //nolint:gosec // the test binary itself, as the child
-	cmd.Env = append(os.Environ(), memChildEnv+"="+pg.Addr())
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdoutPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		exited := make(chan struct{})
-		go func() {
-			_ = cmd.Wait()
-			close(exited)
-		}()
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("proxy log:\n%s", stderr.String())
-		}
-	})
-	stdout := bufio.NewScanner(stdoutPipe)
-	if !stdout.Scan() {
-		t.Fatalf("child printed nothing: %v", stdout.Err())
-	}
-	var addr string
-	if _, err := fmt.Sscanf(stdout.Text(), "addr=%s", &addr); err != nil {
-		t.Fatalf("child said %q: %v", stdout.Text(), err)
-	}
-	u, err := url.Parse(pg.ConnString("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = addr
-	q := u.Query()
-	q.Set("sslmode", "disable")
-	u.RawQuery = q.Encode()
-	return u.String(), cmd.Process.Pid
+	c := startChildProxy(t, memChildEnv)
+	return c.connString, c.cmd.Process.Pid
 }
 
 // procStatus returns a "kB" field of /proc/PID/status (VmRSS, VmHWM) in
