@@ -1,0 +1,266 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/scram"
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
+
+// newLoginServer is a Server that is never served: loginServer only needs
+// its upstream configuration.
+func newLoginServer(t *testing.T) *Server {
+	t.Helper()
+	srv, err := New(Config{Upstream: pgtest.Server(t).Addr(), Rewriter: testRewriter(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// captureLogin logs user in with password through a test listener that
+// authenticates against an auth_file holding the server's own secret for
+// user (pg_authid.rolpassword), with auth_type method, and returns what
+// the login left.
+func captureLogin(t *testing.T, method, user, password string) *loginSecret {
+	t.Helper()
+	var stored string
+	conn := directConn(t, "postgres")
+	if err := conn.QueryRow(testContext(t), "SELECT rolpassword FROM pg_authid WHERE rolname = $1", user).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "userlist.txt")
+	if err := os.WriteFile(path, []byte(`"`+user+`" "`+stored+`"`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newClientAuth(authConfig{Type: method, File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, results := startAuthListener(t, a)
+	if code := connectAs(t, addr, user, password); code != "" {
+		t.Fatalf("client login as %s: SQLSTATE %q", user, code)
+	}
+	res := <-results
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	return res.login
+}
+
+// TestServerLogin logs in to PostgreSQL without a client, with what a
+// client's login through the proxy's own authentication left, for every
+// method the server may ask for.
+func TestServerLogin(t *testing.T) {
+	srv := newLoginServer(t)
+	ensureRole(t,
+		roleSQL("ttl_trust", "unused"),
+		roleSQL("ttl_password", "cleartext-secret"),
+		"SET password_encryption = 'md5'; "+roleSQL("ttl_md5", "md5-secret"),
+		"SET password_encryption = 'scram-sha-256'; "+roleSQL("ttl_scram", "scram-secret"),
+	)
+	scramKeys := captureLogin(t, authSCRAM, "ttl_scram", "scram-secret")
+	if scramKeys.keys == nil || scramKeys.password != "" {
+		t.Fatalf("SCRAM login left %+v, want keys only", scramKeys)
+	}
+	md5Login := captureLogin(t, authMD5, "ttl_md5", "md5-secret")
+	if md5Login.md5 == "" || md5Login.password != "" {
+		t.Fatalf("md5 login left %+v, want the hash only", md5Login)
+	}
+	plain := captureLogin(t, authPlain, "ttl_password", "cleartext-secret")
+	if plain.password == "" {
+		t.Fatalf("clear-text login left %+v, want the password", plain)
+	}
+
+	for _, c := range []struct {
+		name, user string
+		secret     *loginSecret
+	}{
+		{"scram pass-through", "ttl_scram", scramKeys},
+		{"scram password", "ttl_scram", &loginSecret{password: "scram-secret"}},
+		{"md5 hash", "ttl_md5", md5Login},
+		{"md5 password", "ttl_md5", &loginSecret{password: "md5-secret"}},
+		{"cleartext", "ttl_password", plain},
+		{"trust", "ttl_trust", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sc, w := mustLoginServer(t, srv, c.user, c.secret)
+			if got := serverQuery(t, sc, "SELECT current_user"); got != c.user {
+				t.Fatalf("current_user = %q, want %q", got, c.user)
+			}
+			if len(w.key) != 8 || sc.cancelRequest() == nil {
+				t.Fatalf("BackendKeyData %x not kept", w.key)
+			}
+			if !hasParam(w.params, "server_version") || !hasParam(w.params, "client_encoding") {
+				t.Fatalf("ParameterStatus not collected: %v", w.params)
+			}
+			if (w.keys != nil) != (c.user == "ttl_scram") {
+				t.Fatalf("keys = %v after a login as %s", w.keys, c.user)
+			}
+		})
+	}
+
+	t.Run("keys from a password log in again", func(t *testing.T) {
+		_, w := mustLoginServer(t, srv, "ttl_scram", &loginSecret{password: "scram-secret"})
+		sc, _ := mustLoginServer(t, srv, "ttl_scram", &loginSecret{keys: w.keys})
+		if got := serverQuery(t, sc, "SELECT session_user"); got != "ttl_scram" {
+			t.Fatalf("session_user = %q", got)
+		}
+	})
+
+	for _, c := range []struct {
+		name, user, db, code string
+		secret               *loginSecret
+	}{
+		{"wrong key", "ttl_scram", "postgres", codeInvalidPassword, withFlippedKey(scramKeys)},
+		{"keys of another verifier", "ttl_scram", "postgres", codeInvalidPassword, withOtherSalt(t, scramKeys)},
+		{"wrong password", "ttl_scram", "postgres", codeInvalidPassword, &loginSecret{password: "nope"}},
+		{"wrong md5 hash", "ttl_md5", "postgres", codeInvalidPassword, &loginSecret{md5: md5Hash("other", "ttl_md5")}},
+		{"md5 hash for SCRAM", "ttl_scram", "postgres", codeUnableToConnect, &loginSecret{md5: md5Hash("scram-secret", "ttl_scram")}},
+		{"keys for clear text", "ttl_password", "postgres", codeUnableToConnect, &loginSecret{keys: scramKeys.keys}},
+		{"nothing for SCRAM", "ttl_scram", "postgres", codeUnableToConnect, nil},
+		{"unknown database", "ttl_trust", "no_such_db", "3D000", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			sc, _, err := srv.loginServer(ctx, serverLogin{
+				params: map[string]string{"user": c.user, "database": c.db}, secret: c.secret})
+			if err == nil {
+				sc.close()
+				t.Fatal("login succeeded")
+			}
+			var se *serverError
+			if !errors.As(err, &se) || se.Code != c.code {
+				t.Fatalf("err = %v, want SQLSTATE %s", err, c.code)
+			}
+		})
+	}
+
+	t.Run("upstream down", func(t *testing.T) {
+		down, err := New(Config{Upstream: closedPortAddr(t), Rewriter: testRewriter(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _, err = down.loginServer(ctx, serverLogin{params: map[string]string{"user": "ttl_trust", "database": "postgres"}})
+		var se *serverError
+		if !errors.Is(err, errServerLogin) || errors.As(err, &se) {
+			t.Fatalf("err = %v, want errServerLogin", err)
+		}
+	})
+}
+
+func mustLoginServer(t *testing.T, srv *Server, user string, secret *loginSecret) (*serverConn, *serverWelcome) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sc, w, err := srv.loginServer(ctx, serverLogin{
+		params: map[string]string{"user": user, "database": "postgres", "application_name": "serverlogin_test"},
+		secret: secret})
+	if err != nil {
+		t.Fatalf("login as %s: %v", user, err)
+	}
+	t.Cleanup(sc.terminate)
+	return sc, w
+}
+
+// serverQuery runs a one-value simple Query on a logged-in server
+// connection.
+func serverQuery(t *testing.T, sc *serverConn, sql string) string {
+	t.Helper()
+	nc := sc.conn()
+	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
+	defer func() { _ = nc.SetDeadline(time.Time{}) }()
+	fe := pgproto3.NewFrontend(nc, nc)
+	fe.Send(&pgproto3.Query{String: sql})
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	for {
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.DataRow:
+			got = string(m.Values[0])
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("%s: %s", m.Code, m.Message)
+		case *pgproto3.ReadyForQuery:
+			return got
+		}
+	}
+}
+
+func hasParam(params []paramStatus, name string) bool {
+	for _, p := range params {
+		if p.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func withFlippedKey(s *loginSecret) *loginSecret {
+	k := *s.keys
+	k.ClientKey[0] ^= 1
+	return &loginSecret{keys: &k}
+}
+
+// withOtherSalt gives keys of the same password under another salt: a
+// verifier the server does not hold, as after a password change.
+func withOtherSalt(t *testing.T, s *loginSecret) *loginSecret {
+	t.Helper()
+	salt := append([]byte(nil), s.keys.Salt...)
+	salt[0] ^= 1
+	k, err := scram.PasswordKeys("scram-secret", salt, s.keys.Iterations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &loginSecret{keys: k}
+}
+
+// directConn is a superuser connection straight to the test server.
+func directConn(t *testing.T, db string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(testContext(t), pgtest.Server(t).ConnString(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func testRewriter(t *testing.T) *rewrite.Rewriter {
+	t.Helper()
+	rw, err := rewrite.New(testRules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rw
+}
+
+// closedPortAddr is a local address nothing listens on.
+func closedPortAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
