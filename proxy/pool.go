@@ -1,0 +1,615 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A pool holds the server connections of one pool key for transaction
+// pooling (docs/design/pooling.md §1): an idle stack reused last in, first
+// out, so that few servers stay warm (PgBouncer's default); a first in,
+// first out queue of clients waiting for one; the limits of the pool and of
+// its database; and the server logins, made in the name of the pool's last
+// client login. It knows nothing of what runs on a server: a client holds
+// one from acquire to release.
+
+// poolKey identifies a pool: servers of one key are interchangeable but
+// for the session state a client leaves on them, which the relay resets.
+type poolKey struct {
+	database, user string
+	// params are the keyed startup parameters (all but user, database and
+	// pool_unkeyed_parameters), canonical: "name=value\x00…" sorted by name.
+	params string
+	// settings is the hash of the role's and database's pg_db_role_setting
+	// rows from auth_query, "" without one: an ALTER ROLE … SET makes new
+	// logins land in a new pool, as a new session would see it.
+	settings string
+}
+
+// keyParams is the canonical form of startup parameters for poolKey.params.
+func keyParams(params map[string]string) string {
+	names := make([]string, 0, len(params))
+	for n := range params {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(n)
+		b.WriteByte('=')
+		b.WriteString(params[n])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// poolConfig are a pool's limits and timeouts, PgBouncer's settings of the
+// same names (design §6). Zero durations disable what they bound, except
+// connectTimeout (DefaultDialTimeout then).
+type poolConfig struct {
+	// size is default_pool_size: servers the pool may hold (≥ 1).
+	size int
+	// minSize is min_pool_size: servers kept open once a login has given
+	// the pool credentials.
+	minSize int
+	// reserveSize servers more may be opened for a client that has waited
+	// reserveTimeout (reserve_pool_size, reserve_pool_timeout).
+	reserveSize    int
+	reserveTimeout time.Duration
+	// lifetime closes a server at its release once it is older
+	// (server_lifetime); idleTimeout closes one idle for longer
+	// (server_idle_timeout), never below minSize.
+	lifetime, idleTimeout time.Duration
+	// connectTimeout bounds one server login (server_connect_timeout);
+	// after a failed login, clients that would need a new server fail at
+	// once for loginRetry (server_login_retry).
+	connectTimeout, loginRetry time.Duration
+	// waitTimeout bounds a client's wait for a server (query_wait_timeout).
+	waitTimeout time.Duration
+}
+
+// loginFunc logs in one server connection (Server.loginServer).
+type loginFunc func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error)
+
+// pooledServer is one server connection of a pool.
+type pooledServer struct {
+	sc      *serverConn
+	welcome *serverWelcome
+	// born is when the login finished, idleSince when the server was last
+	// put on the idle stack (monoNow).
+	born, idleSince int64
+	// lastClient is the id of the client that held it last (0: none), so
+	// that a client may get back the server whose state it left.
+	lastClient uint64
+}
+
+// waiter is one client waiting in a pool's queue.
+type waiter struct {
+	since int64 // monoNow at enqueue
+	// handed is set under the pool's lock when the waiter was given a
+	// result; ch then holds it.
+	handed bool
+	ch     chan waitResult
+}
+
+type waitResult struct {
+	ps  *pooledServer
+	err error
+}
+
+// Errors of acquire.
+var (
+	// errPoolClosed: the pool was closed (shutdown, or its key dropped).
+	errPoolClosed = &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
+)
+
+// waitTimeoutError is the answer to a client that waited query_wait_timeout
+// (53300, as PgBouncer's "query_wait_timeout"; FATAL: the client is closed).
+func waitTimeoutError(d time.Duration) error {
+	return &protocolError{code: codeTooManyConnections,
+		msg: fmt.Sprintf("ttlproxy: query_wait_timeout: no server connection became free within %s", d)}
+}
+
+// loginError is the protocolError a client gets for a failed server login:
+// the server's own SQLSTATE and message, or 08001.
+func loginError(err error) *protocolError {
+	var se *serverError
+	if errors.As(err, &se) {
+		return &protocolError{code: se.Code, msg: se.Message}
+	}
+	return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
+}
+
+// pool is the servers of one key. Its methods are safe for concurrent use.
+type pool struct {
+	key   poolKey
+	login loginFunc
+	// params is the StartupMessage of the pool's logins.
+	params map[string]string
+	// db bounds the servers of the pool's database together
+	// (max_db_connections); nil: no bound.
+	db *dbSlots
+
+	mu  sync.Mutex
+	cfg poolConfig
+	// secret is what the last client login left to log in with (nil before
+	// the first: no server can be opened).
+	secret *loginSecret
+	// idle is the stack of idle servers, its top last.
+	idle []*pooledServer
+	// waiters is the queue of clients waiting, its head first.
+	waiters []*waiter
+	// active counts the servers held by clients, logins those being opened.
+	active, logins int
+	// loginErr is the last failed login, at loginErrAt (monoNow); cleared by
+	// a successful one.
+	loginErr   error
+	loginErrAt int64
+	// dbStarved: the last count of logins was cut short by the database's
+	// limit (max_db_connections).
+	dbStarved bool
+	closed    bool
+	// wg counts the login goroutines.
+	wg sync.WaitGroup
+}
+
+func newPool(key poolKey, params map[string]string, cfg poolConfig, login loginFunc, db *dbSlots) *pool {
+	cfg.size = max(cfg.size, 1)
+	if cfg.connectTimeout <= 0 {
+		cfg.connectTimeout = DefaultDialTimeout
+	}
+	p := &pool{key: key, params: params, cfg: cfg, login: login, db: db}
+	db.add(p)
+	return p
+}
+
+// setConfig applies new limits (a reload); servers above a smaller size are
+// closed as they are released or idle out.
+func (p *pool) setConfig(cfg poolConfig) {
+	cfg.size = max(cfg.size, 1)
+	if cfg.connectTimeout <= 0 {
+		cfg.connectTimeout = DefaultDialTimeout
+	}
+	p.mu.Lock()
+	p.cfg = cfg
+	p.mu.Unlock()
+}
+
+// setSecret records what a client login left; new servers log in with it.
+func (p *pool) setSecret(s *loginSecret) {
+	p.mu.Lock()
+	p.secret = s
+	p.mu.Unlock()
+}
+
+// total is the number of servers the pool holds or is opening. p.mu held.
+func (p *pool) total() int { return p.active + len(p.idle) + p.logins }
+
+// acquire returns a server for client, waiting in the queue when none is
+// idle, at most the pool's waitTimeout; ctx ends the wait (the client went
+// away). A client gets back the server it held last when that one is idle
+// and nobody held it since; otherwise the top of the stack. Errors:
+// errPoolClosed, waitTimeoutError, the failed login (loginError gives the
+// client's answer) when the pool has no server to wait for, ctx.Err().
+func (p *pool) acquire(ctx context.Context, client uint64) (*pooledServer, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	if ps := p.popIdleLocked(client); ps != nil {
+		p.active++
+		p.mu.Unlock()
+		return ps, nil
+	}
+	now := monoNow()
+	if p.loginErr != nil && p.active == 0 && now-p.loginErrAt < int64(p.cfg.loginRetry) {
+		err := p.loginErr
+		p.mu.Unlock()
+		return nil, err
+	}
+	w := &waiter{since: now, ch: make(chan waitResult, 1)}
+	p.waiters = append(p.waiters, w)
+	timeout := p.cfg.waitTimeout
+	n := p.startLoginsLocked(now)
+	starved := p.dbStarved
+	p.mu.Unlock()
+	p.runLogins(n)
+	if starved {
+		p.db.evictFor(p)
+	}
+
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r := <-w.ch:
+		return r.ps, r.err
+	case <-expired:
+		if r, ok := p.leave(w); ok {
+			return r.ps, r.err
+		}
+		return nil, waitTimeoutError(timeout)
+	case <-ctx.Done():
+		if r, ok := p.leave(w); ok && r.ps != nil {
+			p.release(r.ps, 0, true)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// leave takes w out of the queue; when it was handed a result first, that
+// result and true.
+func (p *pool) leave(w *waiter) (waitResult, bool) {
+	p.mu.Lock()
+	if w.handed {
+		p.mu.Unlock()
+		return <-w.ch, true
+	}
+	for i, x := range p.waiters {
+		if x == w {
+			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	return waitResult{}, false
+}
+
+// popIdleLocked takes the idle server client held last if nobody held it
+// since, else the top of the stack; nil when none is idle. p.mu held.
+func (p *pool) popIdleLocked(client uint64) *pooledServer {
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	i := n - 1
+	if client != 0 {
+		for j := n - 1; j >= 0; j-- {
+			if p.idle[j].lastClient == client {
+				i = j
+				break
+			}
+		}
+	}
+	ps := p.idle[i]
+	p.idle = append(p.idle[:i], p.idle[i+1:]...)
+	p.idle[:n][n-1] = nil
+	return ps
+}
+
+// handLocked gives ps (or err) to the head waiter; false when nobody
+// waits. p.mu held.
+func (p *pool) handLocked(r waitResult) bool {
+	if len(p.waiters) == 0 {
+		return false
+	}
+	w := p.waiters[0]
+	p.waiters[0] = nil
+	p.waiters = p.waiters[1:]
+	w.handed = true
+	w.ch <- r
+	return true
+}
+
+// release returns a server acquired from the pool by client (its id, 0 for
+// none). reusable is false when its state is unknown (a client gone
+// mid-transaction, an error on its socket): it is closed then, as it is
+// past server_lifetime or beyond a pool made smaller by a reload. Otherwise
+// it goes to the head waiter, or onto the idle stack.
+func (p *pool) release(ps *pooledServer, client uint64, reusable bool) {
+	p.mu.Lock()
+	p.active--
+	ps.lastClient = client
+	now := monoNow()
+	if !reusable || p.closed || p.expiredLocked(ps, now) || p.total()+1 > p.cfg.size+p.cfg.reserveSize {
+		p.mu.Unlock()
+		ps.sc.terminate()
+		p.freed()
+		return
+	}
+	if p.handLocked(waitResult{ps: ps}) {
+		p.active++
+		p.mu.Unlock()
+		return
+	}
+	ps.idleSince = now
+	p.idle = append(p.idle, ps)
+	p.mu.Unlock()
+}
+
+// expiredLocked reports a server past server_lifetime.
+func (p *pool) expiredLocked(ps *pooledServer, now int64) bool {
+	return p.cfg.lifetime > 0 && now-ps.born >= int64(p.cfg.lifetime)
+}
+
+// freed follows a server's close or a failed login: the database slot goes
+// back, and the waiting clients of the pool (of every pool of the database
+// when it has a limit) get the logins they need.
+func (p *pool) freed() {
+	if p.db.limited() {
+		p.db.give()
+		return
+	}
+	p.kick()
+}
+
+// kick starts the logins the waiting clients need, now that a server or a
+// database slot may have been freed.
+func (p *pool) kick() {
+	p.mu.Lock()
+	n := p.startLoginsLocked(monoNow())
+	p.mu.Unlock()
+	p.runLogins(n)
+}
+
+// startLoginsLocked counts the logins to start for the waiting clients (one
+// per waiter not yet covered by a login in flight), within the pool's size,
+// its reserve when the head waiter has waited reserveTimeout, and the
+// database's slots; it reserves them (logins, database slots) and returns
+// their number. p.mu held.
+func (p *pool) startLoginsLocked(now int64) int {
+	if p.closed || p.secret == nil || p.loginErr != nil && now-p.loginErrAt < int64(p.cfg.loginRetry) {
+		return 0
+	}
+	limit := p.cfg.size
+	if len(p.waiters) > 0 && p.cfg.reserveSize > 0 && now-p.waiters[0].since >= int64(p.cfg.reserveTimeout) {
+		limit += p.cfg.reserveSize
+	}
+	want := max(len(p.waiters)-p.logins, p.cfg.minSize-p.total())
+	want = min(want, limit-p.total())
+	n := 0
+	for ; n < want; n++ {
+		if !p.db.take() {
+			break
+		}
+	}
+	p.dbStarved = n < want
+	p.logins += n
+	return n
+}
+
+// runLogins starts n logins reserved by startLoginsLocked.
+func (p *pool) runLogins(n int) {
+	if n == 0 {
+		return
+	}
+	p.mu.Lock()
+	lg := serverLogin{params: p.params, secret: p.secret}
+	timeout := p.cfg.connectTimeout
+	p.wg.Add(n)
+	p.mu.Unlock()
+	for range n {
+		go p.loginOne(lg, timeout)
+	}
+}
+
+// loginOne opens one server and hands it to the head waiter or the idle
+// stack. A failure is kept for loginRetry; the waiters fail with it only
+// when the pool has no server that could be released to them.
+func (p *pool) loginOne(lg serverLogin, timeout time.Duration) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	sc, welcome, err := p.login(ctx, lg)
+	cancel()
+	now := monoNow()
+	p.mu.Lock()
+	p.logins--
+	if err != nil {
+		p.loginErr, p.loginErrAt = loginError(err), now
+		if p.active == 0 && len(p.idle) == 0 && p.logins == 0 {
+			for p.handLocked(waitResult{err: p.loginErr}) {
+			}
+		}
+		p.mu.Unlock()
+		p.db.give()
+		return
+	}
+	p.loginErr = nil
+	if welcome.keys != nil && p.secret != nil && p.secret.keys == nil && p.secret.password != "" {
+		// Later logins skip PBKDF2.
+		s := *p.secret
+		s.keys = welcome.keys
+		p.secret = &s
+	}
+	ps := &pooledServer{sc: sc, welcome: welcome, born: now, idleSince: now}
+	if p.closed {
+		p.mu.Unlock()
+		sc.terminate()
+		p.db.give()
+		return
+	}
+	if p.handLocked(waitResult{ps: ps}) {
+		p.active++
+	} else {
+		p.idle = append(p.idle, ps)
+	}
+	p.mu.Unlock()
+}
+
+// maintain is the pool's share of the server's sweep: it closes idle
+// servers past server_idle_timeout (oldest first, never below
+// min_pool_size) or server_lifetime, opens servers up to min_pool_size, and
+// the reserve for clients that have waited reserve_pool_timeout.
+func (p *pool) maintain() {
+	now := monoNow()
+	var closing []*pooledServer
+	p.mu.Lock()
+	keep := p.idle[:0]
+	open := p.total()
+	for _, ps := range p.idle { // bottom (oldest idle) first
+		idleOut := p.cfg.idleTimeout > 0 && now-ps.idleSince >= int64(p.cfg.idleTimeout) && open > p.cfg.minSize
+		if idleOut || p.expiredLocked(ps, now) || p.closed {
+			closing = append(closing, ps)
+			open--
+			continue
+		}
+		keep = append(keep, ps)
+	}
+	clear(p.idle[len(keep):])
+	p.idle = keep
+	n := p.startLoginsLocked(now)
+	starved := p.dbStarved
+	p.mu.Unlock()
+	for _, ps := range closing {
+		ps.sc.terminate()
+		p.db.give()
+	}
+	p.runLogins(n)
+	if starved {
+		p.db.evictFor(p)
+	}
+}
+
+// evictIdle closes the pool's oldest idle server, for another pool of the
+// database waiting for a slot; false when none is idle.
+func (p *pool) evictIdle() bool {
+	p.mu.Lock()
+	if len(p.idle) == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	ps := p.idle[0]
+	p.idle = append(p.idle[:0], p.idle[1:]...)
+	p.idle[:len(p.idle)+1][len(p.idle)] = nil
+	p.mu.Unlock()
+	ps.sc.terminate()
+	p.db.give()
+	return true
+}
+
+// close closes the pool: idle servers get Terminate, waiters fail with
+// errPoolClosed, servers held by clients are closed at their release,
+// logins in flight when they finish. It waits for the logins.
+func (p *pool) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	for p.handLocked(waitResult{err: errPoolClosed}) {
+	}
+	p.mu.Unlock()
+	for _, ps := range idle {
+		ps.sc.terminate()
+		p.db.give()
+	}
+	p.wg.Wait()
+	p.db.remove(p)
+}
+
+// poolStats is a pool's counts at one moment (status, metrics).
+type poolStats struct {
+	active, idle, logins, waiting int
+	// longestWait is how long the head waiter has waited.
+	longestWait time.Duration
+}
+
+func (p *pool) stats() poolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := poolStats{active: p.active, idle: len(p.idle), logins: p.logins, waiting: len(p.waiters)}
+	if len(p.waiters) > 0 {
+		s.longestWait = time.Duration(monoNow() - p.waiters[0].since)
+	}
+	return s
+}
+
+// dbSlots bounds the servers of one database across its pools
+// (max_db_connections). A nil *dbSlots bounds nothing.
+type dbSlots struct {
+	mu    sync.Mutex
+	max   int
+	used  int
+	pools map[*pool]struct{}
+}
+
+func newDBSlots(limit int) *dbSlots {
+	if limit <= 0 {
+		return nil
+	}
+	return &dbSlots{max: limit, pools: make(map[*pool]struct{})}
+}
+
+func (d *dbSlots) limited() bool { return d != nil }
+
+func (d *dbSlots) add(p *pool) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	d.pools[p] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *dbSlots) remove(p *pool) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	delete(d.pools, p)
+	d.mu.Unlock()
+}
+
+// take reserves a slot for a login; false at the limit. The slot comes
+// back with give when the server closes or the login fails.
+func (d *dbSlots) take() bool {
+	if d == nil {
+		return true
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.used < d.max {
+		d.used++
+		return true
+	}
+	return false
+}
+
+// give returns a slot and lets the database's pools start the logins their
+// waiters need (the first to ask gets the slot). No pool's lock may be held.
+func (d *dbSlots) give() {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	d.used--
+	pools := make([]*pool, 0, len(d.pools))
+	for p := range d.pools {
+		pools = append(pools, p)
+	}
+	d.mu.Unlock()
+	for _, p := range pools {
+		p.kick()
+	}
+}
+
+// evictFor closes an idle server of another pool of the database, so that
+// starving's waiters get its slot: PgBouncer waits for server_idle_timeout
+// instead, but a slot held by an idle server of another key is better spent
+// on a waiting client. No pool's lock may be held.
+func (d *dbSlots) evictFor(starving *pool) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	pools := make([]*pool, 0, len(d.pools))
+	for p := range d.pools {
+		if p != starving {
+			pools = append(pools, p)
+		}
+	}
+	d.mu.Unlock()
+	for _, p := range pools {
+		if p.evictIdle() {
+			return
+		}
+	}
+}
