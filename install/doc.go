@@ -87,6 +87,13 @@
 //     27000 when the trigger has deleted a row the statement reaches later.
 //     Through the proxy expired rows are never the target of an UPDATE.
 //
+// # Other objects
+//
+// ApplyRowSecurity adds row-level security policies (rowsecurity.go),
+// ApplyDDLEvents the DDL event triggers (ddlevents.go), and ApplyAuthQuery
+// ttlproxy.user_lookup, the function the proxy's auth_query reads password
+// verifiers through for transaction pooling (authquery.go).
+//
 // # Usage
 //
 //	conn, _ := pgx.Connect(ctx, dsn)
