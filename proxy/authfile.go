@@ -54,6 +54,25 @@ func (s *authSecret) scramVerifier() *scram.Verifier {
 	return nil
 }
 
+// newAuthSecret classifies secret as pg_authid.rolpassword or an auth_file
+// holds it: a SCRAM-SHA-256 verifier ("SCRAM-SHA-256$…"), an md5 hash ("md5"
+// and 32 hex digits) or the password itself. A malformed verifier is an
+// error.
+func newAuthSecret(secret string) (*authSecret, error) {
+	s := &authSecret{kind: secretPlain, text: secret}
+	switch {
+	case scram.IsVerifier(secret):
+		v, err := scram.ParseVerifier(secret)
+		if err != nil {
+			return nil, err
+		}
+		s.kind, s.text, s.verifier = secretSCRAM, "", v
+	case isMD5Hash(secret):
+		s.kind = secretMD5
+	}
+	return s, nil
+}
+
 // isMD5Hash reports PostgreSQL's md5 password form: "md5" and 32 lower-case
 // hexadecimal digits (get_password_type, crypt.c).
 func isMD5Hash(s string) bool {
@@ -109,16 +128,9 @@ func parseAuthFile(name string, data []byte) (map[string]*authSecret, error) {
 			return nil, fmt.Errorf("%s:%d: user %q is already listed on line %d", name, lineNo, user, prev)
 		}
 		firstLine[user] = lineNo
-		s := &authSecret{kind: secretPlain, text: secret}
-		switch {
-		case scram.IsVerifier(secret):
-			v, err := scram.ParseVerifier(secret)
-			if err != nil {
-				return nil, fmt.Errorf("%s:%d: user %q: %w", name, lineNo, user, err)
-			}
-			s.kind, s.text, s.verifier = secretSCRAM, "", v
-		case isMD5Hash(secret):
-			s.kind = secretMD5
+		s, err := newAuthSecret(secret)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: user %q: %w", name, lineNo, user, err)
 		}
 		users[user] = s
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"crypto/md5" //nolint:gosec // PostgreSQL's md5 password method is md5
 	"crypto/rand"
 	"crypto/subtle"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -21,9 +23,10 @@ import (
 // Client authentication by the proxy itself, for transaction pooling
 // (docs/design/pooling.md §1): the proxy answers the client's
 // StartupMessage with an authentication exchange, as a PostgreSQL server
-// would, against an auth_file, and keeps what the exchange yields to log in
-// to the server in the client's name. Session mode never uses it: there
-// the server authenticates the client end to end.
+// would, against an auth_file or the answer of an auth query, and keeps
+// what the exchange yields to log in to the server in the client's name.
+// Session mode never uses it: there the server authenticates the client end
+// to end.
 
 // The auth_type values, PgBouncer's names.
 const (
@@ -51,31 +54,50 @@ const (
 	codeInvalidAuthorization = sqlstate.InvalidAuthorizationSpecification
 )
 
-// authConfig is the client authentication the proxy runs: the auth_type
-// and auth_file keys (reserved for pool_mode: transaction; not keys of the
-// configuration file yet).
+// authConfig is the client authentication the proxy runs: the auth_type,
+// auth_file, auth_dsn and auth_query keys (reserved for pool_mode:
+// transaction; not keys of the configuration file yet).
 type authConfig struct {
 	// Type is one of scram-sha-256 (""), md5, plain or trust.
 	Type string
-	// File is an auth_file in PgBouncer's userlist.txt format; required
-	// unless Type is trust.
+	// File is an auth_file in PgBouncer's userlist.txt format. One of File
+	// and DSN is required unless Type is trust; not both.
 	File string
+	// DSN is the auth_dsn: a connection string (URL or key=value) whose
+	// login runs Query, its password from the string, PGPASSWORD or
+	// .pgpass.
+	DSN string
+	// Query is the auth_query, run on DSN for each client login with the
+	// user as $1 and, if it has a second parameter, the client's database
+	// as $2; it returns at most one row (username, password[, settings]).
+	// "" is DefaultAuthQuery.
+	Query string
+	// Logger receives the failures of the auth query; nil discards them.
+	Logger *slog.Logger
 }
 
-// clientAuth authenticates clients against one loaded auth_file.
+// clientAuth authenticates clients against one loaded auth_file or an auth
+// query.
 type clientAuth struct {
 	method string
-	// users are the auth_file's; nil with trust and no file (anyone).
-	users map[string]*authSecret
+	// source gives the users' secrets; nil with trust and neither a file
+	// nor a DSN (anyone).
+	source authSource
+	log    *slog.Logger
 	// mockSecret salts the mock exchange of unknown users
 	// (scram.MockVerifier): random per process.
 	mockSecret [32]byte
 }
 
-// newClientAuth validates cfg and loads its auth_file. Errors name the key:
-// `auth_type: "x" is not one of …`, `auth_file: users.txt:3: …`.
+// newClientAuth validates cfg and loads its auth_file, or makes the auth
+// query's pool (which connects at the first login). Errors name the key:
+// `auth_type: "x" is not one of …`, `auth_file: users.txt:3: …`,
+// `auth_dsn: …`. Close releases the pool.
 func newClientAuth(cfg authConfig) (*clientAuth, error) {
-	a := &clientAuth{method: cfg.Type}
+	a := &clientAuth{method: cfg.Type, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
 	switch cfg.Type {
 	case "":
 		a.method = authSCRAM
@@ -83,19 +105,35 @@ func newClientAuth(cfg authConfig) (*clientAuth, error) {
 	default:
 		return nil, fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", cfg.Type, authSCRAM, authMD5, authPlain, authTrust)
 	}
-	if cfg.File == "" {
-		if a.method != authTrust {
-			return nil, fmt.Errorf("auth_file: required with auth_type %s", a.method)
-		}
-	} else {
+	switch {
+	case cfg.File != "" && cfg.DSN != "":
+		return nil, errors.New("auth_file and auth_dsn: set one of them, not both")
+	case cfg.Query != "" && cfg.DSN == "":
+		return nil, errors.New("auth_query: needs auth_dsn, the login that runs it")
+	case cfg.File != "":
 		users, err := loadAuthFile(cfg.File)
 		if err != nil {
 			return nil, fmt.Errorf("auth_file: %w", err)
 		}
-		a.users = users
+		a.source = fileSource(users)
+	case cfg.DSN != "":
+		q, err := newQuerySource(cfg.DSN, cfg.Query)
+		if err != nil {
+			return nil, err
+		}
+		a.source = q
+	case a.method != authTrust:
+		return nil, fmt.Errorf("auth_file: required with auth_type %s (or auth_dsn)", a.method)
 	}
 	_, _ = rand.Read(a.mockSecret[:])
 	return a, nil
+}
+
+// Close releases the auth query's connections; a no-op otherwise.
+func (a *clientAuth) Close() {
+	if a.source != nil {
+		a.source.close()
+	}
 }
 
 // loginSecret is what a client's login leaves for logging in to the server
@@ -110,6 +148,10 @@ type loginSecret struct {
 	password string
 	// md5 is the "md5…" hash (md5 is pass-the-hash).
 	md5 string
+	// settings is the auth query's settings hash of the role in the
+	// client's database (install.PlanAuthQuery), part of the pool key: ""
+	// from an auth_file or a two-column auth_query.
+	settings string
 }
 
 // authFailed is PostgreSQL's answer to a wrong password, an unknown user or
@@ -120,21 +162,46 @@ func authFailed(user string) error {
 }
 
 // authenticate runs the authentication exchange on conn, whose client has
-// sent its StartupMessage for user, and writes AuthenticationOk when it
-// succeeds; the caller then sends ParameterStatus, BackendKeyData and
-// ReadyForQuery. It reads conn unbuffered, so nothing after the exchange is
-// consumed. Errors: a *protocolError the caller answers with a FATAL
-// ErrorResponse (28P01 for a failed login, 28000 for a user trust does not
-// know, 08P01 for a malformed message); any other error (the client went
-// away, a deadline the caller set) ends the connection without an answer.
-func (a *clientAuth) authenticate(conn net.Conn, user string) (*loginSecret, error) {
-	secret, known := a.users[user]
+// sent its StartupMessage for user and database, and writes AuthenticationOk
+// when it succeeds; the caller then sends ParameterStatus, BackendKeyData
+// and ReadyForQuery. It reads conn unbuffered, so nothing after the exchange
+// is consumed; ctx bounds the auth query. Errors: a *protocolError the
+// caller answers with a FATAL ErrorResponse (28P01 for a failed login, 28000
+// for a user trust does not know, 08001 when the auth query could not
+// answer, whose cause is logged, 08P01 for a malformed message); any other
+// error (the client went away, a deadline the caller set) ends the
+// connection without an answer.
+func (a *clientAuth) authenticate(ctx context.Context, conn net.Conn, user, database string) (*loginSecret, error) {
+	var entry *authUser
+	if a.source != nil {
+		var err error
+		if entry, err = a.source.lookup(ctx, user, database); err != nil {
+			a.log.Error("client authentication: the auth query failed", "user", user, "database", database, "error", err)
+			return nil, &protocolError{code: codeUnableToConnect, msg: `could not look up the password of user "` + user + `"`}
+		}
+	}
+	var secret *authSecret
+	var settings string
+	if entry != nil {
+		secret, settings = entry.secret, entry.settings
+	}
+	login, err := a.exchange(conn, user, entry != nil, secret)
+	if err != nil {
+		return nil, err
+	}
+	login.settings = settings
+	return login, nil
+}
+
+// exchange runs the exchange of a.method for user, whose entry the source
+// has (known) with secret (nil: no usable password).
+func (a *clientAuth) exchange(conn net.Conn, user string, known bool, secret *authSecret) (*loginSecret, error) {
 	if a.method == authTrust {
-		if a.users != nil && !known {
+		if a.source != nil && !known {
 			return nil, &protocolError{code: codeInvalidAuthorization, msg: `role "` + user + `" does not exist`}
 		}
 		login := &loginSecret{}
-		if known {
+		if secret != nil {
 			switch secret.kind {
 			case secretPlain:
 				login.password = secret.text

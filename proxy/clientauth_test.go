@@ -53,12 +53,14 @@ func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan
 				defer wg.Done()
 				defer conn.Close()
 				_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-				user, err := readTestStartup(conn)
+				user, database, err := readTestStartup(conn)
 				if err != nil {
 					out <- authResult{err: err}
 					return
 				}
-				login, err := a.authenticate(conn, user)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				login, err := a.authenticate(ctx, conn, user, database)
+				cancel()
 				out <- authResult{user: user, login: login, err: err}
 				var pe *protocolError
 				switch {
@@ -90,24 +92,29 @@ func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan
 }
 
 // readTestStartup reads the startup phase up to the StartupMessage and
-// returns its user.
-func readTestStartup(conn net.Conn) (string, error) {
+// returns its user and database (the user's name when it names none, as
+// PostgreSQL's default).
+func readTestStartup(conn net.Conn) (user, database string, err error) {
 	for {
 		pkt, err := readStartupPacket(conn, nil)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		if binary.BigEndian.Uint32(pkt[4:8]) == sslRequestCode {
 			if _, err := conn.Write([]byte{'N'}); err != nil {
-				return "", err
+				return "", "", err
 			}
 			continue
 		}
 		var msg pgproto3.StartupMessage
 		if err := msg.Decode(pkt[4:]); err != nil {
-			return "", err
+			return "", "", err
 		}
-		return msg.Parameters["user"], nil
+		user, database = msg.Parameters["user"], msg.Parameters["database"]
+		if database == "" {
+			database = user
+		}
+		return user, database, nil
 	}
 }
 
@@ -137,9 +144,15 @@ func writeAuthFile(t *testing.T) (path string, verifier *scram.Verifier) {
 // failure, or "" on success.
 func connectAs(t *testing.T, addr, user, password string) string {
 	t.Helper()
+	return connectTo(t, addr, "db", user, password)
+}
+
+// connectTo is connectAs into database.
+func connectTo(t *testing.T, addr, database, user, password string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg, err := pgx.ParseConfig("postgres://" + addr + "/db?sslmode=disable")
+	cfg, err := pgx.ParseConfig("postgres://" + addr + "/" + database + "?sslmode=disable")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,8 +305,11 @@ func TestClientAuthConfigErrors(t *testing.T) {
 		want string
 	}{
 		{authConfig{Type: "scram", File: good}, `auth_type: "scram" is not one of scram-sha-256, md5, plain, trust`},
-		{authConfig{}, "auth_file: required with auth_type scram-sha-256"},
+		{authConfig{}, "auth_file: required with auth_type scram-sha-256 (or auth_dsn)"},
 		{authConfig{Type: authMD5}, "auth_file: required with auth_type md5"},
+		{authConfig{File: good, DSN: "postgres://u@127.0.0.1/db"}, "auth_file and auth_dsn: set one of them, not both"},
+		{authConfig{Query: "SELECT 1"}, "auth_query: needs auth_dsn"},
+		{authConfig{DSN: "postgres://u@127.0.0.1:99999999/db"}, "auth_dsn: cannot parse"},
 		{authConfig{File: filepath.Join(dir, "missing.txt")}, "auth_file: open " + filepath.Join(dir, "missing.txt")},
 		{authConfig{File: write("a.txt", "\"u\" \"p\"\n\nu p\n")}, "auth_file: " + filepath.Join(dir, "a.txt") + `:3: want "user" "secret": a field must be in double quotes`},
 		{authConfig{File: write("b.txt", `"u" "p`)}, "b.txt:1: unterminated quoted field"},
@@ -597,7 +613,7 @@ func FuzzClientAuth(f *testing.F) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, _ = a.authenticate(server, users[int(which/4)%len(users)])
+			_, _ = a.authenticate(context.Background(), server, users[int(which/4)%len(users)], "db")
 			_ = server.Close()
 		}()
 		go func() {
