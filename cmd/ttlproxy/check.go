@@ -41,7 +41,8 @@ type tableReport struct {
 
 // runCheck checks a configuration against the live database: each TTL
 // table, its expiry column and index, the sidecar registry's key, stamping,
-// the sweeper's privileges, and the paths inside the server that read it.
+// the sweeper's privileges, and the paths inside the server that read it;
+// then the database's DDL events and auth query function.
 // It exits 0 when every check is ok, 1 otherwise.
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("check", "--config FILE [--dsn URL] [--format text|json]", stderr)
@@ -96,6 +97,12 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	reports = append(reports, events)
+	auth, err := checkAuthQuery(ctx, conn)
+	if err != nil {
+		fmt.Fprintf(stderr, "ttlproxy check: auth query: %v\n", err)
+		return exitFailure
+	}
+	reports = append(reports, auth)
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

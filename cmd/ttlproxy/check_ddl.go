@@ -115,3 +115,62 @@ func probeDDLEvents(ctx context.Context, conn *pgx.Conn) (status, detail string)
 		}
 	}
 }
+
+// checkAuthQuery reports, for conn's database, whether the auth query
+// function of ttlproxy install --auth-query is installed and safe: SECURITY
+// DEFINER owned by a superuser (it reads pg_authid), search_path pinned (a
+// caller's search_path could otherwise redirect what it reads), not
+// executable by PUBLIC (any login could read every password verifier). Not
+// installed is fine: only an auth_query that calls it needs it.
+func checkAuthQuery(ctx context.Context, conn *pgx.Conn) (tableReport, error) {
+	var (
+		db                    string
+		installed             bool
+		secdef, super, public bool
+		config, grantees      string
+	)
+	err := conn.QueryRow(ctx, `SELECT pg_catalog.current_database()::text, p.oid IS NOT NULL,
+  COALESCE(p.prosecdef, false),
+  COALESCE((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = p.proowner), false),
+  COALESCE(pg_catalog.array_to_string(p.proconfig, ';'), ''),
+  COALESCE(EXISTS (SELECT FROM pg_catalog.aclexplode(COALESCE(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
+                   WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE'), false),
+  COALESCE((SELECT pg_catalog.string_agg(a.grantee::regrole::text, ', ' ORDER BY 1)
+            FROM pg_catalog.aclexplode(p.proacl) a
+            WHERE a.grantee NOT IN (0, p.proowner) AND a.privilege_type = 'EXECUTE'), '')
+FROM (SELECT pg_catalog.to_regprocedure($1) AS fn) f
+LEFT JOIN pg_catalog.pg_proc p ON p.oid = f.fn`, install.AuthQuerySignature).Scan(&db, &installed, &secdef, &super, &config, &public, &grantees)
+	if err != nil {
+		return tableReport{}, err
+	}
+	rep := tableReport{Table: "database " + db, Rule: "auth query"}
+	if !installed {
+		rep.Checks = append(rep.Checks, checkResult{Check: "auth query function", Status: checkOK,
+			Detail: "not installed: needed only by an auth_query that calls it (ttlproxy install --auth-query, in the auth_dsn's database)"})
+		return rep, nil
+	}
+	var problems []string
+	if !secdef {
+		problems = append(problems, "not SECURITY DEFINER")
+	}
+	if !super {
+		problems = append(problems, "its owner is not a superuser, so it cannot read pg_authid")
+	}
+	if !strings.HasPrefix(config, "search_path=") && !strings.Contains(config, ";search_path=") {
+		problems = append(problems, "search_path is not pinned")
+	}
+	if public {
+		problems = append(problems, "PUBLIC may execute it")
+	}
+	if grantees == "" {
+		grantees = "no login but its owner"
+	}
+	if len(problems) > 0 {
+		rep.Checks = append(rep.Checks, checkResult{Check: "auth query function", Status: checkFail,
+			Detail: install.AuthQuerySignature + ": " + strings.Join(problems, "; ") + "; run ttlproxy install --auth-query again"})
+		return rep, nil
+	}
+	rep.Checks = append(rep.Checks, checkResult{Check: "auth query function", Status: checkOK,
+		Detail: install.AuthQuerySignature + ": SECURITY DEFINER, search_path pinned, EXECUTE: " + grantees})
+	return rep, nil
+}

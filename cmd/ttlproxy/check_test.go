@@ -72,6 +72,8 @@ func TestCheckCommand(t *testing.T) {
 		"not installed (ttlproxy_ddl_command_end, ttlproxy_sql_drop)",
 		"reaches sessions only within catalog_ttl (30s)",
 		"run ttlproxy install --ddl-events",
+		"database postgres (auth query)",
+		"not installed: needed only by an auth_query that calls it",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
@@ -81,7 +83,7 @@ func TestCheckCommand(t *testing.T) {
 	// JSON, for automation.
 	code, out, _ = runCmd(t, ctx, "check", "--config", p, "--dsn", dsn, "--format", "json")
 	var reports []tableReport
-	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 5 {
+	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 6 {
 		t.Fatalf("--format json: code %d, %v, %d reports", code, err, len(reports))
 	}
 
@@ -100,12 +102,20 @@ func TestCheckCommand(t *testing.T) {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
+	// The auth query function, for a login of its own.
+	if _, err := conn.Exec(ctx, "CREATE ROLE ttl_auth LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, ctx, "install", "--dsn", dsn, "--auth-query", "--auth-user", "ttl_auth"); code != 0 {
+		t.Fatalf("install --auth-query: code %d\n%s%s", code, out, errOut)
+	}
 	good := writeFile(t, "good.yaml", "upstream: "+cluster.Addr()+"\nsweeper: {dsn: '"+u.String()+"'}\ntables:\n  - table: sessions\n    default_ttl: 1h\n")
 	code, out, errOut = runCmd(t, ctx, "check", "--config", good, "--dsn", dsn)
 	if code != 0 {
 		t.Errorf("check of a sound setup: code %d\n%s%s", code, out, errOut)
 	}
-	for _, want := range []string{"ttlproxy_ddl_command_end, ttlproxy_sql_drop", "a probe DDL's notification arrived in", "proxies listening"} {
+	for _, want := range []string{"ttlproxy_ddl_command_end, ttlproxy_sql_drop", "a probe DDL's notification arrived in", "proxies listening",
+		"ttlproxy.user_lookup(text, text): SECURITY DEFINER, search_path pinned, EXECUTE: ttl_auth"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("check output lacks %q:\n%s", want, out)
 		}
@@ -117,5 +127,14 @@ func TestCheckCommand(t *testing.T) {
 	code, out, _ = runCmd(t, ctx, "check", "--config", good, "--dsn", dsn)
 	if code != 1 || !strings.Contains(out, "disabled (ttlproxy_sql_drop)") {
 		t.Errorf("check with a disabled event trigger: code %d\n%s", code, out)
+	}
+
+	// An auth query function any login may run fails the check.
+	if _, err := conn.Exec(ctx, "GRANT EXECUTE ON FUNCTION ttlproxy.user_lookup(text, text) TO PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runCmd(t, ctx, "check", "--config", good, "--dsn", dsn)
+	if code != 1 || !strings.Contains(out, "PUBLIC may execute it; run ttlproxy install --auth-query again") {
+		t.Errorf("check with EXECUTE granted to PUBLIC: code %d\n%s", code, out)
 	}
 }

@@ -101,6 +101,51 @@ func TestInstallCommand(t *testing.T) {
 		t.Errorf("--ddl-events --row-security: code %d stderr %q", code, errOut)
 	}
 
+	// --auth-query: the function, for the --auth-user login; --config is
+	// not needed; --dry-run prints only, --uninstall removes it.
+	lookup := func() int {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_proc WHERE oid = to_regprocedure('ttlproxy.user_lookup(text, text)')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if _, err := conn.Exec(ctx, "CREATE ROLE ttl_auth LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--auth-query"}, "--auth-query needs --auth-user"},
+		{[]string{"--auth-user", "ttl_auth"}, "--auth-user goes with --auth-query"},
+		{[]string{"--auth-query", "--auth-user", "ttl_auth", "--ddl-events"}, "run the command once for each"},
+	} {
+		if code, _, errOut := runCmd(t, ctx, append([]string{"install", "--dsn", dsn}, c.args...)...); code != 2 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: code %d stderr %q", c.args, code, errOut)
+		}
+	}
+	code, out, errOut = runCmd(t, ctx, "install", "--dsn", dsn, "--auth-query", "--auth-user", "ttl_auth", "--dry-run")
+	if code != 0 || !strings.Contains(out, "SECURITY DEFINER") || !strings.Contains(out, `GRANT EXECUTE ON FUNCTION ttlproxy.user_lookup(text, text) TO "ttl_auth";`) || lookup() != 0 {
+		t.Fatalf("--auth-query --dry-run: code %d, %d functions\nstdout:\n%s\nstderr:\n%s", code, lookup(), out, errOut)
+	}
+	for range 2 {
+		code, out, errOut = runCmd(t, ctx, "install", "--dsn", dsn, "--auth-query", "--auth-user", "ttl_auth")
+		if code != 0 || lookup() != 1 {
+			t.Fatalf("--auth-query: code %d, %d functions\nstdout:\n%s\nstderr:\n%s", code, lookup(), out, errOut)
+		}
+	}
+	code, _, errOut = runCmd(t, ctx, "install", "--dsn", dsn, "--auth-query", "--auth-user", "no_such_login")
+	if code != 1 || !strings.Contains(errOut, `role "no_such_login" does not exist`) {
+		t.Errorf("--auth-user of a missing role: code %d stderr %q", code, errOut)
+	}
+	for range 2 {
+		code, out, errOut = runCmd(t, ctx, "install", "--dsn", dsn, "--auth-query", "--uninstall")
+		if code != 0 || !strings.Contains(out, "DROP FUNCTION IF EXISTS ttlproxy.user_lookup(text, text);") || lookup() != 0 {
+			t.Fatalf("--auth-query --uninstall: code %d, %d functions\nstdout:\n%s\nstderr:\n%s", code, lookup(), out, errOut)
+		}
+	}
+
 	badDSN := strings.Replace(dsn, ":postgres@", ":wrong-secret@", 1)
 	code, _, errOut = runCmd(t, ctx, "install", "--config", p, "--dsn", badDSN)
 	if code != 1 || !strings.Contains(errOut, "connecting") || strings.Contains(errOut, "wrong-secret") {
