@@ -308,6 +308,11 @@ func TestClientAuthQueryFailures(t *testing.T) {
 	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != "" {
 		t.Fatalf("login: SQLSTATE %q (server: %v)", code, res.err)
 	}
+	// A name the server cannot take as text is the client's input, not a
+	// failure of the source: an unknown user.
+	if code, res := e.loginAs(addr, results, "bad\xff", aqPassword); code != codeInvalidPassword {
+		t.Fatalf("a user name that is not UTF-8: SQLSTATE %q, want 28P01 (server: %v)", code, res.err)
+	}
 	if _, err := install.ApplyAuthQuery(e.ctx, e.admin, "", true); err != nil {
 		t.Fatal(err)
 	}
@@ -324,5 +329,30 @@ func TestClientAuthQueryFailures(t *testing.T) {
 		if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != "" {
 			t.Fatalf("after the reinstall: SQLSTATE %q (server: %v)", code, res.err)
 		}
+	}
+}
+
+// TestClientAuthQueryReprepare: a custom auth_query whose result type
+// changes under it (a column altered) fails the login that meets the
+// change (the server refuses the connection's prepared statement, 0A000),
+// and the next logins prepare it again and succeed.
+func TestClientAuthQueryReprepare(t *testing.T) {
+	e := setupAuthQuery(t)
+	e.exec("CREATE TABLE public.aq_users (username text, password text)",
+		"INSERT INTO public.aq_users SELECT rolname, rolpassword FROM pg_authid WHERE rolname = '"+e.scramRole+"'",
+		"GRANT SELECT ON public.aq_users TO "+e.login)
+	addr, results, log := e.auth(authConfig{DSN: e.dsn(aqLoginPassword, nil),
+		Query: "SELECT username, password FROM public.aq_users WHERE username = $1"})
+	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != "" {
+		t.Fatalf("login: SQLSTATE %q (server: %v)", code, res.err)
+	}
+	e.exec("ALTER TABLE public.aq_users ALTER password TYPE varchar")
+	var codes []string
+	for range authQueryMaxConns + 2 {
+		code, _ := e.loginAs(addr, results, e.scramRole, aqPassword)
+		codes = append(codes, code)
+	}
+	if codes[len(codes)-1] != "" || codes[len(codes)-2] != "" {
+		t.Fatalf("logins after the change: SQLSTATEs %q, want the last ones to succeed\n%s", codes, log.String())
 	}
 }
