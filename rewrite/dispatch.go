@@ -22,6 +22,10 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 		return
 	}
 	w.construct = constructName(raw.Stmt)
+	w.expiringColumns(raw.Stmt)
+	if w.err != nil {
+		return
+	}
 	w.leakyFunctions(raw.Stmt)
 	w.stmt(raw.Stmt, nil, start, end)
 	if w.err != nil {

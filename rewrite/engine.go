@@ -69,6 +69,10 @@ type Rewriter struct {
 	tables matcher
 
 	cache *cache
+	// hasColumns: a rule has expiring columns (ttl.Rule.Columns), so every
+	// statement is checked for them (columns.go) and views are looked for
+	// in raw text.
+	hasColumns bool
 	// trusted indexes Options.TrustedFunctions, bypass Options.BypassRoles.
 	trusted, bypass map[string]bool
 
@@ -143,6 +147,7 @@ func New(rules []ttl.Rule, opts Options) (*Rewriter, error) {
 		if r.RuleKind() == ttl.KindSidecar && r.SidecarTable != "" {
 			rw.quick.add(r.SidecarTable, i)
 		}
+		rw.hasColumns = rw.hasColumns || len(r.Columns) > 0
 	}
 	sortStrings(rw.names)
 	rw.quick.add(`u&"`, -1)

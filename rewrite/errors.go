@@ -186,3 +186,17 @@ func errLeakyFunction(fn, reads string) *Error {
 		Hint:    "List the function in trusted_functions if it may see expired rows, or read the table in the statement itself.",
 	}
 }
+
+// errExpiringColumn: a statement names column, an expiring column of the
+// rule's table, in the way how describes (a column reference, `*`, a
+// whole-row reference, a write, a view), and the proxy does not yet hide
+// expired values (0A000).
+func errExpiringColumn(r *ttl.Rule, column, how string) *Error {
+	return &Error{
+		Code: sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it through %s, and the proxy does not read or write expiring columns yet",
+			ttl.QuoteIdent(column), r.QualifiedName(), how),
+		Detail: "Column TTL is configured for this column; a statement the proxy cannot make hide expired values is refused.",
+		Hint:   "Leave the column out: list the table's other columns instead of * or a whole-row reference, and write the column through a direct connection.",
+	}
+}

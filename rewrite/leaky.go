@@ -118,14 +118,16 @@ func isFilterJoin(j *pg.JoinExpr) bool {
 
 // mentionsCatalogName reports that sql may name a child of a TTL table, a
 // leaky view or a function that reads a TTL table known to the session's
-// catalog.
+// catalog, or, when a rule has expiring columns, any view of the catalog
+// (columns.go refuses those that read such a table).
 func (rw *Rewriter) mentionsCatalogName(sql string, s *Session) bool {
 	cat := s.Catalog
 	if cat == nil {
 		return false
 	}
 	return (len(cat.childKeys) > 0 && cat.children.find(sql) >= 0) ||
-		((len(cat.leaky) > 0 || len(cat.d.Functions) > 0) && cat.leakyNames.find(sql) >= 0)
+		((len(cat.leaky) > 0 || len(cat.d.Functions) > 0) && cat.leakyNames.find(sql) >= 0) ||
+		(rw.hasColumns && len(cat.viewKeys) > 0 && cat.viewNames.find(sql) >= 0)
 }
 
 // leakyKey returns the "schema.name" of the view that may return expired

@@ -228,6 +228,10 @@ type Catalog struct {
 	// read; leakyNames matches their names and the Functions' in raw text.
 	leaky      map[string]string
 	leakyNames matcher
+	// viewKeys holds the Views' "schema.name" keys (values empty);
+	// viewNames matches their names in raw text.
+	viewKeys  map[string]string
+	viewNames matcher
 }
 
 // NewCatalog copies d, so changing d afterwards does not change the
@@ -247,6 +251,16 @@ func NewCatalog(d CatalogData) *Catalog {
 	}
 	sort.Strings(c.childKeys)
 	c.leaky = leakyViews(c.d.Views)
+	c.viewKeys = make(map[string]string, len(c.d.Views))
+	for k := range c.d.Views {
+		c.viewKeys[k] = ""
+		for _, name := range childNames(k) {
+			c.viewNames.add(name, 0)
+			if strings.Contains(name, `"`) {
+				c.viewNames.add(strings.ReplaceAll(name, `"`, `""`), 0)
+			}
+		}
+	}
 	for _, m := range []map[string]string{c.leaky, c.d.Functions} {
 		for k := range m {
 			for _, name := range childNames(k) {

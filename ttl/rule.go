@@ -83,6 +83,136 @@ type Rule struct {
 	// CreateIndex asks the sweeper to create the index on the expiry column
 	// (the base column of a derived rule) when the table has none.
 	CreateIndex bool
+
+	// Columns are the table's expiring columns: each value reads as NULL
+	// from its own expiry on while the row stays (docs/design/column-ttl.md).
+	// Until the rewriter reads them, it refuses every statement that names
+	// one (SQLSTATE 0A000).
+	Columns []ColumnRule
+}
+
+// ColumnRule is one expiring column of a TTL table. Names are stored as
+// Rule's, already folded. Its kind follows from its fields: an expiry
+// column of its own (ExpiresAtColumn, KindColumn) or a base column plus a
+// fixed lifetime (BaseColumn and ExpireAfter, KindDerived). Expiry NULL
+// never expires, as for rows.
+type ColumnRule struct {
+	// Column is the column whose value expires.
+	Column string
+	// ExpiresAtColumn is the value's expiry column, read as ColumnType (""
+	// means TypeTimestamptz).
+	ExpiresAtColumn string
+	ColumnType      ColumnType
+	// BaseColumn is a timestamptz column the value's lifetime ExpireAfter
+	// counts from, e.g. created_at.
+	BaseColumn  string
+	ExpireAfter time.Duration
+	// DefaultTTL is stamped into ExpiresAtColumn when a statement writes a
+	// value to Column and gives no expiry; 0 means no stamping.
+	DefaultTTL time.Duration
+	// RefreshOnUpdate: an UPDATE of the row moves a live value's expiry to
+	// now()+DefaultTTL unless it sets the expiry itself.
+	RefreshOnUpdate bool
+}
+
+// Kind returns KindDerived for a rule with a BaseColumn, else KindColumn.
+func (c *ColumnRule) Kind() Kind {
+	if c.BaseColumn != "" {
+		return KindDerived
+	}
+	return KindColumn
+}
+
+// Expiry returns the value's expiry as a row rule on table's table, whose
+// LiveCondition and ExpiredCondition are the value's: the same predicate
+// code serves rows and values.
+func (c *ColumnRule) Expiry(table *Rule) Rule {
+	r := Rule{Schema: table.Schema, Table: table.Table, Kind: c.Kind()}
+	if r.Kind == KindDerived {
+		r.BaseColumn, r.ExpireAfter = c.BaseColumn, c.ExpireAfter
+	} else {
+		r.Column, r.ColumnType = c.ExpiresAtColumn, c.ColumnType
+	}
+	return r
+}
+
+// ExpiringColumn returns the column rule for column, or nil.
+func (r *Rule) ExpiringColumn(column string) *ColumnRule {
+	for i := range r.Columns {
+		if r.Columns[i].Column == column {
+			return &r.Columns[i]
+		}
+	}
+	return nil
+}
+
+// RowColumns returns the columns the row rule reads: its expiry, base,
+// interval or key columns.
+func (r *Rule) RowColumns() []string {
+	switch r.RuleKind() {
+	case KindDerived:
+		if r.IntervalColumn != "" {
+			return []string{r.BaseColumn, r.IntervalColumn}
+		}
+		return []string{r.BaseColumn}
+	case KindSidecar:
+		return r.KeyColumns
+	}
+	return []string{r.ExpiryColumn()}
+}
+
+// validateColumns reports a column rule that cannot be used: a column
+// listed twice, an expiring column the row rule or another column rule
+// reads (its expiry would be undefined), an expiry that is the column
+// itself, and the checks a row rule of the same kind gets.
+func (r *Rule) validateColumns() error {
+	seen := map[string]bool{}
+	for i := range r.Columns {
+		c := &r.Columns[i]
+		name := r.QualifiedName() + "." + c.Column
+		if c.Column == "" {
+			return fmt.Errorf("%s: expiring column %d has no name", r.QualifiedName(), i)
+		}
+		if seen[c.Column] {
+			return fmt.Errorf("%s: listed twice", name)
+		}
+		seen[c.Column] = true
+		if (c.ExpiresAtColumn == "") == (c.BaseColumn == "") {
+			return fmt.Errorf("%s: needs exactly one of an expiry column and a base column", name)
+		}
+		if c.ExpiresAtColumn == c.Column || c.BaseColumn == c.Column {
+			return fmt.Errorf("%s: its expiry must be another column", name)
+		}
+		if c.Kind() == KindDerived && c.ExpireAfter <= 0 {
+			return fmt.Errorf("%s: a base column needs a positive expire_after", name)
+		}
+		if c.Kind() == KindDerived && (c.DefaultTTL != 0 || c.ColumnType != "") {
+			return fmt.Errorf("%s: default_ttl and column_type need an expiry column", name)
+		}
+		if c.DefaultTTL < 0 {
+			return fmt.Errorf("%s: default_ttl must not be negative", name)
+		}
+		if c.RefreshOnUpdate && c.DefaultTTL == 0 {
+			return fmt.Errorf("%s: refresh_on_update needs default_ttl", name)
+		}
+		if !validColumnType(c.ColumnType) {
+			return fmt.Errorf("%s: unknown column type %q", name, c.ColumnType)
+		}
+		for _, rc := range r.RowColumns() {
+			if rc == c.Column {
+				return fmt.Errorf("%s: the row rule reads this column", name)
+			}
+		}
+	}
+	for i := range r.Columns {
+		e := r.Columns[i].Expiry(r)
+		for _, rc := range e.RowColumns() {
+			if seen[rc] {
+				return fmt.Errorf("%s.%s: an expiring column cannot be the expiry of expiring column %s", r.QualifiedName(), rc, r.Columns[i].Column)
+			}
+		}
+	}
+	return nil
 }
 
 // QualifiedName returns schema.table with defaults applied (unquoted).
@@ -114,6 +244,17 @@ func (r *Rule) RuleKind() Kind {
 	return r.Kind
 }
 
+// validColumnType reports a ColumnType the predicates know ("" is
+// TypeTimestamptz).
+func validColumnType(t ColumnType) bool {
+	switch t {
+	case "", TypeTimestamptz, TypeTimestamp, TypeDate,
+		TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
+		return true
+	}
+	return false
+}
+
 // Validate reports a rule that cannot be used.
 func (r *Rule) Validate() error {
 	if r.Table == "" {
@@ -121,10 +262,7 @@ func (r *Rule) Validate() error {
 	}
 	switch r.RuleKind() {
 	case KindColumn:
-		switch r.ColumnType {
-		case "", TypeTimestamptz, TypeTimestamp, TypeDate,
-			TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
-		default:
+		if !validColumnType(r.ColumnType) {
 			return fmt.Errorf("%s: unknown column type %q", r.QualifiedName(), r.ColumnType)
 		}
 	case KindDerived:
@@ -147,5 +285,5 @@ func (r *Rule) Validate() error {
 	if r.DefaultTTL < 0 {
 		return fmt.Errorf("%s: default_ttl must not be negative", r.QualifiedName())
 	}
-	return nil
+	return r.validateColumns()
 }

@@ -1,0 +1,417 @@
+package rewrite
+
+import (
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// Expiring columns (ttl.Rule.Columns, docs/design/column-ttl.md): until the
+// rewriter reads and writes them, a statement that names an expiring column
+// of a table it references, in any way, is refused (SQLSTATE 0A000) instead
+// of being served the expired value. The check is blind to scope, which
+// errs toward refusing: a column reference of that name is refused whatever
+// relation it belongs to, a name that is the table's or its alias is taken
+// for a whole-row reference. It reads names and structure only, never
+// literals, so shapes share its outcome.
+//
+// What counts as naming the column:
+//   - a column reference whose last name is the column (`c`, `t.c`,
+//     `EXCLUDED.c`), or a call in functional notation `c(t)`;
+//   - `*` over a FROM list, RETURNING list or join that holds the table
+//     directly, and `t.*` or a whole-row reference `t` (any qualifier whose
+//     last name is the table's name or alias, or the alias of a join over
+//     it): they carry every column;
+//   - NATURAL and USING joins of the column; a column alias list over the
+//     table (it renames the column);
+//   - writes: an INSERT, MERGE INSERT or COPY without a column list, a
+//     column list, SET target or ON CONFLICT inference naming the column;
+//   - a view that reads the table, directly or through other views: its
+//     definition runs inside the server.
+//
+// DDL that names the column without reading or writing its values
+// (CREATE TABLE, ALTER TABLE, CREATE INDEX, COMMENT, …) is not checked.
+
+// expiringRef is one reference to a table with expiring columns.
+type expiringRef struct {
+	rule *ttl.Rule
+	rv   *pg.RangeVar
+}
+
+// expiringColumns fails the walk when stmt names an expiring column of a
+// table it references (see above).
+func (w *walker) expiringColumns(stmt *pg.Node) {
+	if !w.rw.hasColumns || stmt == nil || isColumnBlindDDL(stmt) {
+		return
+	}
+	// The name a statement creates is not a read of it.
+	var created *pg.RangeVar
+	switch x := stmt.GetNode().(type) {
+	case *pg.Node_ViewStmt:
+		created = x.ViewStmt.View
+	case *pg.Node_CreateTableAsStmt:
+		created = x.CreateTableAsStmt.GetInto().GetRel()
+	}
+	refs := map[*pg.RangeVar]*ttl.Rule{}
+	var order []expiringRef
+	forEachRangeVar(stmt, func(rv *pg.RangeVar) {
+		if w.err != nil || rv == created {
+			return
+		}
+		if r := w.peekRule(rv); r != nil && len(r.Columns) > 0 {
+			refs[rv] = r
+			order = append(order, expiringRef{r, rv})
+			return
+		}
+		w.viewOverExpiring(rv)
+	})
+	if w.err != nil || len(order) == 0 {
+		return
+	}
+	c := &columnCheck{w: w, refs: refs, columns: map[string]*ttl.Rule{}, names: map[string]*ttl.Rule{}}
+	for _, ref := range order {
+		r, rv := ref.rule, ref.rv
+		for i := range r.Columns {
+			if _, ok := c.columns[r.Columns[i].Column]; !ok {
+				c.columns[r.Columns[i].Column] = r
+			}
+		}
+		c.names[rv.Relname] = r
+		if rv.Alias != nil {
+			c.names[rv.Alias.Aliasname] = r
+			if len(rv.Alias.Colnames) > 0 {
+				w.fail(errExpiringColumn(r, r.Columns[0].Column, "the column alias list of "+ttl.QuoteIdent(rv.Alias.Aliasname)))
+				return
+			}
+		}
+	}
+	c.run(stmt)
+}
+
+// isColumnBlindDDL reports the statement kinds that name columns without
+// reading or writing their values.
+func isColumnBlindDDL(n *pg.Node) bool {
+	switch n.GetNode().(type) {
+	case *pg.Node_CreateStmt, *pg.Node_AlterTableStmt, *pg.Node_IndexStmt, *pg.Node_CreateStatsStmt,
+		*pg.Node_CommentStmt, *pg.Node_RenameStmt, *pg.Node_DropStmt, *pg.Node_CreateTrigStmt,
+		*pg.Node_CreatePolicyStmt, *pg.Node_AlterPolicyStmt, *pg.Node_GrantStmt, *pg.Node_VacuumStmt,
+		*pg.Node_TruncateStmt, *pg.Node_LockStmt:
+		return true
+	}
+	return false
+}
+
+// peekRule is ruleFor without its side effects (pins, view rejections): the
+// rule of the table rv names, or nil. CTE names are not consulted, which
+// errs toward refusing.
+func (w *walker) peekRule(rv *pg.RangeVar) *ttl.Rule {
+	if rv.Schemaname != "" {
+		return w.ruleAt(rv.Schemaname, rv.Relname)
+	}
+	cat := w.s.Catalog
+	if len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.d.Children) == 0) {
+		return nil
+	}
+	if sch, ok := w.resolve(rv.Relname); ok {
+		return w.ruleAt(sch, rv.Relname)
+	}
+	return nil
+}
+
+// viewOverExpiring fails the walk when rv names a view (CatalogData.Views)
+// that reads a table with expiring columns, directly or through other
+// views: its definition runs inside the server, where the proxy cannot hide
+// the values.
+func (w *walker) viewOverExpiring(rv *pg.RangeVar) {
+	cat := w.s.Catalog
+	if cat == nil || len(cat.d.Views) == 0 {
+		return
+	}
+	key := rv.Schemaname + "." + rv.Relname
+	if rv.Schemaname == "" {
+		key = w.resolveIn(rv.Relname, cat.viewKeys)
+	}
+	if _, ok := cat.d.Views[key]; !ok {
+		return
+	}
+	seen := map[string]bool{}
+	var reads func(name string, depth int) *ttl.Rule
+	reads = func(name string, depth int) *ttl.Rule {
+		if seen[name] || depth > maxViewDepth {
+			return nil
+		}
+		seen[name] = true
+		v, isView := cat.d.Views[name]
+		if !isView {
+			parts := childNames(name)
+			if r := w.ruleAt(name[:len(name)-len(parts[1])-1], parts[1]); r != nil && len(r.Columns) > 0 {
+				return r
+			}
+			return nil
+		}
+		for _, r := range v.Reads {
+			if rule := reads(r, depth+1); rule != nil {
+				return rule
+			}
+		}
+		return nil
+	}
+	if r := reads(key, 0); r != nil {
+		w.fail(errExpiringColumn(r, r.Columns[0].Column, "view "+key+", which reads the table inside the server"))
+	}
+}
+
+// columnCheck is the walk of one statement for expiring columns.
+type columnCheck struct {
+	w *walker
+	// refs are the statement's references to tables with expiring
+	// columns; columns maps each expiring column name to (the first) such
+	// table; names maps the tables' names and aliases, and the aliases of
+	// joins over them, to their table.
+	refs    map[*pg.RangeVar]*ttl.Rule
+	columns map[string]*ttl.Rule
+	names   map[string]*ttl.Rule
+	// stars are the unqualified `*` of target and RETURNING lists over
+	// FROM items without such a table: they carry no expiring column.
+	stars map[*pg.ColumnRef]bool
+}
+
+func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
+	c.w.fail(errExpiringColumn(r, column, how))
+}
+
+// direct returns the first table with expiring columns among the FROM
+// items ns at their own query level (joins and TABLESAMPLE looked into,
+// subqueries and functions not: their own levels are checked on their
+// own), or nil.
+func (c *columnCheck) direct(ns ...*pg.Node) *ttl.Rule {
+	for _, n := range ns {
+		switch x := n.GetNode().(type) {
+		case *pg.Node_RangeVar:
+			if r := c.refs[x.RangeVar]; r != nil {
+				return r
+			}
+		case *pg.Node_JoinExpr:
+			if r := c.direct(x.JoinExpr.Larg, x.JoinExpr.Rarg); r != nil {
+				return r
+			}
+		case *pg.Node_RangeTableSample:
+			if r := c.direct(x.RangeTableSample.Relation); r != nil {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// allowStars records the unqualified `*` of list as harmless when the
+// FROM items from hold no table with expiring columns.
+func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
+	if c.direct(from...) != nil {
+		return
+	}
+	for _, n := range list {
+		val := n
+		if rt := n.GetResTarget(); rt != nil {
+			val = rt.Val
+		}
+		if cr := val.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetAStar() != nil {
+			c.stars[cr] = true
+		}
+	}
+}
+
+func (c *columnCheck) run(stmt *pg.Node) {
+	c.stars = map[*pg.ColumnRef]bool{}
+	// A join's alias may be named (`j.*`) before the walk reaches the join
+	// (the target list comes before FROM).
+	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
+		if j, ok := m.Interface().(*pg.JoinExpr); ok && j.Alias != nil {
+			if r := c.direct(j.Larg, j.Rarg); r != nil {
+				c.names[j.Alias.Aliasname] = r
+			}
+		}
+		return !isLeaf(m)
+	})
+	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
+		if c.w.err != nil {
+			return false
+		}
+		v := m.Interface()
+		if n, ok := v.(*pg.Node); ok {
+			// isLeaf stops at a ColumnRef's wrapper: check it here.
+			if cr := n.GetColumnRef(); cr != nil {
+				c.columnRef(cr)
+				return false
+			}
+		} else {
+			c.visit(v)
+		}
+		return !isLeaf(m)
+	})
+}
+
+// visit checks one node of the statement. Parents are visited before their
+// children (walkMessages), so the `*` a level allows is recorded before the
+// walk reaches it.
+func (c *columnCheck) visit(n any) {
+	switch x := n.(type) {
+	case *pg.SelectStmt:
+		c.allowStars(x.TargetList, x.FromClause...)
+	case *pg.InsertStmt:
+		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
+		r := c.refs[x.Relation]
+		if r == nil {
+			return
+		}
+		if len(x.Cols) == 0 && x.SelectStmt != nil {
+			c.fail(r, r.Columns[0].Column, "INSERT without a column list")
+			return
+		}
+		c.targets(r, x.Cols, "the column list of INSERT")
+		if oc := x.OnConflictClause; oc != nil {
+			if oc.Infer != nil {
+				for _, e := range oc.Infer.IndexElems {
+					if name := e.GetIndexElem().GetName(); c.expiring(r, name) {
+						c.fail(r, name, "ON CONFLICT ("+ttl.QuoteIdent(name)+")")
+						return
+					}
+				}
+			}
+			c.targets(r, oc.TargetList, "ON CONFLICT DO UPDATE SET")
+		}
+	case *pg.UpdateStmt:
+		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
+		if r := c.refs[x.Relation]; r != nil {
+			c.targets(r, x.TargetList, "UPDATE … SET")
+		}
+	case *pg.DeleteStmt:
+		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.UsingClause...)...)
+	case *pg.MergeStmt:
+		r := c.refs[x.Relation]
+		if r == nil {
+			return
+		}
+		for _, wc := range x.MergeWhenClauses {
+			mw := wc.GetMergeWhenClause()
+			if mw.GetCommandType() == pg.CmdType_CMD_INSERT && len(mw.TargetList) == 0 && len(mw.Values) > 0 {
+				c.fail(r, r.Columns[0].Column, "MERGE … INSERT without a column list")
+				return
+			}
+			c.targets(r, mw.GetTargetList(), "MERGE")
+		}
+	case *pg.CopyStmt:
+		r := c.refs[x.Relation]
+		if r == nil || x.Query != nil {
+			return
+		}
+		if len(x.Attlist) == 0 {
+			c.fail(r, r.Columns[0].Column, "COPY "+ttl.QuoteIdent(x.Relation.Relname)+" without a column list")
+			return
+		}
+		for _, a := range x.Attlist {
+			if name := a.GetString_().GetSval(); c.expiring(r, name) {
+				c.fail(r, name, "the column list of COPY")
+				return
+			}
+		}
+	case *pg.JoinExpr:
+		r := c.direct(x.Larg, x.Rarg)
+		if r == nil {
+			return
+		}
+		if x.IsNatural {
+			c.fail(r, r.Columns[0].Column, "NATURAL JOIN")
+			return
+		}
+		for _, u := range x.UsingClause {
+			if name := u.GetString_().GetSval(); c.columns[name] != nil {
+				c.fail(c.columns[name], name, "JOIN … USING")
+				return
+			}
+		}
+	case *pg.FuncCall:
+		if len(x.Funcname) > 0 && len(x.Args) == 1 {
+			if name := x.Funcname[len(x.Funcname)-1].GetString_().GetSval(); c.columns[name] != nil {
+				c.fail(c.columns[name], name, "the functional notation "+ttl.QuoteIdent(name)+"(…)")
+			}
+		}
+	case *pg.ColumnRef:
+		c.columnRef(x)
+	}
+}
+
+// columnRef checks one column reference.
+func (c *columnCheck) columnRef(cr *pg.ColumnRef) {
+	f := cr.Fields
+	if len(f) == 0 {
+		return
+	}
+	if f[len(f)-1].GetAStar() != nil {
+		if len(f) == 1 {
+			if !c.stars[cr] {
+				r := c.anyRule()
+				c.fail(r, r.Columns[0].Column, "*")
+			}
+			return
+		}
+		if q := f[len(f)-2].GetString_().GetSval(); c.names[q] != nil {
+			r := c.names[q]
+			c.fail(r, r.Columns[0].Column, ttl.QuoteIdent(q)+".*")
+		}
+		return
+	}
+	name := f[len(f)-1].GetString_().GetSval()
+	if r := c.columns[name]; r != nil {
+		c.fail(r, name, "the reference "+columnRefText(f))
+		return
+	}
+	if r := c.names[name]; r != nil {
+		c.fail(r, r.Columns[0].Column, "the whole-row reference "+columnRefText(f))
+	}
+}
+
+// anyRule returns a rule of the statement's tables with expiring columns,
+// the same one for the same statement.
+func (c *columnCheck) anyRule() *ttl.Rule {
+	var best *ttl.Rule
+	for _, r := range c.refs {
+		if best == nil || r.QualifiedName() < best.QualifiedName() {
+			best = r
+		}
+	}
+	return best
+}
+
+// expiring reports that name is an expiring column of r.
+func (c *columnCheck) expiring(r *ttl.Rule, name string) bool {
+	return name != "" && r.ExpiringColumn(name) != nil
+}
+
+// targets fails the walk when a ResTarget of list (a column list or SET
+// list of a write to r's table) names an expiring column.
+func (c *columnCheck) targets(r *ttl.Rule, list []*pg.Node, where string) {
+	for _, n := range list {
+		if name := n.GetResTarget().GetName(); c.expiring(r, name) {
+			c.fail(r, name, where)
+			return
+		}
+	}
+}
+
+// columnRefText spells a column reference's names for a message.
+func columnRefText(f []*pg.Node) string {
+	s := ""
+	for i, n := range f {
+		if i > 0 {
+			s += "."
+		}
+		if n.GetAStar() != nil {
+			s += "*"
+			continue
+		}
+		s += ttl.QuoteIdent(n.GetString_().GetSval())
+	}
+	return s
+}
