@@ -149,6 +149,48 @@ func TestParseDefaults(t *testing.T) {
 // TestParseUpstreamTCP: keepalives false turns keepalive off, and a
 // tcp_user_timeout of 0s is kept apart from an absent one (the proxy's
 // default).
+// TestParseColumns: tables[].columns[] becomes Rule.Columns, names folded,
+// kinds from the keys given, defaults applied.
+func TestParseColumns(t *testing.T) {
+	const doc = `
+upstream: h:1
+tables:
+  - table: orders
+    rule: derived
+    base_column: created_at
+    expire_after: 7d
+    columns:
+      - column: Client_IP
+        expires_at_column: client_ip_expires_at
+        default_ttl: 30d
+        refresh_on_update: true
+      - column: '"Note"'
+        base_column: created_at
+        expire_after: 365d
+      - column: card_token
+        expires_at_column: card_exp
+        column_type: unix_s
+`
+	got, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ttl.ColumnRule{
+		{Column: "client_ip", ExpiresAtColumn: "client_ip_expires_at", ColumnType: ttl.TypeTimestamptz, DefaultTTL: 30 * 24 * time.Hour, RefreshOnUpdate: true},
+		{Column: "Note", BaseColumn: "created_at", ExpireAfter: 365 * 24 * time.Hour},
+		{Column: "card_token", ExpiresAtColumn: "card_exp", ColumnType: ttl.TypeUnixSeconds},
+	}
+	if len(got.Tables) != 1 || !reflect.DeepEqual(got.Tables[0].Columns, want) {
+		t.Fatalf("Columns:\n got %+v\nwant %+v", got.Tables, want)
+	}
+	if k := got.Tables[0].Columns[1].Kind(); k != ttl.KindDerived {
+		t.Errorf("kind of a base_column entry = %s, want derived", k)
+	}
+	if _, err := rewrite.New(got.Tables, rewrite.Options{}); err != nil {
+		t.Errorf("the rewriter refuses the parsed rules: %v", err)
+	}
+}
+
 func TestParseUpstreamTCP(t *testing.T) {
 	got, err := Parse([]byte("upstream: h:1\nupstream_tcp: {keepalives: false, tcp_user_timeout: 0s}\n"))
 	if err != nil {
@@ -297,6 +339,33 @@ func TestParseErrors(t *testing.T) {
 		{"sidecar self", tbl("    rule: sidecar\n    sidecar_table: public.t\n    key_columns: [id]\n"), "tables[0].sidecar_table: must differ from table"},
 		{"sidecar is ttl table", up + "tables:\n  - table: t\n    rule: sidecar\n    sidecar_table: u\n    key_columns: [id]\n  - table: u\n", "tables[0].sidecar_table: public.u is itself a TTL table (tables[1])"},
 		{"sidecar with column_type", tbl("    rule: sidecar\n    column_type: date\n"), "tables[0].column_type: not allowed with rule sidecar (it belongs to rule column)"},
+
+		// columns.
+		{"columns not list", tbl("    columns: {column: c}\n"), "tables[0].columns: expected a list, got a mapping"},
+		{"columns empty", tbl("    columns: []\n"), "tables[0].columns: must name at least one column (or leave the key out)"},
+		{"columns entry scalar", tbl("    columns: [c]\n"), `tables[0].columns[0]: expected a mapping, got "c"`},
+		{"columns unknown key", tbl("    columns:\n      - {column: c, expires_at: e}\n"), "tables[0].columns[0].expires_at: unknown key (line 5)"},
+		{"columns no column", tbl("    columns:\n      - {expires_at_column: e}\n"), "tables[0].columns[0].column: required"},
+		{"columns bad name", tbl("    columns:\n      - {column: 'a b', expires_at_column: e}\n"), `tables[0].columns[0].column: invalid column name "a b": unexpected " b" after identifier`},
+		{"columns no expiry", tbl("    columns:\n      - {column: c}\n"), "tables[0].columns[0].expires_at_column: required (or base_column with expire_after)"},
+		{"columns both expiries", tbl("    columns:\n      - {column: c, expires_at_column: e, base_column: b, expire_after: 1h}\n"), "tables[0].columns[0].base_column: not allowed together with expires_at_column (give one of them)"},
+		{"columns expiry is column", tbl("    columns:\n      - {column: c, expires_at_column: C}\n"), "tables[0].columns[0].expires_at_column: must differ from column"},
+		{"columns base is column", tbl("    columns:\n      - {column: c, base_column: c, expire_after: 1h}\n"), "tables[0].columns[0].base_column: must differ from column"},
+		{"columns base without after", tbl("    columns:\n      - {column: c, base_column: b}\n"), "tables[0].columns[0].expire_after: required with base_column"},
+		{"columns after without base", tbl("    columns:\n      - {column: c, expires_at_column: e, expire_after: 1h}\n"), "tables[0].columns[0].expire_after: only allowed with base_column"},
+		{"columns after zero", tbl("    columns:\n      - {column: c, base_column: b, expire_after: 0s}\n"), `tables[0].columns[0].expire_after: must be positive, got "0s"`},
+		{"columns type unknown", tbl("    columns:\n      - {column: c, expires_at_column: e, column_type: bigint}\n"), `tables[0].columns[0].column_type: unknown column type "bigint" (want one of timestamptz, timestamp, date, unix_s, unix_ms, unix_us, unix_ns)`},
+		{"columns type with base", tbl("    columns:\n      - {column: c, base_column: b, expire_after: 1h, column_type: date}\n"), "tables[0].columns[0].column_type: only allowed with expires_at_column (a base column's value lives exactly expire_after)"},
+		{"columns ttl with base", tbl("    columns:\n      - {column: c, base_column: b, expire_after: 1h, default_ttl: 1h}\n"), "tables[0].columns[0].default_ttl: only allowed with expires_at_column (a base column's value lives exactly expire_after)"},
+		{"columns ttl bad", tbl("    columns:\n      - {column: c, expires_at_column: e, default_ttl: soon}\n"), `tables[0].columns[0].default_ttl: invalid duration "soon"`},
+		{"columns refresh without ttl", tbl("    columns:\n      - {column: c, expires_at_column: e, refresh_on_update: true}\n"), "tables[0].columns[0].refresh_on_update: needs default_ttl (the new expiry is now() + default_ttl)"},
+		{"columns refresh not bool", tbl("    columns:\n      - {column: c, expires_at_column: e, default_ttl: 1h, refresh_on_update: 1}\n"), `tables[0].columns[0].refresh_on_update: expected true or false, got "1"`},
+		{"columns listed twice", tbl("    columns:\n      - {column: c, expires_at_column: e}\n      - {column: C, expires_at_column: f}\n"), "tables[0].columns[1].column: c is already listed in tables[0].columns[0]"},
+		{"columns row expiry", tbl("    columns:\n      - {column: expires_at, expires_at_column: e}\n"), "tables[0].columns[0].column: expires_at is a column the table's column rule reads"},
+		{"columns row base", tbl("    rule: derived\n    base_column: created_at\n    expire_after: 1h\n    columns:\n      - {column: created_at, expires_at_column: e}\n"), "tables[0].columns[0].column: created_at is a column the table's derived rule reads"},
+		{"columns sidecar key", tbl("    rule: sidecar\n    sidecar_table: t_ttl\n    key_columns: [id]\n    columns:\n      - {column: id, expires_at_column: e}\n"), "tables[0].columns[0].column: id is a column the table's sidecar rule reads"},
+		{"columns expiry expires", tbl("    columns:\n      - {column: c, expires_at_column: e}\n      - {column: e, base_column: b, expire_after: 1h}\n"), "tables[0].columns[1].column: e is the expiry of tables[0].columns[0], which cannot itself expire"},
+		{"columns base expires", tbl("    columns:\n      - {column: b, expires_at_column: e}\n      - {column: c, base_column: b, expire_after: 1h}\n"), "tables[0].columns[0].column: b is the expiry of tables[0].columns[1], which cannot itself expire"},
 
 		// sweeper.
 		{"sweeper no dsn", up + "sweeper: {interval: 1m}\n", "sweeper.dsn: required"},

@@ -26,6 +26,7 @@ var tableKeys = []struct {
 	{"interval_unit", []ttl.Kind{ttl.KindDerived}},
 	{"sidecar_table", []ttl.Kind{ttl.KindSidecar}},
 	{"key_columns", []ttl.Kind{ttl.KindSidecar}},
+	{"columns", nil},
 }
 
 var columnTypes = []ttl.ColumnType{
@@ -138,6 +139,11 @@ func parseTable(item field) (ttl.Rule, error) {
 	}
 	if err != nil {
 		return r, err
+	}
+	if x, ok := f["columns"]; ok {
+		if err := parseColumns(x, &r); err != nil {
+			return r, err
+		}
 	}
 	if err := r.Validate(); err != nil {
 		return r, fmt.Errorf("%s: %w", item.path, err)

@@ -87,6 +87,7 @@ var configSections = map[string]string{
 	"parseUpstreamTCP": "upstream_tcp",
 	"parseLimits":      "limits",
 	"parseTable":       "tables[]",
+	"parseTableColumn": "tables[].columns[]",
 	"parseSweeper":     "sweeper",
 }
 
@@ -189,7 +190,7 @@ func codeConfigKeys(t *testing.T) (leaves, sections []string) {
 }
 
 var (
-	sectionHeading = regexp.MustCompile("^### (?:Top level|`([a-z_\\[\\]]+)`)")
+	sectionHeading = regexp.MustCompile("^### (?:Top level|`([a-z_.\\[\\]]+)`)")
 	tableRow       = regexp.MustCompile(`^\| ([^|]+) \|`)
 	backticked     = regexp.MustCompile("`([^`]+)`")
 )
