@@ -177,7 +177,31 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sweepe
 	return out, nil
 }
 
+// describeRule spells the row rule and, after "; expiring:", the column
+// rules: "column expires_at timestamptz; expiring: client_ip until
+// client_ip_expires_at timestamptz, note at created_at + 8760h0m0s".
 func describeRule(r *ttl.Rule) string {
+	s := describeRowRule(r)
+	for i := range r.Columns {
+		sep := ", "
+		if i == 0 {
+			sep = "; expiring: "
+		}
+		c := &r.Columns[i]
+		if c.Kind() == ttl.KindDerived {
+			s += sep + c.Column + " at " + c.BaseColumn + " + " + c.ExpireAfter.String()
+			continue
+		}
+		t := string(c.ColumnType)
+		if t == "" {
+			t = string(ttl.TypeTimestamptz)
+		}
+		s += sep + c.Column + " until " + c.ExpiresAtColumn + " " + t
+	}
+	return s
+}
+
+func describeRowRule(r *ttl.Rule) string {
 	switch r.RuleKind() {
 	case ttl.KindDerived:
 		if r.IntervalColumn != "" {
@@ -255,6 +279,23 @@ func checkColumns(r *ttl.Rule, cols map[string]column, add func(check, status, d
 		for _, k := range r.KeyColumns {
 			want[k] = nil
 		}
+	}
+	// An expiring column may have any type; its expiry, the row rule's.
+	for i := range r.Columns {
+		c := &r.Columns[i]
+		want[c.Column] = nil
+		if c.Kind() == ttl.KindDerived {
+			want[c.BaseColumn] = []string{"timestamp with time zone"}
+		} else {
+			want[c.ExpiresAtColumn] = wantTypes[c.ColumnType]
+		}
+	}
+	if len(r.Columns) > 0 {
+		names := make([]string, len(r.Columns))
+		for i := range r.Columns {
+			names[i] = r.Columns[i].Column
+		}
+		add("expiring columns", checkOK, "statements naming "+strings.Join(names, ", ")+" are refused (0A000) until the proxy reads expiring columns")
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range want {

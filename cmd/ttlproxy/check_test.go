@@ -39,7 +39,7 @@ func TestCheckCommand(t *testing.T) {
 	cfgText := "upstream: " + cluster.Addr() + "\nsweeper: {dsn: '" + u.String() + "'}\n" +
 		"trusted_functions: [f_calls]\ntables:\n" +
 		"  - table: sessions\n    default_ttl: 1h\n" +
-		"  - table: events\n    column: valid_until\n" +
+		"  - table: events\n    column: valid_until\n    columns:\n      - {column: memo, expires_at_column: memo_exp}\n      - {column: id, base_column: valid_until, expire_after: 1h}\n" +
 		"  - table: carts\n    rule: sidecar\n    sidecar_table: carts_ttl\n    key_columns: [id]\n" +
 		"  - table: missing\n"
 	p := writeFile(t, "check.yaml", cfgText)
@@ -64,6 +64,9 @@ func TestCheckCommand(t *testing.T) {
 		"rule on public.audit",
 		"column valid_until",
 		"type text, the rule wants timestamp with time zone",
+		"public.events (column valid_until timestamptz; expiring: memo until memo_exp timestamptz, id at valid_until + 1h0m0s)",
+		"statements naming memo, id are refused (0A000)",
+		"column memo_exp",
 		"sidecar registry",
 		"has no unique key on (id)",
 		"public.missing",
