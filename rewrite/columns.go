@@ -1,6 +1,8 @@
 package rewrite
 
 import (
+	"strings"
+
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -175,6 +177,9 @@ type columnCheck struct {
 	// stars are the unqualified `*` of target and RETURNING lists over
 	// FROM items without such a table: they carry no expiring column.
 	stars map[*pg.ColumnRef]bool
+	// read are the references rewritten to the value's expression
+	// (readTargets).
+	read map[*pg.ColumnRef]bool
 }
 
 func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
@@ -223,7 +228,7 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 }
 
 func (c *columnCheck) run(stmt *pg.Node) {
-	c.stars = map[*pg.ColumnRef]bool{}
+	c.stars, c.read = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
 	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
@@ -245,6 +250,9 @@ func (c *columnCheck) run(stmt *pg.Node) {
 				c.columnRef(cr)
 				return false
 			}
+			if ce := n.GetCaseExpr(); ce != nil && c.isValueExpr(ce) {
+				return false
+			}
 		} else {
 			c.visit(v)
 		}
@@ -259,6 +267,7 @@ func (c *columnCheck) visit(n any) {
 	switch x := n.(type) {
 	case *pg.SelectStmt:
 		c.allowStars(x.TargetList, x.FromClause...)
+		c.readTargets(x)
 	case *pg.InsertStmt:
 		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
 		r := c.refs[x.Relation]
@@ -348,6 +357,9 @@ func (c *columnCheck) columnRef(cr *pg.ColumnRef) {
 	if len(f) == 0 {
 		return
 	}
+	if c.read[cr] {
+		return
+	}
 	if f[len(f)-1].GetAStar() != nil {
 		if len(f) == 1 {
 			if !c.stars[cr] {
@@ -414,4 +426,95 @@ func columnRefText(f []*pg.Node) string {
 		s += ttl.QuoteIdent(n.GetString_().GetSval())
 	}
 	return s
+}
+
+// readTargets rewrites the target list of sel, a SELECT whose FROM is one
+// table with expiring columns, where an entry is a bare reference to an
+// expiring column (`c`, `t.c` with t the table's name or alias, with or
+// without AS): the reference becomes the value's expression
+// (ttl.ColumnRule.ValueExpr), named as the column was unless the entry
+// names itself, so that the RowDescription keeps the name, type and type
+// modifier. The type comes from the catalog; without it the reference is
+// left to be refused. Every other reference is still refused.
+func (c *columnCheck) readTargets(sel *pg.SelectStmt) {
+	if sel.Op != pg.SetOperation_SETOP_NONE || len(sel.FromClause) != 1 {
+		return
+	}
+	rv := sel.FromClause[0].GetRangeVar()
+	r := c.refs[rv]
+	if r == nil {
+		return
+	}
+	cols := c.w.columns(r)
+	qual := rv.Relname
+	if rv.Alias != nil {
+		qual = rv.Alias.Aliasname
+	}
+	for _, n := range sel.TargetList {
+		rt := n.GetResTarget()
+		cr := rt.GetVal().GetColumnRef()
+		if cr == nil {
+			continue
+		}
+		var name string
+		switch f := cr.Fields; len(f) {
+		case 1:
+			name = f[0].GetString_().GetSval()
+		case 2:
+			if f[0].GetString_().GetSval() == qual {
+				name = f[1].GetString_().GetSval()
+			}
+		}
+		cr2 := r.ExpiringColumn(name)
+		typ := columnType(cols, name)
+		if cr2 == nil || typ == "" {
+			continue
+		}
+		ts := c.w.tokens()
+		i := ts.at(int(cr.Location))
+		if i < 0 {
+			continue
+		}
+		text := cr2.ValueExpr(r, ttl.QuoteIdent(qual), typ)
+		if rt.Name == "" {
+			text += " AS " + ttl.QuoteIdent(name)
+		}
+		c.w.replace(ts[i].start, ts[ts.nameEnd(i)-1].end, text)
+		c.read[cr] = true
+	}
+}
+
+// columnType returns the type of the column name among cols, or "".
+func columnType(cols []Column, name string) string {
+	for _, col := range cols {
+		if col.Name == name {
+			return col.Type
+		}
+	}
+	return ""
+}
+
+// isValueExpr reports that ce is, byte for byte, the value's expression
+// readTargets writes for an expiring column of a table the statement
+// references, so that rewriting a rewritten statement keeps it.
+func (c *columnCheck) isValueExpr(ce *pg.CaseExpr) bool {
+	at := int(ce.Location)
+	if at < 0 || at >= len(c.w.sql) {
+		return false
+	}
+	rest := c.w.sql[at:]
+	for rv, r := range c.refs {
+		cols := c.w.columns(r)
+		qual := rv.Relname
+		if rv.Alias != nil {
+			qual = rv.Alias.Aliasname
+		}
+		for i := range r.Columns {
+			typ := columnType(cols, r.Columns[i].Column)
+			if typ != "" && strings.HasPrefix(rest, r.Columns[i].ValueExpr(r, ttl.QuoteIdent(qual), typ)) {
+				return true
+			}
+		}
+	}
+	return false
 }

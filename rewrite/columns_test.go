@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -133,14 +134,78 @@ func TestExpiringColumnsRefused(t *testing.T) {
 		{"create view", `CREATE VIEW v AS SELECT * FROM orders`, "", ip},
 		{"create table as", `CREATE TABLE t2 AS SELECT client_ip FROM orders`, "", ip},
 	}
+	// With the catalog, bare references in the target list of a SELECT of
+	// the table are read instead (TestExpiringColumnsRead).
+	readable := map[string]bool{"target list": true, "qualified": true, "quoted": true, "upper case folds": true, "cte": true,
+		"second statement of a text": true, "copy query": true, "prepare": true, "declare cursor": true, "create table as": true}
 	for _, s := range []*State{nil, NewState(Session{Catalog: columnCatalog()})} {
 		for _, c := range cases {
-			if c.name == "partition" && s == nil {
+			if (c.name == "partition" && s == nil) || (readable[c.name] && s != nil) {
 				continue // only the catalog knows the partition
 			}
 			c.code = sqlstate.FeatureNotSupported
 			checkReject(t, rw, s, c)
 		}
+	}
+}
+
+// TestExpiringColumnsRead: with the catalog's column types, a bare
+// reference to an expiring column in the target list of a SELECT of the
+// table reads the value's expression, named as the column and typed with
+// its modifier; every other reference in the same statements is still
+// refused.
+func TestExpiringColumnsRead(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	r := &columnRules()[len(columnRules())-1]
+	ip := func(q string) string { return r.ExpiringColumn("client_ip").ValueExpr(r, q, "inet") }
+	note := func(q string) string { return r.ExpiringColumn("note").ValueExpr(r, q, "character varying(200)") }
+	O := `"orders"`
+	if want := `CASE WHEN ("o"."client_ip_expires_at" IS NULL OR "o"."client_ip_expires_at" >= now()) THEN "o"."client_ip" ELSE NULL::inet END`; ip(`"o"`) != want {
+		t.Fatalf("value expression %s, want %s", ip(`"o"`), want)
+	}
+	for _, c := range []rwCase{
+		{"bare", `SELECT client_ip FROM orders`,
+			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join("orders", O, 0)},
+		{"with other columns", `SELECT id, client_ip, status, note FROM orders WHERE id = $1`,
+			`SELECT id, ` + ip(O) + ` AS "client_ip", status, ` + note(O) + ` AS "note" FROM ` + join("orders", O, 0) + ` WHERE id = $1`},
+		{"alias qualified", `SELECT o.client_ip FROM orders AS o`,
+			`SELECT ` + ip(`"o"`) + ` AS "client_ip" FROM ` + join("orders AS o", `"o"`, 0)},
+		{"schema qualified table", `SELECT orders.note FROM public.orders`,
+			`SELECT ` + note(O) + ` AS "note" FROM ` + join("public.orders", O, 0)},
+		{"own name kept", `SELECT client_ip AS ip, note n FROM orders`,
+			`SELECT ` + ip(O) + ` AS ip, ` + note(O) + ` n FROM ` + join("orders", O, 0)},
+		{"quoted and upper case", `SELECT "client_ip", NOTE FROM ORDERS`,
+			`SELECT ` + ip(O) + ` AS "client_ip", ` + note(O) + ` AS "note" FROM ` + join("ORDERS", O, 0)},
+		{"positional order by", `SELECT note FROM orders ORDER BY 1 LIMIT 10`,
+			`SELECT ` + note(O) + ` AS "note" FROM ` + join("orders", O, 0) + ` ORDER BY 1 LIMIT 10`},
+		{"subquery of its own", `SELECT s.id FROM (SELECT id, note FROM orders) s`,
+			`SELECT s.id FROM (SELECT id, ` + note(O) + ` AS "note" FROM ` + join("orders", O, 0) + `) s`},
+		{"union arm", `SELECT client_ip FROM orders UNION ALL SELECT ip FROM users`,
+			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join("orders", O, 0) + ` UNION ALL SELECT ip FROM users`},
+	} {
+		checkRewrite(t, rw, s, c)
+	}
+	for _, c := range []rejCase{
+		{"cast", `SELECT client_ip::text FROM orders`, "", []string{"client_ip"}},
+		{"in an expression", `SELECT host(client_ip) FROM orders`, "", []string{"client_ip"}},
+		{"and in where", `SELECT client_ip FROM orders WHERE client_ip IS NOT NULL`, "", []string{"client_ip"}},
+		{"and in order by", `SELECT note FROM orders ORDER BY note`, "", []string{"note"}},
+		{"and in group by", `SELECT note FROM orders GROUP BY note`, "", []string{"note"}},
+		{"and distinct on", `SELECT DISTINCT ON (note) note FROM orders`, "", []string{"note"}},
+		{"outer reference", `SELECT x.client_ip FROM (SELECT client_ip FROM orders) x`, "", []string{"client_ip"}},
+		{"other qualifier", `SELECT u.client_ip FROM users u WHERE u.id IN (SELECT id FROM orders)`, "", []string{"client_ip"}},
+		{"correlated", `SELECT (SELECT o.client_ip FROM users u LIMIT 1) FROM orders o`, "", []string{"client_ip"}},
+		{"two tables", `SELECT o.client_ip FROM orders o, users u`, "", []string{"client_ip"}},
+		{"join", `SELECT o.client_ip FROM orders o JOIN users u ON u.id = o.id`, "", []string{"client_ip"}},
+		{"schema qualified column", `SELECT public.orders.client_ip FROM public.orders`, "", []string{"client_ip"}},
+		{"star beside", `SELECT client_ip, * FROM orders`, "", []string{"*"}},
+		{"returning", `UPDATE orders SET status = 'x' RETURNING client_ip`, "", []string{"client_ip"}},
+		{"partition without column types", `SELECT client_ip FROM orders_2026`, "", []string{"public.orders_2026"}},
+		{"a value expression of another column", strings.Replace(`SELECT `+ip(O)+` FROM orders`, `THEN "orders"."client_ip"`, `THEN "orders"."note"`, 1), "", []string{"note"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, s, c)
 	}
 }
 
@@ -212,5 +277,18 @@ func TestExpiringColumnsShapes(t *testing.T) {
 			sqlstate.FeatureNotSupported, []string{"public.orders", "client_ip"}})
 		checkRewrite(t, rw, nil, rwCase{"passing shape " + lit, `SELECT id FROM orders WHERE status = ` + lit,
 			`SELECT id FROM ` + join("orders", `"orders"`, 0) + ` WHERE status = ` + lit})
+	}
+	// The read of a value is a shape template too.
+	s := NewState(Session{Catalog: columnCatalog()})
+	r := &columnRules()[len(columnRules())-1]
+	ip := r.ExpiringColumn("client_ip").ValueExpr(r, `"orders"`, "inet")
+	before := rw.Stats()
+	for _, lit := range []string{"'new'", "'paid'", "'gone'"} {
+		checkRewrite(t, rw, s, rwCase{"read shape " + lit, `SELECT client_ip FROM orders WHERE status = ` + lit,
+			`SELECT ` + ip + ` AS "client_ip" FROM ` + join("orders", `"orders"`, 0) + ` WHERE status = ` + lit})
+	}
+	after := rw.Stats()
+	if after.ShapeHits <= before.ShapeHits || after.ShapeMismatches != 0 {
+		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
 	}
 }

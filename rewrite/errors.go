@@ -189,14 +189,14 @@ func errLeakyFunction(fn, reads string) *Error {
 
 // errExpiringColumn: a statement names column, an expiring column of the
 // rule's table, in the way how describes (a column reference, `*`, a
-// whole-row reference, a write, a view), and the proxy does not yet hide
+// whole-row reference, a write, a view) where the proxy does not yet hide
 // expired values (0A000).
 func errExpiringColumn(r *ttl.Rule, column, how string) *Error {
 	return &Error{
 		Code: sqlstate.FeatureNotSupported,
-		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it through %s, and the proxy does not read or write expiring columns yet",
+		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it through %s, where the proxy does not hide expired values yet",
 			ttl.QuoteIdent(column), r.QualifiedName(), how),
-		Detail: "Column TTL is configured for this column; a statement the proxy cannot make hide expired values is refused.",
-		Hint:   "Leave the column out: list the table's other columns instead of * or a whole-row reference, and write the column through a direct connection.",
+		Detail: "The proxy reads an expiring column only as a plain column in the target list of a SELECT whose FROM is the table alone; a statement that names it anywhere else is refused.",
+		Hint:   "Select the column by name from the table alone and leave it out of every other clause; list the other columns instead of * or a whole-row reference; write it through a direct connection.",
 	}
 }

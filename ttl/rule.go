@@ -136,6 +136,18 @@ func (c *ColumnRule) Expiry(table *Rule) Rule {
 	return r
 }
 
+// ValueExpr returns the SQL expression that reads the column's value, of
+// SQL type typ (format_type's text, e.g. "character varying(20)"), in
+// table's row visible under qualifier (already quoted): the value while it
+// is live, NULL of the same type once expired. The ELSE keeps the type's
+// modifier: a CASE without one reports the type without it (varchar(20)
+// as varchar) in the RowDescription.
+func (c *ColumnRule) ValueExpr(table *Rule, qualifier, typ string) string {
+	e := c.Expiry(table)
+	return "CASE WHEN " + e.LiveCondition(qualifier, "now()") + " THEN " + qualifier + "." + QuoteIdent(c.Column) +
+		" ELSE NULL::" + typ + " END"
+}
+
 // ExpiringColumn returns the column rule for column, or nil.
 func (r *Rule) ExpiringColumn(column string) *ColumnRule {
 	for i := range r.Columns {

@@ -295,7 +295,7 @@ func checkColumns(r *ttl.Rule, cols map[string]column, add func(check, status, d
 		for i := range r.Columns {
 			names[i] = r.Columns[i].Column
 		}
-		add("expiring columns", checkOK, "statements naming "+strings.Join(names, ", ")+" are refused (0A000) until the proxy reads expiring columns")
+		add("expiring columns", checkOK, "statements naming "+strings.Join(names, ", ")+" are refused (0A000) except as a plain column in the target list of a SELECT of the table alone")
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range want {
