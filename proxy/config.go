@@ -50,6 +50,34 @@ const (
 	DefaultTCPUserTimeout = 60 * time.Second
 )
 
+// Pool modes, PgBouncer's pool_mode. In session mode (the default) each
+// client has a server connection of its own, logged in with the client's
+// own credentials, for as long as it is connected. In transaction mode
+// clients share the server connections of a pool per database, user and
+// keyed startup parameters, each holding one for a transaction
+// (docs/design/pooling.md); the proxy then authenticates clients itself
+// (Config.Auth) and Config.Pool bounds the pools.
+const (
+	PoolModeSession     = "session"
+	PoolModeTransaction = "transaction"
+)
+
+// transactionModeReady is set once the transaction-mode relay is built;
+// until then New refuses PoolModeTransaction rather than serving it as
+// session mode.
+var transactionModeReady = false
+
+// Defaults for the zero values of PoolSettings: PgBouncer's.
+const (
+	DefaultPoolSize             = 20
+	DefaultReservePoolTimeout   = 5 * time.Second
+	DefaultServerLifetime       = time.Hour
+	DefaultServerIdleTimeout    = 10 * time.Minute
+	DefaultServerConnectTimeout = 15 * time.Second
+	DefaultServerLoginRetry     = 15 * time.Second
+	DefaultQueryWaitTimeout     = 120 * time.Second
+)
+
 // Config configures a Server.
 type Config struct {
 	// Upstream is the host:port of the PostgreSQL server.
@@ -111,6 +139,14 @@ type Config struct {
 	// the catalog is readable by all. "" means no DDL events: DDL made
 	// outside the proxy reaches sessions within CatalogTTL.
 	DDLEventsDSN string
+	// PoolMode is PoolModeSession or PoolModeTransaction; "" means
+	// PoolModeSession. Auth and Pool apply in transaction mode only.
+	PoolMode string
+	// Auth is how the proxy itself authenticates clients in transaction
+	// mode.
+	Auth AuthConfig
+	// Pool bounds the pools of server connections in transaction mode.
+	Pool PoolSettings
 
 	// rewriter replaces Rewriter.Rewrite when set (tests).
 	rewriter statementRewriter
@@ -142,6 +178,78 @@ type UpstreamTCP struct {
 	// means DefaultTCPUserTimeout; negative leaves the system's behaviour
 	// (no timeout).
 	TCPUserTimeout time.Duration
+}
+
+// AuthConfig is how clients are authenticated in transaction mode, with
+// PgBouncer's keys (auth_type, auth_file, auth_query, auth_dsn). One of
+// File and DSN is required unless Type is trust; not both.
+type AuthConfig struct {
+	// Type is scram-sha-256 (""), md5, plain or trust (anyone listed in
+	// File or found by Query, or anyone at all without either).
+	Type string
+	// File is an auth_file in PgBouncer's userlist.txt format: one
+	// "user" "secret" line per user, the secret a SCRAM verifier, an
+	// "md5…" hash or a plain password.
+	File string
+	// Query is the auth_query, run on DSN for each client login with the
+	// user name as $1 and, when it takes a second parameter, the database
+	// as $2; it returns at most one row (username, password[, settings]).
+	// "" means DefaultAuthQuery, which calls the function `ttlproxy
+	// install --auth-query` creates. It needs DSN.
+	Query string
+	// DSN is the auth_dsn: the connection string (URL or key=value, as
+	// libpq) of the login that runs Query, on the upstream server; the
+	// password comes from the string, PGPASSWORD or .pgpass. It is never
+	// logged.
+	DSN string
+}
+
+// PoolSettings bound the pools of transaction mode, with PgBouncer's
+// settings of the same names (docs/design/pooling.md §1). A zero field
+// means its default; a negative duration disables what PgBouncer's 0
+// disables, where the field says so.
+type PoolSettings struct {
+	// DefaultPoolSize is default_pool_size: the server connections one
+	// pool (database, user, keyed startup parameters) may hold; 0 means
+	// DefaultPoolSize.
+	DefaultPoolSize int
+	// MinPoolSize is min_pool_size: server connections a pool keeps open
+	// once a client login has given it credentials; at most
+	// DefaultPoolSize. 0 keeps none.
+	MinPoolSize int
+	// ReservePoolSize is reserve_pool_size: server connections a pool may
+	// open beyond DefaultPoolSize for clients that have waited
+	// ReservePoolTimeout. 0 means no reserve.
+	ReservePoolSize int
+	// ReservePoolTimeout is reserve_pool_timeout; 0 means
+	// DefaultReservePoolTimeout; negative opens the reserve for any
+	// waiting client at once.
+	ReservePoolTimeout time.Duration
+	// MaxDBConnections is max_db_connections: server connections to one
+	// database across its pools. 0 means no limit.
+	MaxDBConnections int
+	// ServerLifetime is server_lifetime: a server connection older than
+	// this is closed when it is released; 0 means DefaultServerLifetime;
+	// negative means no limit. (PgBouncer's 0, one use per connection,
+	// has no equivalent.)
+	ServerLifetime time.Duration
+	// ServerIdleTimeout is server_idle_timeout: a server connection idle
+	// for longer is closed, never below MinPoolSize; 0 means
+	// DefaultServerIdleTimeout; negative means never (PgBouncer's 0).
+	ServerIdleTimeout time.Duration
+	// ServerConnectTimeout is server_connect_timeout: the bound on one
+	// server login (connection, TLS, authentication); 0 means
+	// DefaultServerConnectTimeout.
+	ServerConnectTimeout time.Duration
+	// ServerLoginRetry is server_login_retry: after a failed server
+	// login, clients that would need a new server connection fail at once
+	// for this long; 0 means DefaultServerLoginRetry; negative means they
+	// try again at once (PgBouncer's 0).
+	ServerLoginRetry time.Duration
+	// QueryWaitTimeout is query_wait_timeout: the bound on a client's
+	// wait for a server connection; 0 means DefaultQueryWaitTimeout;
+	// negative means no bound (PgBouncer's 0).
+	QueryWaitTimeout time.Duration
 }
 
 // statementRewriter is what the message loop needs from a rewriter.
@@ -191,7 +299,117 @@ func (c *Config) setDefaults() error {
 	if stmt := c.Rewriter.Options().MaxStatementBytes; c.MaxMessageBytes < stmt {
 		return fmt.Errorf("proxy: max message bytes (%d) is smaller than the rewriter's max statement bytes (%d)", c.MaxMessageBytes, stmt)
 	}
+	return c.setPoolDefaults()
+}
+
+// setPoolDefaults checks PoolMode, Auth and Pool and fills Pool's defaults.
+// Errors name the configuration file's keys.
+func (c *Config) setPoolDefaults() error {
+	switch c.PoolMode {
+	case "":
+		c.PoolMode = PoolModeSession
+	case PoolModeSession, PoolModeTransaction:
+	default:
+		return fmt.Errorf("pool_mode: %q is not one of %s, %s", c.PoolMode, PoolModeSession, PoolModeTransaction)
+	}
+	if err := c.Pool.setDefaults(); err != nil {
+		return err
+	}
+	if c.PoolMode != PoolModeTransaction {
+		return nil
+	}
+	if err := c.Auth.check(); err != nil {
+		return err
+	}
+	if !transactionModeReady {
+		return errors.New("pool_mode: transaction is not available in this build")
+	}
 	return nil
+}
+
+// check does newClientAuth's checks but for loading the auth_file and
+// connecting to auth_dsn, so that New reports a bad setting first.
+func (a *AuthConfig) check() error {
+	switch a.Type {
+	case "", authSCRAM, authMD5, authPlain, authTrust:
+	default:
+		return fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", a.Type, authSCRAM, authMD5, authPlain, authTrust)
+	}
+	switch {
+	case a.File != "" && a.DSN != "":
+		return errors.New("auth_file and auth_dsn: set one of them, not both")
+	case a.Query != "" && a.DSN == "":
+		return errors.New("auth_query: needs auth_dsn, the login that runs it")
+	case a.File == "" && a.DSN == "" && a.Type != authTrust:
+		return errors.New("auth_file or auth_dsn: one is required in pool_mode transaction unless auth_type is trust")
+	}
+	return nil
+}
+
+func (p *PoolSettings) setDefaults() error {
+	for _, n := range []struct {
+		key string
+		v   int
+	}{
+		{"default_pool_size", p.DefaultPoolSize},
+		{"min_pool_size", p.MinPoolSize},
+		{"reserve_pool_size", p.ReservePoolSize},
+		{"max_db_connections", p.MaxDBConnections},
+	} {
+		if n.v < 0 {
+			return fmt.Errorf("%s: must not be negative, got %d", n.key, n.v)
+		}
+	}
+	if p.ServerConnectTimeout < 0 {
+		return fmt.Errorf("server_connect_timeout: must not be negative, got %v", p.ServerConnectTimeout)
+	}
+	if p.DefaultPoolSize == 0 {
+		p.DefaultPoolSize = DefaultPoolSize
+	}
+	if p.MinPoolSize > p.DefaultPoolSize {
+		return fmt.Errorf("min_pool_size: %d is larger than default_pool_size (%d)", p.MinPoolSize, p.DefaultPoolSize)
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&p.ReservePoolTimeout, DefaultReservePoolTimeout},
+		{&p.ServerLifetime, DefaultServerLifetime},
+		{&p.ServerIdleTimeout, DefaultServerIdleTimeout},
+		{&p.ServerConnectTimeout, DefaultServerConnectTimeout},
+		{&p.ServerLoginRetry, DefaultServerLoginRetry},
+		{&p.QueryWaitTimeout, DefaultQueryWaitTimeout},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	return nil
+}
+
+// authConfig is what newClientAuth takes. Call after setDefaults.
+func (c *Config) authConfig() authConfig {
+	return authConfig{Type: c.Auth.Type, File: c.Auth.File, DSN: c.Auth.DSN, Query: c.Auth.Query, Logger: c.Logger}
+}
+
+// poolConfig is what newPool takes, for every pool alike. Call after
+// setDefaults: a negative duration (disabled) becomes the pool's 0.
+// MaxDBConnections is not in it: it bounds a database's pools together
+// (newDBSlots).
+func (c *Config) poolConfig() poolConfig {
+	p := &c.Pool
+	off := func(d time.Duration) time.Duration { return max(d, 0) }
+	return poolConfig{
+		size:           p.DefaultPoolSize,
+		minSize:        p.MinPoolSize,
+		reserveSize:    p.ReservePoolSize,
+		reserveTimeout: off(p.ReservePoolTimeout),
+		lifetime:       off(p.ServerLifetime),
+		idleTimeout:    off(p.ServerIdleTimeout),
+		connectTimeout: p.ServerConnectTimeout,
+		loginRetry:     off(p.ServerLoginRetry),
+		waitTimeout:    off(p.QueryWaitTimeout),
+	}
 }
 
 func (u *UpstreamTCP) setDefaults() error {
