@@ -96,6 +96,15 @@ type Config struct {
 	// shutdown signal before their connections are closed; 0:
 	// proxy.DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// PoolMode is pool_mode: PoolModeSession (the default) or
+	// PoolModeTransaction (proxy.Config.PoolMode).
+	PoolMode string
+	// Auth authenticates clients in pool_mode transaction; session mode
+	// ignores it.
+	Auth Auth
+	// Pool bounds the pools of pool_mode transaction; session mode
+	// ignores it.
+	Pool Pool
 	// Tables are the TTL tables, names already folded as PostgreSQL would.
 	Tables []ttl.Rule
 	// Sweeper configures the background deletion of expired rows; nil means
@@ -252,7 +261,10 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "listen_reuseport", "upstream", "admin_listen", "admin", "tls", "upstream_tls", "upstream_tcp", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper")
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper",
+		"pool_mode", "auth_type", "auth_file", "auth_query", "auth_dsn",
+		"default_pool_size", "min_pool_size", "reserve_pool_size", "reserve_pool_timeout", "max_db_connections",
+		"server_lifetime", "server_idle_timeout", "server_connect_timeout", "server_login_retry", "query_wait_timeout")
 	if err != nil {
 		return nil, err
 	}
@@ -351,6 +363,9 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		if cfg.DDLEventsDSN, err = v.str(); err != nil {
 			return nil, err
 		}
+	}
+	if err := parsePooling(f, cfg); err != nil {
+		return nil, err
 	}
 	if v, ok := f["tables"]; ok {
 		if cfg.Tables, err = parseTables(v); err != nil {

@@ -31,6 +31,20 @@ shutdown_timeout: 20s
 catalog_ttl: 5s
 gomaxprocs: 1
 ddl_events_dsn: postgres://ttl_catalog@127.0.0.1:5432/app
+pool_mode: transaction
+auth_type: md5
+auth_query: SELECT username, password FROM pgbouncer.get_auth($1)
+auth_dsn: postgres://ttl_auth@127.0.0.1:5432/app
+default_pool_size: 10
+min_pool_size: 2
+reserve_pool_size: 3
+reserve_pool_timeout: 2s
+max_db_connections: 40
+server_lifetime: 30m
+server_idle_timeout: 0s
+server_connect_timeout: 5s
+server_login_retry: 1s
+query_wait_timeout: 1m
 tables:
   - table: public.sessions
     rule: column
@@ -91,6 +105,11 @@ sweeper:
 		CatalogTTL:         5 * time.Second,
 		GOMAXPROCS:         1,
 		DDLEventsDSN:       "postgres://ttl_catalog@127.0.0.1:5432/app",
+		PoolMode:           PoolModeTransaction,
+		Auth:               Auth{Type: "md5", Query: "SELECT username, password FROM pgbouncer.get_auth($1)", DSN: "postgres://ttl_auth@127.0.0.1:5432/app"},
+		Pool: Pool{DefaultPoolSize: 10, MinPoolSize: 2, ReservePoolSize: 3, ReservePoolTimeout: 2 * time.Second, MaxDBConnections: 40,
+			ServerLifetime: 30 * time.Minute, ServerIdleTimeout: new(time.Duration), ServerConnectTimeout: 5 * time.Second,
+			ServerLoginRetry: new(time.Second), QueryWaitTimeout: new(time.Minute)},
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true, CreateIndex: true},
@@ -137,6 +156,7 @@ func TestParseDefaults(t *testing.T) {
 		Listen:      DefaultListen,
 		Upstream:    "localhost:5432",
 		AdminListen: DefaultAdminListen,
+		PoolMode:    PoolModeSession,
 		Tables: []ttl.Rule{{Schema: "public", Table: "s", Kind: ttl.KindColumn,
 			Column: "expires_at", ColumnType: ttl.TypeTimestamptz}},
 		Sweeper: &Sweeper{DSN: "postgres://x@y/z"},
@@ -367,6 +387,29 @@ func TestParseErrors(t *testing.T) {
 		{"columns expiry expires", tbl("    columns:\n      - {column: c, expires_at_column: e}\n      - {column: e, base_column: b, expire_after: 1h}\n"), "tables[0].columns[1].column: e is the expiry of tables[0].columns[0], which cannot itself expire"},
 		{"columns base expires", tbl("    columns:\n      - {column: b, expires_at_column: e}\n      - {column: c, base_column: b, expire_after: 1h}\n"), "tables[0].columns[0].column: b is the expiry of tables[0].columns[1], which cannot itself expire"},
 
+		// Pooling.
+		{"pool mode", up + "pool_mode: statement\n", `pool_mode: "statement" is not one of session, transaction`},
+		{"pool mode empty", up + "pool_mode: ''\n", "pool_mode: must not be empty"},
+		{"auth type", up + "auth_type: cert\n", `auth_type: "cert" is not one of scram-sha-256, md5, plain, trust`},
+		{"auth file empty", up + "auth_file: ''\n", "auth_file: must not be empty"},
+		{"auth file and dsn", up + "auth_file: /u.txt\nauth_dsn: host=db\n", "auth_file, auth_dsn: set one of them, not both"},
+		{"auth query no dsn", up + "auth_query: SELECT 1\n", "auth_query: needs auth_dsn, the login that runs it"},
+		{"transaction no auth", up + "pool_mode: transaction\n", "auth_file: pool_mode transaction needs auth_file or auth_dsn, unless auth_type is trust"},
+		{"transaction md5 no auth", up + "pool_mode: transaction\nauth_type: md5\n", "auth_file: pool_mode transaction needs auth_file or auth_dsn, unless auth_type is trust"},
+		{"pool size zero", up + "default_pool_size: 0\n", "default_pool_size: must be positive, got 0"},
+		{"pool size text", up + "default_pool_size: many\n", `default_pool_size: expected an integer, got "many"`},
+		{"min pool size negative", up + "min_pool_size: -1\n", "min_pool_size: must not be negative, got -1"},
+		{"reserve negative", up + "reserve_pool_size: -2\n", "reserve_pool_size: must not be negative, got -2"},
+		{"max db negative", up + "max_db_connections: -3\n", "max_db_connections: must not be negative, got -3"},
+		{"min above size", up + "default_pool_size: 5\nmin_pool_size: 6\n", "min_pool_size: 6 is larger than default_pool_size (5)"},
+		{"min above default size", up + "min_pool_size: 21\n", "min_pool_size: 21 is larger than default_pool_size (20)"},
+		{"reserve timeout zero", up + "reserve_pool_timeout: 0s\n", `reserve_pool_timeout: must be positive, got "0s"`},
+		{"connect timeout bad", up + "server_connect_timeout: 15\n", `server_connect_timeout: invalid duration "15"`},
+		{"lifetime zero", up + "server_lifetime: 0s\n", "server_lifetime: must be positive (PgBouncer's 0, one use per server connection, is not supported)"},
+		{"idle timeout negative", up + "server_idle_timeout: -1s\n", `server_idle_timeout: invalid duration "-1s"`},
+		{"login retry bad", up + "server_login_retry: soon\n", `server_login_retry: invalid duration "soon"`},
+		{"wait timeout list", up + "query_wait_timeout: [1s]\n", "query_wait_timeout: expected a value, got a list"},
+
 		// sweeper.
 		{"sweeper no dsn", up + "sweeper: {interval: 1m}\n", "sweeper.dsn: required"},
 		{"sweeper not mapping", up + "sweeper: on\n", `sweeper: expected a mapping, got "on"`},
@@ -392,6 +435,37 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("error = %q\n want   %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestParsePooling: pool_mode transaction with trust needs no auth source;
+// the pooling keys are accepted in session mode too, where PoolingKeysSet
+// lists them so that the caller can say they do nothing there.
+func TestParsePooling(t *testing.T) {
+	got, err := Parse([]byte("upstream: db:5432\npool_mode: transaction\nauth_type: trust\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PoolMode != PoolModeTransaction || got.Auth != (Auth{Type: "trust"}) {
+		t.Errorf("PoolMode %q, Auth %+v", got.PoolMode, got.Auth)
+	}
+	got, err = Parse([]byte("upstream: db:5432\nauth_file: /etc/ttl/userlist.txt\nmin_pool_size: 0\nserver_idle_timeout: 0s\nquery_wait_timeout: 30s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PoolMode != PoolModeSession {
+		t.Errorf("PoolMode = %q, want session", got.PoolMode)
+	}
+	// min_pool_size: 0 is its default: nothing to say about it.
+	if keys, want := got.PoolingKeysSet(), []string{"auth_file", "server_idle_timeout", "query_wait_timeout"}; !reflect.DeepEqual(keys, want) {
+		t.Errorf("PoolingKeysSet() = %v, want %v", keys, want)
+	}
+	got, err = Parse([]byte("upstream: db:5432\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys := got.PoolingKeysSet(); keys != nil {
+		t.Errorf("PoolingKeysSet() = %v, want none", keys)
 	}
 }
 

@@ -133,6 +133,14 @@ func (f field) positiveInt() (int, error) {
 	return v, err
 }
 
+func (f field) nonNegativeInt() (int, error) {
+	v, err := f.integer()
+	if err == nil && v < 0 {
+		err = fmt.Errorf("%s: must not be negative, got %d", f.path, v)
+	}
+	return v, err
+}
+
 func (f field) boolean() (bool, error) {
 	n, err := f.scalar()
 	if err != nil {
