@@ -24,7 +24,8 @@ import (
 // exporter-toolkit rereads per request anyway) and the client certificate
 // and key files of tls are read again. The other keys (listen,
 // admin_listen, upstream, turning tls on or off, upstream_tls,
-// dial_timeout, shutdown_timeout) need a restart: a reload
+// dial_timeout, shutdown_timeout, pool_mode and the auth_* and pool keys of
+// transaction mode) need a restart: a reload
 // that changes them says so in the log and keeps them. A file that does not
 // load keeps the running configuration, logs the error (which names the
 // key) and sets ttlproxy_config_last_reload_successful to 0.
@@ -50,6 +51,23 @@ func restartKeys(old, cur *config.Config) []string {
 		{"catalog_ttl", old.CatalogTTL, cur.CatalogTTL},
 		{"gomaxprocs", old.GOMAXPROCS, cur.GOMAXPROCS},
 		{"ddl_events_dsn", old.DDLEventsDSN, cur.DDLEventsDSN},
+		// The proxy builds its client authentication and pools once, in
+		// proxy.New; proxy.Reload does not take them.
+		{"pool_mode", old.PoolMode, cur.PoolMode},
+		{"auth_type", old.Auth.Type, cur.Auth.Type},
+		{"auth_file", old.Auth.File, cur.Auth.File},
+		{"auth_query", old.Auth.Query, cur.Auth.Query},
+		{"auth_dsn", old.Auth.DSN, cur.Auth.DSN},
+		{"default_pool_size", old.Pool.DefaultPoolSize, cur.Pool.DefaultPoolSize},
+		{"min_pool_size", old.Pool.MinPoolSize, cur.Pool.MinPoolSize},
+		{"reserve_pool_size", old.Pool.ReservePoolSize, cur.Pool.ReservePoolSize},
+		{"reserve_pool_timeout", old.Pool.ReservePoolTimeout, cur.Pool.ReservePoolTimeout},
+		{"max_db_connections", old.Pool.MaxDBConnections, cur.Pool.MaxDBConnections},
+		{"server_lifetime", old.Pool.ServerLifetime, cur.Pool.ServerLifetime},
+		{"server_idle_timeout", old.Pool.ServerIdleTimeout, cur.Pool.ServerIdleTimeout},
+		{"server_connect_timeout", old.Pool.ServerConnectTimeout, cur.Pool.ServerConnectTimeout},
+		{"server_login_retry", old.Pool.ServerLoginRetry, cur.Pool.ServerLoginRetry},
+		{"query_wait_timeout", old.Pool.QueryWaitTimeout, cur.Pool.QueryWaitTimeout},
 	} {
 		if !reflect.DeepEqual(k.old, k.cur) {
 			keys = append(keys, k.key)
@@ -89,6 +107,7 @@ func (s *stack) reload() (err error) {
 		cfg.DialTimeout, cfg.ShutdownTimeout, cfg.CatalogTTL = s.cfg.DialTimeout, s.cfg.ShutdownTimeout, s.cfg.CatalogTTL
 		cfg.GOMAXPROCS = s.cfg.GOMAXPROCS
 		cfg.DDLEventsDSN = s.cfg.DDLEventsDSN
+		cfg.PoolMode, cfg.Auth, cfg.Pool = s.cfg.PoolMode, s.cfg.Auth, s.cfg.Pool
 	}
 	rw, err := newRewriter(cfg)
 	if err != nil {

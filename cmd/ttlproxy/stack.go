@@ -111,6 +111,33 @@ func upstreamTCP(u config.UpstreamTCP) proxy.UpstreamTCP {
 	return p
 }
 
+// poolSettings maps the file's pooling keys onto the proxy's: a key left
+// out stays zero (the proxy's default), and 0s, which disables as in
+// PgBouncer, becomes the proxy's negative.
+func poolSettings(p config.Pool) proxy.PoolSettings {
+	off := func(d *time.Duration) time.Duration {
+		switch {
+		case d == nil:
+			return 0
+		case *d == 0:
+			return -1
+		}
+		return *d
+	}
+	return proxy.PoolSettings{
+		DefaultPoolSize:      p.DefaultPoolSize,
+		MinPoolSize:          p.MinPoolSize,
+		ReservePoolSize:      p.ReservePoolSize,
+		ReservePoolTimeout:   p.ReservePoolTimeout,
+		MaxDBConnections:     p.MaxDBConnections,
+		ServerLifetime:       p.ServerLifetime,
+		ServerIdleTimeout:    off(p.ServerIdleTimeout),
+		ServerConnectTimeout: p.ServerConnectTimeout,
+		ServerLoginRetry:     off(p.ServerLoginRetry),
+		QueryWaitTimeout:     off(p.QueryWaitTimeout),
+	}
+}
+
 // newRewriter builds the rewriter for cfg's tables and limits.
 func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
 	return rewrite.New(cfg.Tables, rewrite.Options{
@@ -128,6 +155,9 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		return nil, fmt.Errorf("building rewriter: %w", err)
 	}
 	s := &stack{cfg: cfg, log: log}
+	if keys := cfg.PoolingKeysSet(); cfg.PoolMode != config.PoolModeTransaction && len(keys) > 0 {
+		log.Warn("pooling keys take effect in pool_mode transaction only; session mode ignores them", "keys", keys)
+	}
 	access, err := newAdminAccess(&cfg.Admin)
 	if err != nil {
 		return nil, err
@@ -176,6 +206,10 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		IdleSessionTimeout:   cfg.IdleSessionTimeout,
 		CatalogTTL:           cfg.CatalogTTL,
 		DDLEventsDSN:         cfg.DDLEventsLogin(),
+
+		PoolMode: cfg.PoolMode,
+		Auth:     proxy.AuthConfig{Type: cfg.Auth.Type, File: cfg.Auth.File, Query: cfg.Auth.Query, DSN: cfg.Auth.DSN},
+		Pool:     poolSettings(cfg.Pool),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building proxy: %w", err)
