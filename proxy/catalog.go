@@ -323,7 +323,7 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
 func (s *clientConn) finishStartup() error {
 	if len(s.rs.Load().rules) > 0 && !s.replication {
 		s.st.track = true
-		if err := s.loadCatalog(); err != nil {
+		if err := s.loadCatalog(s.askDirect); err != nil {
 			return err
 		}
 	}
@@ -331,27 +331,43 @@ func (s *clientConn) finishStartup() error {
 	return nil
 }
 
-func (s *clientConn) loadCatalog() error {
+// catalogAsker sends the catalog query and returns its answer as
+// readResults does.
+type catalogAsker func(query []byte) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error)
+
+// askDirect is the catalogAsker of session mode's startup, on the server
+// pump before the relay starts: it writes the query to the server and
+// reads the answer itself. clientToServer writes nothing until ready is
+// closed, so the write cannot interleave with a client message.
+func (s *clientConn) askDirect(query []byte) ([][][]string, *pgproto3.ErrorResponse, byte, error) {
+	up := s.link.server.conn()
+	if up == nil {
+		return nil, nil, 0, errors.New("no upstream connection")
+	}
+	_ = up.SetDeadline(time.Now().Add(catalogTimeout))
+	defer func() { _ = up.SetDeadline(time.Time{}) }()
+	if _, err := up.Write(query); err != nil {
+		return nil, nil, 0, fmt.Errorf("sending catalog query: %w", err)
+	}
+	results, qerr, status, err := readResults(s.link.server.r, s.link.cw)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("reading catalog query results: %w", err)
+	}
+	return results, qerr, status, nil
+}
+
+// loadCatalog reads the session state, and the catalog unless a fresh
+// shared one is at hand, with ask.
+func (s *clientConn) loadCatalog(ask catalogAsker) error {
 	rs := s.rs.Load()
 	cat, at, gen := s.startupCatalog(rs)
 	query := rs.queries.state
 	if cat == nil {
 		query = rs.queries.full
 	}
-	up := s.link.server.conn()
-	if up == nil {
-		return errors.New("no upstream connection")
-	}
-	_ = up.SetDeadline(time.Now().Add(catalogTimeout))
-	defer func() { _ = up.SetDeadline(time.Time{}) }()
-	// clientToServer writes nothing until ready is closed, so this write
-	// cannot interleave with a client message.
-	if _, err := up.Write(query); err != nil {
-		return fmt.Errorf("sending catalog query: %w", err)
-	}
-	results, qerr, status, err := readResults(s.link.server.r, s.link.cw)
+	results, qerr, status, err := ask(query)
 	if err != nil {
-		return fmt.Errorf("reading catalog query results: %w", err)
+		return err
 	}
 	if qerr != nil {
 		s.log.Warn("catalog query failed; statements that need the catalog will be rejected",

@@ -63,9 +63,17 @@ type clientConn struct {
 	cr *msgReader
 
 	// ready is closed by serverToClient at the end of startup, once st is
-	// set up; quit is closed when serverToClient returns.
-	ready chan struct{}
-	quit  chan struct{}
+	// set up; quit is closed when serverToClient returns (in transaction
+	// mode: when the session's server side has ended, quitOnce).
+	ready    chan struct{}
+	quit     chan struct{}
+	quitOnce sync.Once
+	// ended: transaction mode, a server pump has ended the session
+	// (serverEnded) and told the client.
+	ended atomic.Bool
+	// cancelKey is the BackendKeyData the client was given in transaction
+	// mode.
+	cancelKey cancelKey
 	// st is the session state and the rewriter's input (state.go); owned by
 	// clientToServer after ready, by serverToClient before.
 	st sessionState
@@ -124,8 +132,8 @@ func (s *clientConn) run() {
 		}
 	}()
 
-	// Authentication happens after startup, relayed by the pumps: the
-	// login timeout covers it too.
+	// Authentication happens after startup, relayed by the pumps (or, in
+	// transaction mode, by startup itself): the login timeout covers it too.
 	login := time.AfterFunc(s.rs.Load().clientLoginTimeout, s.loginTimedOut)
 	defer login.Stop()
 
@@ -143,8 +151,13 @@ func (s *clientConn) run() {
 		}
 		return
 	}
-	s.log.Info("session started", "replication", s.replication)
-	err := s.forward()
+	s.log.Info("session started", "replication", s.replication, "pooled", s.link.pooled != nil)
+	var err error
+	if s.link.pooled != nil {
+		err = s.forwardPooled()
+	} else {
+		err = s.forward()
+	}
 	s.log.Info("session ended", "duration", time.Since(s.started).Round(time.Millisecond),
 		"statements", s.statements.Load(), "rejected", s.nrejected.Load(), "err", err)
 }
@@ -171,6 +184,7 @@ func (s *clientConn) forward() error {
 	s.cr = newMsgReader(clientReader{s.nc, s}, clientBufSize, idle)
 	s.link.cw = newMsgWriter(s.nc)
 	s.link.server.startBuffers(idle)
+	s.link.sw = s.link.server.w
 
 	errc := make(chan error, 1)
 	report := func(err error) {
@@ -308,7 +322,34 @@ func (s *clientConn) closeClient() {
 	s.ncOnce.Do(func() { _ = s.conn().Close() })
 }
 
-func (s *clientConn) closeUpstream() { s.link.server.close() }
+// closeUpstream closes the server connection: in transaction mode the one
+// the client holds, if any (its pump then ends the session, serverEnded).
+func (s *clientConn) closeUpstream() {
+	if pl := s.link.pooled; pl != nil {
+		if ps, _ := pl.holding(); ps != nil {
+			ps.sc.close()
+		}
+		return
+	}
+	s.link.server.close()
+}
+
+// endUpstreamAtBoundary ends the server session at a message boundary
+// (serverConn.endAtBoundary): in transaction mode, of a server the client
+// holds, which is closed rather than returned (its state is the client's).
+func (s *clientConn) endUpstreamAtBoundary() {
+	if pl := s.link.pooled; pl != nil {
+		s.link.markClosed() // no release from here on
+		if ps, _ := pl.holding(); ps != nil {
+			_ = ps.sc.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+			if _, err := s.link.sw.WriteString(terminateMsg); err == nil {
+				_ = s.link.sw.Flush()
+			}
+		}
+		return
+	}
+	s.link.server.endAtBoundary()
+}
 
 func adminShutdownError() []byte {
 	return errorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
@@ -331,6 +372,18 @@ func (s *clientConn) beginShutdown() {
 	}
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
+	if pl := s.link.pooled; pl != nil {
+		// Idle in transaction mode: a server the client holds (pinned) is
+		// closed and its pump tells the client; otherwise the client pump,
+		// woken, does (endPooled).
+		pl.cancel()
+		if ps, _ := pl.holding(); ps != nil {
+			ps.sc.terminate()
+		} else {
+			_ = s.conn().SetReadDeadline(time.Unix(1, 0))
+		}
+		return
+	}
 	if s.link.server.conn() == nil {
 		// Still reading the startup packet: nothing to say yet.
 		s.closeClient()
@@ -350,6 +403,21 @@ func (s *clientConn) forceClose() {
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
 	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+	if pl := s.link.pooled; pl != nil {
+		pl.cancel()
+		ps, _ := pl.holding()
+		if ps == nil {
+			_ = s.conn().SetReadDeadline(time.Unix(1, 0))
+			return
+		}
+		if pkt := ps.sc.cancelRequest(); pkt != nil {
+			if err := s.srv.sendCancel(pkt); err != nil {
+				s.logger().Warn("cancelling statement at shutdown", "err", err)
+			}
+		}
+		ps.sc.close()
+		return
+	}
 	if s.link.server.conn() == nil {
 		s.closeClient()
 		return

@@ -18,10 +18,15 @@ import (
 // Parse texts. It decodes nothing else.
 func (s *clientConn) clientToServer() error {
 	l := s.link
-	r, w := s.cr, l.server.w
+	r := s.cr
+	pooled := l.pooled != nil
 
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
+	// dirty: messages written to the server and not flushed yet. In
+	// transaction mode the server is only written while the client holds
+	// it (after claim, up to the flush of the unit's last message).
+	dirty := false
 	var buf []byte
 	for {
 		limit := int64(s.rs.Load().maxMessageBytes)
@@ -30,7 +35,11 @@ func (s *clientConn) clientToServer() error {
 		// the server's idle sweep finds it so (sweep.go).
 		typ, length, err := peekHeader(r)
 		if err != nil {
-			if isTimeout(err) && l.pending.Load() == 0 {
+			if isTimeout(err) && pooled && s.fatal.Load() != nil {
+				// Woken to be closed (shutdown): endPooled tells the client.
+				return errShutdown
+			}
+			if isTimeout(err) && l.owesNothing() {
 				return s.idleTimedOut()
 			}
 			return s.clientEnded(err, true)
@@ -56,6 +65,7 @@ func (s *clientConn) clientToServer() error {
 		}
 
 		var partial bool
+		write := true
 		switch typ {
 		case 'Q':
 			if err := s.announce(!open); err != nil {
@@ -79,22 +89,30 @@ func (s *clientConn) clientToServer() error {
 		case 'S':
 			if open {
 				open = false
-			} else if !l.expect() {
-				return errShutdown
+			} else if err := s.claim(); err != nil {
+				return err
 			}
-			partial, err = relayRaw(r, w, total)
+			partial, err = relayRaw(r, l.sw, total)
 		case 'F':
-			if !l.expect() {
-				return errShutdown
+			if err := s.claim(); err != nil {
+				return err
 			}
 			s.st.onFunctionCall()
-			partial, err = relayRaw(r, w, total)
+			if pooled {
+				s.pin(pinFunctionCall)
+			}
+			partial, err = relayRaw(r, l.sw, total)
 		case 'B', 'E', 'D', 'C', 'H':
 			if !open {
 				if err := s.announce(true); err != nil {
 					return err
 				}
 				open = true
+				if pooled && (typ == 'B' || typ == 'D') {
+					if err := s.reparseUnnamed(typ, r, total); err != nil {
+						return s.stateFailed(err)
+					}
+				}
 				if typ == 'B' && len(s.st.prepared) > 0 {
 					if err := s.reprepareBound(r, total); err != nil {
 						return s.stateFailed(err)
@@ -117,18 +135,36 @@ func (s *clientConn) clientToServer() error {
 					break
 				}
 			}
-			partial, err = relayRaw(r, w, total)
+			partial, err = relayRaw(r, l.sw, total)
 		case 'X':
 			s.closing.Store(true)
-			if _, err := relayRaw(r, w, total); err == nil {
-				_ = w.Flush()
+			if pooled {
+				// A server the client still holds is closed (endPooled);
+				// an idle one stays in the pool.
+				s.closeClient()
+				return nil
+			}
+			if _, err := relayRaw(r, l.sw, total); err == nil {
+				_ = l.sw.Flush()
 			}
 			s.closeClient()
 			s.closeUpstream()
 			return nil
 		default:
-			partial, err = relayRaw(r, w, total)
+			if pooled && l.owesNothing() && !open {
+				// Nothing owed: no COPY in progress. The server ignores
+				// CopyData, CopyDone and CopyFail then, and ends the
+				// session on any other type.
+				if typ != 'd' && typ != 'c' && typ != 'f' {
+					return s.violation(codeProtocolViolation, fmt.Sprintf("invalid frontend message type %d", typ))
+				}
+				write = false
+				_, err = r.Discard(total)
+				break
+			}
+			partial, err = relayRaw(r, l.sw, total)
 		}
+		dirty = dirty || write
 		if cap(buf) > maxKeptBuffer {
 			buf = nil
 		}
@@ -143,8 +179,9 @@ func (s *clientConn) clientToServer() error {
 				return s.clientEnded(err, !partial)
 			}
 		}
-		if !nextBuffered(r) {
-			if err := w.Flush(); err != nil {
+		if dirty && !nextBuffered(r) {
+			dirty = false
+			if err := l.sw.Flush(); err != nil {
 				return s.upstreamWriteFailed(err)
 			}
 		}
@@ -170,8 +207,8 @@ func (s *clientConn) announce(refresh bool) error {
 			return s.stateFailed(err)
 		}
 	}
-	if !s.link.expect() {
-		return errShutdown
+	if err := s.claim(); err != nil {
+		return err
 	}
 	if refresh {
 		if err := s.syncState(); err != nil {
@@ -193,7 +230,7 @@ func (s *clientConn) stateFailed(err error) error {
 // unexpected EOF.
 func (s *clientConn) clientEnded(err error, boundary bool) error {
 	if !s.closing.Swap(true) && boundary {
-		s.link.server.endAtBoundary()
+		s.endUpstreamAtBoundary()
 	}
 	s.closeClient()
 	s.closeUpstream()
@@ -234,7 +271,7 @@ func (s *clientConn) endWithFatal(code, msg string) {
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
 	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	s.link.server.endAtBoundary()
+	s.endUpstreamAtBoundary()
 	s.closeUpstream()
 }
 
@@ -248,6 +285,10 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
+	if pl := s.link.pooled; pl != nil {
+		s.pinFor(sql)
+		pl.unnamed = pl.unnamed[:0] // a simple Query drops the unnamed statement
+	}
 	res, err := s.rewriteStatement(sql)
 	err = s.st.onQuery(sql, res, err)
 	switch {
@@ -277,9 +318,16 @@ func (s *clientConn) forwardParse(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
+	if s.link.pooled != nil {
+		if len(name) > 0 {
+			s.pin(pinPrepared)
+		}
+		s.pinFor(sql)
+	}
 	res, err := s.rewriteStatement(sql)
 	err = s.st.onParse(name, sql, rest[2:], res, err)
 	if err == nil && !res.Rewritten {
+		s.noteUnnamed(name, msg)
 		return s.write(msg)
 	}
 	p := pgproto3.Parse{Name: string(name)}
@@ -296,11 +344,12 @@ func (s *clientConn) forwardParse(msg []byte) error {
 	if s.out, err = p.Encode(s.out[:0]); err != nil {
 		return &protocolError{code: codeProgramLimit, msg: "rewritten Parse message too large"}
 	}
+	s.noteUnnamed(name, s.out)
 	return s.write(s.out)
 }
 
 func (s *clientConn) write(b []byte) error {
-	if _, err := s.link.server.w.Write(b); err != nil {
+	if _, err := s.link.sw.Write(b); err != nil {
 		return &writeError{err}
 	}
 	if cap(s.out) > maxKeptBuffer {

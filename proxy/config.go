@@ -62,11 +62,6 @@ const (
 	PoolModeTransaction = "transaction"
 )
 
-// transactionModeReady is set once the transaction-mode relay is built;
-// until then New refuses PoolModeTransaction rather than serving it as
-// session mode.
-var transactionModeReady = false
-
 // Defaults for the zero values of PoolSettings: PgBouncer's.
 const (
 	DefaultPoolSize             = 20
@@ -318,13 +313,7 @@ func (c *Config) setPoolDefaults() error {
 	if c.PoolMode != PoolModeTransaction {
 		return nil
 	}
-	if err := c.Auth.check(); err != nil {
-		return err
-	}
-	if !transactionModeReady {
-		return errors.New("pool_mode: transaction is not available in this build")
-	}
-	return nil
+	return c.Auth.check()
 }
 
 // check does newClientAuth's checks but for loading the auth_file and

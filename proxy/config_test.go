@@ -8,13 +8,16 @@ import (
 	"time"
 )
 
-// TestConfigTransactionModeRefused: until the transaction-mode relay is
-// built, New refuses pool_mode transaction instead of serving it as session
-// mode, and says so by the key.
-func TestConfigTransactionModeRefused(t *testing.T) {
-	_, err := New(Config{Upstream: "127.0.0.1:1", Rewriter: testRewriter(t), PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authTrust}})
-	if err == nil || err.Error() != "pool_mode: transaction is not available in this build" {
+// TestConfigTransactionMode: New in transaction mode sets up the proxy's
+// own authentication and the pools; session mode has neither.
+func TestConfigTransactionMode(t *testing.T) {
+	srv, err := New(Config{Upstream: "127.0.0.1:1", Rewriter: testRewriter(t), PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authTrust}})
+	if err != nil || srv.auth == nil || srv.pools == nil || srv.cancelKeys == nil {
 		t.Fatalf("New in transaction mode: %v", err)
+	}
+	srv, err = New(Config{Upstream: "127.0.0.1:1", Rewriter: testRewriter(t)})
+	if err != nil || srv.auth != nil || srv.pools != nil {
+		t.Fatalf("New in session mode: %v", err)
 	}
 }
 
@@ -75,7 +78,6 @@ func TestConfigPoolErrors(t *testing.T) {
 		{"no source md5", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authMD5}}, "auth_file or auth_dsn: one is required"},
 		{"both sources", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: userlist, DSN: "host=x"}}, "auth_file and auth_dsn: set one of them, not both"},
 		{"query without dsn", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: userlist, Query: "SELECT 1"}}, "auth_query: needs auth_dsn"},
-		{"ready but for the relay", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: userlist}}, "pool_mode: transaction is not available in this build"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Upstream, tc.cfg.Rewriter = "127.0.0.1:1", testRewriter(t)

@@ -26,6 +26,7 @@ import (
 )
 
 func TestAuthenticationMethods(t *testing.T) {
+	sessionModeOnly(t, "the server's authentication methods, relayed end to end; in transaction mode the proxy authenticates (clientauth_test.go)")
 	p := startProxy(t, Config{})
 	ensureRole(t,
 		roleSQL("ttl_trust", "unused"),
@@ -90,6 +91,7 @@ func TestCancelRequest(t *testing.T) {
 }
 
 func TestUpstreamUnreachable(t *testing.T) {
+	sessionModeOnly(t, "counts a dial per client; a pool does not dial again within server_login_retry (TestPoolLoginFailure)")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +115,7 @@ func TestUpstreamUnreachable(t *testing.T) {
 }
 
 func TestUpstreamLostMidSession(t *testing.T) {
+	sessionModeOnly(t, "the server is lost between statements; in transaction mode the client holds none then, and the next statement runs on another (TestPooledServerLost)")
 	fwd := startForwarder(t, pgtest.Server(t).Addr())
 	p := startProxy(t, Config{Upstream: fwd.addr})
 	if err := p.srv.CheckUpstream(testContext(t)); err != nil {
@@ -236,6 +239,7 @@ func negotiationRequest(code uint32) []byte {
 }
 
 func TestSSLAndGSSRequestsDeclined(t *testing.T) {
+	sessionModeOnly(t, "logs in as a role the server trusts, without the password the proxy's own authentication asks for")
 	p := startProxy(t, Config{})
 	ensureRole(t, roleSQL("ttl_trust", "unused"))
 	raw := dialRaw(t, p.addr)
@@ -266,8 +270,8 @@ func TestSSLAndGSSRequestsDeclined(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
-	p := startProxy(t, Config{TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}})
 	ensureRole(t, "SET password_encryption = 'scram-sha-256'; "+roleSQL("ttl_scram", "scram-secret"))
+	p := startProxy(t, Config{TLSConfig: &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}}})
 	for _, c := range []struct {
 		user        *url.Userinfo
 		negotiation string

@@ -142,6 +142,9 @@ func startProxy(t testing.TB, cfg Config) *testProxy {
 	if cfg.Upstream == "" {
 		cfg.Upstream = pgtest.Server(t).Addr()
 	}
+	if os.Getenv(envPoolMode) == PoolModeTransaction && cfg.PoolMode == "" {
+		cfg.PoolMode, cfg.Auth.File = PoolModeTransaction, writeServerAuthFile(t)
+	}
 	if cfg.Rewriter == nil {
 		rw, err := rewrite.New(testRules, rewrite.Options{BypassRoles: cfg.BypassRoles})
 		if err != nil {

@@ -13,6 +13,12 @@ import (
 // be forwarded any more.
 const closedMark = math.MinInt64 / 2
 
+// releasedMark in link.pending means, in transaction mode, that the client
+// holds no server: its server pump gave the server back to the pool at the
+// ReadyForQuery that left it idle (pooled.go). It is far from both 0 and
+// closedMark: isClosed is false for it, and no count reaches it.
+const releasedMark = -(1 << 40)
+
 // errQuit: the server pump has ended, and with it the link.
 var errQuit = errors.New("session ended")
 
@@ -24,6 +30,13 @@ var errQuit = errors.New("session ended")
 // it, writes to the server; the link never calls the client.
 type link struct {
 	server *serverConn
+	// sw is the writer the client pump writes the server through: in
+	// session mode the server's own (serverConn.w); in transaction mode
+	// the link's, over whichever server it holds (target), so that the end
+	// of a flush, after the bytes have reached the server, never touches a
+	// buffer the server's next client writes.
+	sw     *msgWriter
+	target serverTarget
 	// cw is the client's writer: the server pump relays the server's
 	// messages through it (the client writes it only once the relay has
 	// stopped, to end the session).
@@ -48,46 +61,82 @@ type link struct {
 	// the client pump.
 	expected uint64
 
+	// zSeq counts the ReadyForQuery messages relayed: the server pump's
+	// side of expected (rejections are keyed by it). In transaction mode
+	// the pumps of successive servers carry it on.
+	zSeq uint64
+
 	// rejects are the rejected statements whose markers the server is to
 	// answer (reject.go).
 	rejects rejections
 	// answers is the queue of the proxy's own questions to the server,
 	// whose answers are kept from the client (refresh.go).
 	answers handoff
+
+	// Transaction mode only (pooled.go); nil pooled in session mode.
+	pooled *pooledLink
 }
 
 func newLink(server *serverConn) *link {
 	return &link{server: server, answers: newHandoff()}
 }
 
-// expect announces one more ReadyForQuery owed by the server; false when
-// the link is closing and the message must not be forwarded.
-func (l *link) expect() bool {
+// serverTarget writes to the server connection a pooled link holds; set by
+// the client pump at each relink.
+type serverTarget struct{ sc *serverConn }
+
+func (t *serverTarget) Write(b []byte) (int, error) { return t.sc.nc.Write(b) }
+
+// expectResult is what expect found.
+type expectResult uint8
+
+const (
+	// expectOK: one more ReadyForQuery is owed; forward the message.
+	expectOK expectResult = iota
+	// expectClosed: the link is closing; forward nothing.
+	expectClosed
+	// expectReleased: in transaction mode, the client holds no server; it
+	// acquires one first (clientConn.claim).
+	expectReleased
+)
+
+// expect announces one more ReadyForQuery owed by the server.
+func (l *link) expect() expectResult {
 	for {
 		v := l.pending.Load()
 		if isClosed(v) {
-			return false
+			return expectClosed
+		}
+		if v == releasedMark {
+			return expectReleased
 		}
 		if l.pending.CompareAndSwap(v, v+1) {
 			if v == 0 {
 				l.busySince.Store(monoNow())
 			}
 			l.expected++
-			return true
+			return expectOK
 		}
 	}
 }
 
 // owesNothing reports that the server owes no ReadyForQuery: the client
-// is still to send, the server has nothing more to answer.
-func (l *link) owesNothing() bool { return l.pending.Load() == 0 }
+// is still to send, the server has nothing more to answer (or, in
+// transaction mode, the client holds no server).
+func (l *link) owesNothing() bool {
+	v := l.pending.Load()
+	return v == 0 || v == releasedMark
+}
 
 // markClosed closes the link: nothing more is forwarded.
 func (l *link) markClosed() { l.pending.Store(closedMark) }
 
-// closeIfIdle closes the link if the server owes nothing; false when it
-// does (or the link is closed already).
-func (l *link) closeIfIdle() bool { return l.pending.CompareAndSwap(0, closedMark) }
+// closeIfIdle closes the link if the server owes nothing (or, in
+// transaction mode, the client holds no server); false when it does (or the
+// link is closed already).
+func (l *link) closeIfIdle() bool {
+	return l.pending.CompareAndSwap(0, closedMark) || l.pending.CompareAndSwap(releasedMark, closedMark)
+}
 
 // isClosed reports a pending count that carries closedMark. Small negative
 // counts (a ReadyForQuery the proxy did not foresee) are not closed.
@@ -100,7 +149,7 @@ func isClosed(pending int64) bool { return pending < closedMark/2 }
 // before it lowers pending, so a pending of 0 seen here comes with the
 // idleAt of the exchange that ended.
 func (l *link) idleExpired(now int64, timeout time.Duration) bool {
-	if timeout <= 0 || l.pending.Load() != 0 || l.txStatus.Load() != 'I' {
+	if timeout <= 0 || !l.owesNothing() || l.txStatus.Load() != 'I' {
 		return false
 	}
 	at := l.idleAt.Load()
@@ -139,10 +188,10 @@ type refreshResult struct {
 // them. Nothing else may be outstanding.
 func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, error) {
 	l.answers.refreshing.Store(int32(n))
-	if _, err := l.server.w.Write(msgs); err != nil {
+	if _, err := l.sw.Write(msgs); err != nil {
 		return refreshResult{}, &writeError{err}
 	}
-	if err := l.server.w.Flush(); err != nil {
+	if err := l.sw.Flush(); err != nil {
 		return refreshResult{}, &writeError{err}
 	}
 	var res refreshResult
@@ -160,10 +209,16 @@ func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, err
 	return res, nil
 }
 
-// readState is the server pump's side of ask: it reads one answer up to
-// its ReadyForQuery and hands it over.
-func (l *link) readState() error {
-	results, qerr, status, err := readResults(l.server.r, l.cw)
+// readState is the server pump's side of ask: it reads one answer from sc
+// up to its ReadyForQuery, flushes what it passed on to the client (the
+// asynchronous messages among the answer) and hands the answer over.
+func (l *link) readState(sc *serverConn) error {
+	results, qerr, status, err := readResults(sc.r, l.cw)
+	if err == nil {
+		if ferr := l.cw.Flush(); ferr != nil {
+			err = &writeError{ferr}
+		}
+	}
 	l.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
 	return err
 }
@@ -187,7 +242,7 @@ func (l *link) awaitIdle(quit <-chan struct{}) error {
 	if l.pending.Load() <= 0 {
 		return nil
 	}
-	if err := l.server.w.Flush(); err != nil {
+	if err := l.sw.Flush(); err != nil {
 		return &writeError{err}
 	}
 	l.answers.idleWait.Store(true)

@@ -78,6 +78,7 @@ type loginFunc func(ctx context.Context, lg serverLogin) (*serverConn, *serverWe
 
 // pooledServer is one server connection of a pool.
 type pooledServer struct {
+	pool    *pool
 	sc      *serverConn
 	welcome *serverWelcome
 	// born is when the login finished, idleSince when the server was last
@@ -134,6 +135,9 @@ type pool struct {
 	// db bounds the servers of the pool's database together
 	// (max_db_connections); nil: no bound.
 	db *dbSlots
+	// serve, when set, starts a new server's pump (Server.runServer), on a
+	// goroutine of its own, from its login on.
+	serve func(*pooledServer)
 
 	mu  sync.Mutex
 	cfg poolConfig
@@ -420,12 +424,15 @@ func (p *pool) loginOne(lg serverLogin, timeout time.Duration) {
 		s.keys = welcome.keys
 		p.secret = &s
 	}
-	ps := &pooledServer{sc: sc, welcome: welcome, born: now, idleSince: now}
+	ps := &pooledServer{pool: p, sc: sc, welcome: welcome, born: now, idleSince: now}
 	if p.closed {
 		p.mu.Unlock()
 		sc.terminate()
 		p.db.give()
 		return
+	}
+	if p.serve != nil {
+		p.serve(ps)
 	}
 	if p.handLocked(waitResult{ps: ps}) {
 		p.active++
@@ -458,7 +465,11 @@ func (p *pool) maintain() {
 	p.idle = keep
 	n := p.startLoginsLocked(now)
 	starved := p.dbStarved
+	check := append([]*pooledServer(nil), p.idle...)
 	p.mu.Unlock()
+	for _, ps := range check {
+		ps.sc.checkEnd()
+	}
 	for _, ps := range closing {
 		ps.sc.terminate()
 		p.db.give()
@@ -467,6 +478,26 @@ func (p *pool) maintain() {
 	if starved {
 		p.db.evictFor(p)
 	}
+}
+
+// remove takes a server whose connection has ended out of the idle stack;
+// false when it is not there (a client holds it, and releases it as
+// unusable when it finds it dead).
+func (p *pool) remove(ps *pooledServer) bool {
+	p.mu.Lock()
+	for i, x := range p.idle {
+		if x == ps {
+			n := len(p.idle)
+			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+			p.idle[:n][n-1] = nil
+			p.mu.Unlock()
+			ps.sc.close()
+			p.freed()
+			return true
+		}
+	}
+	p.mu.Unlock()
+	return false
 }
 
 // evictIdle closes the pool's oldest idle server, for another pool of the

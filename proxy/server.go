@@ -40,6 +40,15 @@ type Server struct {
 	// active counts the client connections open (MaxClientConnections).
 	active atomic.Int64
 
+	// auth and pools serve transaction mode (pooled.go); nil in session
+	// mode.
+	auth  *clientAuth
+	pools *poolSet
+	// cancelKeys are the BackendKeyData handed to clients (cancel.go).
+	cancelKeys *cancelKeys
+	// serverPumps counts the pooled servers' pumps (runServer).
+	serverPumps sync.WaitGroup
+
 	mu       sync.Mutex
 	sessions map[*clientConn]struct{}
 	draining bool
@@ -75,6 +84,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.sslMode, s.upstreamTLS, err = upstreamTLS(cfg.UpstreamTLS, cfg.Upstream); err != nil {
 		return nil, err
+	}
+	if cfg.PoolMode == PoolModeTransaction {
+		if s.auth, err = newClientAuth(cfg.authConfig()); err != nil {
+			return nil, err
+		}
+		s.pools = newPoolSet(s, cfg.poolConfig(), cfg.Pool.MaxDBConnections)
+		s.cancelKeys = newCancelKeys(0)
 	}
 	return s, nil
 }
@@ -135,6 +151,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.startSession(conn)
 	}
 	s.drain()
+	if s.pools != nil {
+		s.pools.close()
+		s.serverPumps.Wait()
+	}
 	return serveErr
 }
 

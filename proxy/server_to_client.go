@@ -21,6 +21,13 @@ const (
 	stopClientWrite
 	// stopShutdown: the link became idle during shutdown and is closed.
 	stopShutdown
+	// stopReleased: transaction mode, the ReadyForQuery that left the link
+	// idle gave the server back to the pool (pooledLink.release).
+	stopReleased
+	// stopUnlinked: transaction mode, a message from a server that no
+	// longer serves this link (released by the client, pooled.go): not
+	// read, for the pump to pass to whoever holds the server now.
+	stopUnlinked
 )
 
 // pumpEnd is what link.relay returns: why it stopped, the error, and the
@@ -43,7 +50,7 @@ func (s *clientConn) serverToClient() error {
 	started := false
 	var lastType byte
 	for {
-		end := l.relay(s.srv.latency, started, lastType)
+		end := l.relay(l.server, s.srv.latency, started, lastType)
 		switch end.why {
 		case stopStartup:
 			started = true
@@ -73,19 +80,22 @@ func (s *clientConn) serverToClient() error {
 	}
 }
 
-// relay forwards the server's messages to the client until it must stop
-// (pumpEnd). It decodes only ReadyForQuery, ErrorResponse while rejections
-// are pending, and during startup (until started) BackendKeyData and the
-// SASL mechanism list. lastType is the type of the last message relayed
-// before; lat takes the foreground latency samples.
-func (l *link) relay(lat *latencyWindow, started bool, lastType byte) pumpEnd {
-	r, w := l.server.r, l.cw
-	var zSeq uint64
+// relay forwards the messages of server sc to the client until it must
+// stop (pumpEnd). It decodes only ReadyForQuery, ErrorResponse while
+// rejections are pending, and during startup (until started) BackendKeyData
+// and the SASL mechanism list. lastType is the type of the last message
+// relayed before; lat takes the foreground latency samples.
+func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType byte) pumpEnd {
+	r, w := sc.r, l.cw
+	pl := l.pooled
 	var buf, out []byte
 	for {
 		typ, length, err := peekHeader(r)
 		if err != nil {
 			return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
+		}
+		if pl != nil && sc.linked() != l {
+			return pumpEnd{why: stopUnlinked, lastType: lastType}
 		}
 		if length < 4 {
 			return pumpEnd{why: stopServerEnded, lastType: lastType,
@@ -96,10 +106,17 @@ func (l *link) relay(lat *latencyWindow, started bool, lastType byte) pumpEnd {
 		var partial bool
 		switch {
 		case typ != 'D' && l.answers.refreshing.Load() > 0:
-			// The answer to the proxy's state query (state.go).
-			if err = l.readState(); err != nil && !isWriteError(err) {
+			// The answer to the proxy's state query (state.go). readState
+			// has flushed what it passed on to the client before handing
+			// the answer over: from then on the client may write to its
+			// own connection (transaction mode's welcome, pooled.go).
+			if err = l.readState(sc); err != nil {
+				if isWriteError(err) {
+					return pumpEnd{why: stopClientWrite, err: err}
+				}
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
+			continue
 		case typ == 'Z' && length == 5:
 			hdr, err := r.Peek(6)
 			if err != nil {
@@ -110,9 +127,9 @@ func (l *link) relay(lat *latencyWindow, started bool, lastType byte) pumpEnd {
 			if !started {
 				return pumpEnd{why: stopStartup, status: status, lastType: lastType}
 			}
-			zSeq++
+			l.zSeq++
 			if l.rejects.pending() {
-				l.rejects.drop(zSeq)
+				l.rejects.drop(l.zSeq)
 			}
 			// idleAt and txStatus before pending: a pending of 0 comes
 			// with them (sweep.go).
@@ -135,6 +152,17 @@ func (l *link) relay(lat *latencyWindow, started bool, lastType byte) pumpEnd {
 			if v <= 0 && l.closeAtIdle.Load() && l.closeIfIdle() {
 				return pumpEnd{why: stopShutdown}
 			}
+			if pl != nil && v == 0 && status == 'I' {
+				// The transaction is over: flushed first, since once
+				// released the client may take another server, whose
+				// pump writes to the client next.
+				if err := w.Flush(); err != nil {
+					return pumpEnd{why: stopClientWrite, err: err}
+				}
+				if pl.release(l, sc) {
+					return pumpEnd{why: stopReleased, lastType: 'Z'}
+				}
+			}
 		case typ == 'E' && l.rejects.pending():
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
@@ -145,7 +173,7 @@ func (l *link) relay(lat *latencyWindow, started bool, lastType byte) pumpEnd {
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
-			l.server.setBackendKey(buf[headerLen:])
+			sc.setBackendKey(buf[headerLen:])
 			_, err = w.Write(buf)
 		case typ == 'R' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {

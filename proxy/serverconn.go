@@ -4,24 +4,34 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // serverConn is one connection to the upstream server: the socket, the
 // buffers the relay reads and writes it through, and the server's
 // BackendKeyData. In session mode it serves one client for its whole life,
-// reached through that client's link (link.go); it knows nothing of the
-// client.
+// reached through that client's link (link.go); in transaction mode it
+// belongs to a pool and serves the link it is given (pooled.go). It knows
+// nothing of the client.
 //
-// Every idle client holds one, so it is kept to 64 bytes: a clientConn, its
-// link and its serverConn take the 640 bytes one session object took.
+// Every idle client in session mode holds one, so it is kept small: a
+// clientConn, its link and its serverConn take about the 640 bytes one
+// session object took.
 type serverConn struct {
-	// mu guards nc, closed and key, which the pumps, startup, the sweep and
-	// a forced shutdown reach from different goroutines.
+	// mu guards nc, closed, dead and key, which the pumps, startup, the
+	// sweep and a forced shutdown reach from different goroutines, and the
+	// writes of link.
 	mu sync.Mutex
 	// closed is set by the first close; the socket is closed then.
 	closed bool
-	nc     net.Conn
+	// dead: transaction mode, the server pump has ended; the server may not
+	// be linked any more.
+	dead bool
+	nc   net.Conn
+	// link is, in transaction mode, the link the server serves, nil while
+	// it is idle in its pool; read without mu by the server pump.
+	link atomic.Pointer[link]
 	// key is the body of the server's BackendKeyData (process ID and
 	// secret key), to cancel a statement still running at forced shutdown.
 	key string
@@ -114,6 +124,9 @@ func (sc *serverConn) cancelRequest() []byte {
 	binary.BigEndian.PutUint32(pkt[4:], cancelRequestCode)
 	return append(pkt, key...)
 }
+
+// linked returns the link a pooled server serves, nil when idle.
+func (sc *serverConn) linked() *link { return sc.link.Load() }
 
 // checkEnd runs rawConn.checkEnd on the socket (sweep.go).
 func (sc *serverConn) checkEnd() {

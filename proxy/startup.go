@@ -148,6 +148,24 @@ func (s *clientConn) relayCancel(pkt []byte) {
 		s.log.Debug("bad cancel request", "err", err)
 		return
 	}
+	if s.srv.cancelKeys != nil {
+		// Transaction mode: the key is the proxy's own (cancel.go).
+		target := s.srv.cancelKeys.lookup(req.ProcessID, req.SecretKey)
+		if target == nil {
+			s.log.Debug("cancel request with an unknown key dropped", "pid", req.ProcessID)
+			return
+		}
+		sent, err := s.srv.cancelPooled(target)
+		switch {
+		case err != nil:
+			s.log.Warn("forwarding cancel request", "err", err)
+		case sent:
+			s.log.Debug("cancel request forwarded", "session_id", target.id)
+		default:
+			s.log.Debug("cancel request for an idle client dropped", "session_id", target.id)
+		}
+		return
+	}
 	if err := s.srv.sendCancel(pkt); err != nil {
 		s.log.Warn("relaying cancel request", "err", err)
 		return
@@ -190,6 +208,10 @@ func (s *clientConn) startSession(pkt []byte) error {
 		s.srv.metrics.refused.Inc()
 		return &protocolError{code: codeTooManyConnections,
 			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", limit)}
+	}
+
+	if s.srv.pools != nil && !s.replication {
+		return s.startPooled(version, msg.Parameters)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)

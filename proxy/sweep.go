@@ -65,6 +65,9 @@ func (s *Server) sweepSessions(ctx context.Context) {
 		for _, sess := range all {
 			sess.checkEnds()
 		}
+		if s.pools != nil {
+			s.pools.maintain()
+		}
 		clear(all)
 		clear(idle)
 		t.Reset(idleSweepPeriod(timeout))
@@ -75,6 +78,14 @@ func (s *Server) sweepSessions(ctx context.Context) {
 func (s *clientConn) checkEnds() {
 	if rc := rawConnOf(s.conn()); rc != nil {
 		rc.checkEnd()
+	}
+	if pl := s.link.pooled; pl != nil {
+		// The server the client holds; idle ones are checked by their
+		// pool (pool.maintain).
+		if ps, _ := pl.holding(); ps != nil {
+			ps.sc.checkEnd()
+		}
+		return
 	}
 	s.link.server.checkEnd()
 }

@@ -1,0 +1,120 @@
+package proxy
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"sync"
+)
+
+// CancelRequest in transaction mode (docs/design/pooling.md §5): each
+// client is given a BackendKeyData the proxy makes, and a CancelRequest
+// with it is forwarded, with the server's own key, to the server the client
+// holds, only while a statement of the client's runs there. A key whose
+// client is idle, gone or unknown cancels nothing, even when the server
+// it last used now serves another client.
+
+// Process ID layout (design §5): bit 31 zero (pgjdbc ignores negative IDs),
+// bits 30–17 the instance's peer id (0: not peered), bits 16–0 chosen at
+// random, unique among the instance's live clients.
+const (
+	cancelPeerShift = 17
+	cancelLocalMask = 1<<cancelPeerShift - 1
+)
+
+// cancelKey is the BackendKeyData the proxy gives a client in transaction
+// mode.
+type cancelKey struct {
+	pid    uint32
+	secret [4]byte
+}
+
+// cancelKeys maps the keys handed out to their clients.
+type cancelKeys struct {
+	peer uint32 // the instance's peer id
+	mu   sync.Mutex
+	m    map[uint32]*clientConn
+}
+
+func newCancelKeys(peer uint32) *cancelKeys {
+	return &cancelKeys{peer: peer, m: make(map[uint32]*clientConn)}
+}
+
+// issue makes a key for s and registers it: a process ID not in use and a
+// random secret (49 random bits in all).
+func (k *cancelKeys) issue(s *clientConn) cancelKey {
+	var b [8]byte
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for {
+		_, _ = rand.Read(b[:])
+		local := binary.BigEndian.Uint32(b[:4]) & cancelLocalMask
+		if local == 0 {
+			continue
+		}
+		pid := k.peer<<cancelPeerShift | local
+		if _, used := k.m[pid]; used {
+			continue
+		}
+		k.m[pid] = s
+		key := cancelKey{pid: pid}
+		copy(key.secret[:], b[4:])
+		return key
+	}
+}
+
+// forget unregisters s's key when its session ends.
+func (k *cancelKeys) forget(s *clientConn) {
+	k.mu.Lock()
+	if k.m[s.cancelKey.pid] == s {
+		delete(k.m, s.cancelKey.pid)
+	}
+	k.mu.Unlock()
+}
+
+// lookup returns the client whose key is (pid, secret), nil when none is:
+// the secret is compared in constant time.
+func (k *cancelKeys) lookup(pid uint32, secret []byte) *clientConn {
+	k.mu.Lock()
+	s := k.m[pid]
+	k.mu.Unlock()
+	if s == nil || subtle.ConstantTimeCompare(s.cancelKey.secret[:], secret) != 1 {
+		return nil
+	}
+	return s
+}
+
+// cancelPooled forwards a CancelRequest for the statement s runs now, if it
+// runs one: the server the client holds is kept from being released until
+// the server has taken the request (PgBouncer's SV_BEING_CANCELED), so that
+// the cancel cannot reach the next client of that server; a release the
+// cancel held back happens when it is done. It reports whether it was
+// forwarded.
+func (srv *Server) cancelPooled(s *clientConn) (bool, error) {
+	l, pl := s.link, s.link.pooled
+	pl.mu.Lock()
+	ps := pl.held
+	if ps == nil || l.pending.Load() <= 0 {
+		pl.mu.Unlock()
+		return false, nil
+	}
+	pl.cancels++
+	pl.mu.Unlock()
+	defer func() {
+		pl.mu.Lock()
+		pl.cancels--
+		last := pl.cancels == 0
+		pl.mu.Unlock()
+		if last {
+			// The statement may have ended meanwhile, its ReadyForQuery
+			// not releasing the server because of this cancel: release it
+			// now if the link is idle.
+			pl.release(l, ps.sc)
+		}
+	}()
+	pkt := ps.sc.cancelRequest()
+	if pkt == nil {
+		return false, nil
+	}
+	return true, srv.sendCancel(pkt)
+}

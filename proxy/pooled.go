@@ -1,0 +1,608 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// Transaction mode (docs/design/pooling.md): a client holds a server
+// connection from the first message of a transaction (or of an implicit
+// one) to the ReadyForQuery that ends it, then the server goes back to its
+// pool (pool.go). The client pump and the relay are session mode's; what
+// differs is here:
+//
+//   - the client logs in to the proxy (clientauth.go), and the proxy logs
+//     in to servers in its name (serverlogin.go);
+//   - each pooled server has a pump of its own for its whole life
+//     (runServer), which relays what the server sends to the link it
+//     serves and, at the ReadyForQuery that leaves the link idle outside a
+//     transaction block, gives the server back (pooledLink.release);
+//   - a client that holds no server acquires one at its next unit
+//     (clientConn.claim, relink) and, when the server last served another
+//     client, resets its settings first (RESET ROLE; RESET ALL);
+//   - a client whose statements may leave state that cannot be replayed
+//     or reset (SET, temporary tables, LISTEN, advisory locks, WITH HOLD
+//     cursors, named prepared statements, …: pin.go) keeps its server for
+//     the rest of its session; the server is closed when it leaves.
+
+// pooledLink is the transaction-mode part of a client's link.
+type pooledLink struct {
+	pool   *pool
+	client uint64 // the client's id: affinity in the pool
+
+	// ctx ends a wait for a server (the client is closed).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards held and unheld, and orders a release against the client's
+	// and the server pump's other changes of them.
+	mu sync.Mutex
+	// held is the server the client holds, nil when none.
+	held *pooledServer
+	// unheld is closed when held becomes nil.
+	unheld chan struct{}
+	// pinned: the client keeps its server until it leaves (pin.go).
+	pinned atomic.Bool
+	// cancels counts the CancelRequests being forwarded to held's server
+	// (cancel.go): while not 0 the server is not released.
+	cancels int
+
+	// unnamed is the Parse message of the client's unnamed statement as
+	// forwarded (empty: none), parsed on server unnamedOn; unnamedOK while
+	// the client holds that server and nobody used it since. Owned by the
+	// client pump.
+	unnamed   []byte
+	unnamedOn *serverConn
+	unnamedOK bool
+
+	// onEnd ends the client's session when the pump of the server it held
+	// stopped (the server or the client's socket failed, or shutdown); it
+	// runs on that pump, which owns the client's writer then.
+	onEnd func(pumpEnd)
+}
+
+// release gives sc back to the pool when it is the server l holds and the
+// link is idle outside a transaction block, not pinned and not closing:
+// pending goes from 0 to releasedMark, so that the client's next unit
+// acquires a server again. Called by sc's pump at a ReadyForQuery, and by
+// the client at the end of its startup; false when the link keeps sc.
+func (pl *pooledLink) release(l *link, sc *serverConn) bool {
+	pl.mu.Lock()
+	ps := pl.held
+	if ps == nil || ps.sc != sc || pl.pinned.Load() || pl.cancels > 0 || l.txStatus.Load() != 'I' ||
+		!l.pending.CompareAndSwap(0, releasedMark) {
+		pl.mu.Unlock()
+		return false
+	}
+	pl.held = nil
+	close(pl.unheld)
+	sc.link.Store(nil)
+	pl.mu.Unlock()
+	pl.pool.release(ps, pl.client, true)
+	return true
+}
+
+// drop ends the link's hold on sc, whose pump has stopped: true when the
+// link held it (the client's session ends then).
+func (pl *pooledLink) drop(sc *serverConn) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.held == nil || pl.held.sc != sc {
+		return false
+	}
+	pl.held = nil
+	close(pl.unheld)
+	return true
+}
+
+// holding returns the server the client holds and the channel closed when
+// it no longer does; nil, nil when it holds none.
+func (pl *pooledLink) holding() (*pooledServer, <-chan struct{}) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.held, pl.unheld
+}
+
+// resetMsgs returns a server that served another client to the settings of
+// a fresh one: RESET ALL leaves the role alone, hence RESET ROLE first. A
+// client whose own statements changed settings is pinned and never hands
+// its server on; this undoes what a function changed unseen.
+var resetMsgs = appendQuery(nil, "RESET ROLE; RESET ALL")
+
+// claim announces one more ReadyForQuery owed (link.expect); in transaction
+// mode a client that holds no server acquires one first. Errors: errShutdown
+// when the link is closing; a *protocolError (FATAL) when no server could be
+// had, the session's end then decided.
+func (s *clientConn) claim() error {
+	switch s.link.expect() {
+	case expectOK:
+		return nil
+	case expectClosed:
+		return errShutdown
+	}
+	return s.relink(1)
+}
+
+// relink acquires a server from the client's pool and links it with pending
+// set to owed (1 for the unit about to be forwarded, 0 at startup); when the
+// server last served another client, its settings are reset first.
+func (s *clientConn) relink(owed int64) error {
+	l := s.link
+	pl := l.pooled
+	for {
+		ps, err := pl.pool.acquire(pl.ctx, s.id)
+		if err != nil {
+			return s.acquireFailed(err)
+		}
+		sc := ps.sc
+		sc.mu.Lock()
+		if sc.dead {
+			sc.mu.Unlock()
+			pl.pool.release(ps, s.id, false)
+			continue
+		}
+		pl.mu.Lock()
+		if !l.pending.CompareAndSwap(releasedMark, owed) {
+			pl.mu.Unlock()
+			sc.mu.Unlock()
+			pl.pool.release(ps, s.id, true)
+			return errShutdown
+		}
+		pl.held, pl.unheld = ps, make(chan struct{})
+		sc.link.Store(l)
+		pl.mu.Unlock()
+		sc.mu.Unlock()
+		l.server, l.target.sc = sc, sc
+		l.txStatus.Store('I') // a pooled server is idle when handed out
+		pl.unnamedOK = sc == pl.unnamedOn && ps.lastClient == s.id
+		if owed > 0 {
+			l.busySince.Store(monoNow())
+			l.expected++
+		}
+		if ps.lastClient != 0 && ps.lastClient != s.id {
+			res, err := l.ask(resetMsgs, 1, s.quit)
+			if err != nil {
+				return err
+			}
+			if res.qerr != nil {
+				s.endWithFatal(codeConnectionFailure, "ttlproxy: could not reset a server connection: "+res.qerr.Message)
+				return &protocolError{code: codeConnectionFailure, msg: res.qerr.Message}
+			}
+		}
+		return nil
+	}
+}
+
+// noteUnnamed records the Parse message msg, about to be forwarded, when it
+// is of the unnamed statement (name empty), in transaction mode.
+func (s *clientConn) noteUnnamed(name, msg []byte) {
+	pl := s.link.pooled
+	if pl == nil || len(name) > 0 {
+		return
+	}
+	pl.unnamed = append(pl.unnamed[:0], msg...)
+	pl.unnamedOn, pl.unnamedOK = s.link.server, true
+	if cap(pl.unnamed) > maxKeptBuffer {
+		pl.unnamed, pl.unnamedOn, pl.unnamedOK = nil, nil, false
+	}
+}
+
+// reparseUnnamed, for a Bind or Describe that starts a batch (total bytes,
+// unread in r), parses the client's unnamed statement again on the server
+// the client holds now when the message names it and the server does not
+// have it (the client parsed it in an earlier transaction, on another
+// server or before another client used this one): drivers describe a
+// statement in one exchange and bind it in the next (pgx's
+// QueryExecModeCacheDescribe). The Parse and a Sync go as a question of the
+// proxy's own, whose answer the client does not see; a failure leaves the
+// client's message to fail as the server would fail it (26000).
+func (s *clientConn) reparseUnnamed(typ byte, r *msgReader, total int) error {
+	pl := s.link.pooled
+	if pl.unnamedOK || len(pl.unnamed) == 0 {
+		return nil
+	}
+	b, err := r.Peek(min(total, r.Size()))
+	if err != nil && len(b) < total {
+		return nil // the relay reports the short read
+	}
+	body := b[headerLen:]
+	switch typ {
+	case 'B':
+		if name, ok := bindStatement(body); !ok || len(name) > 0 {
+			return nil
+		}
+	case 'D':
+		if len(body) < 2 || body[0] != 'S' || body[1] != 0 {
+			return nil
+		}
+	}
+	msgs := append(append([]byte(nil), pl.unnamed...), 'S', 0, 0, 0, 4)
+	if _, err := s.link.ask(msgs, 1, s.quit); err != nil {
+		return err
+	}
+	pl.unnamedOn, pl.unnamedOK = s.link.server, true
+	return nil
+}
+
+// acquireFailed ends the session of a client that could not get a server:
+// err is pool.acquire's.
+func (s *clientConn) acquireFailed(err error) error {
+	var pe *protocolError
+	switch {
+	case errors.As(err, &pe):
+	case errors.Is(err, context.Canceled):
+		pe = &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
+	default:
+		pe = loginError(err)
+	}
+	s.logger().Info("closing client: no server connection", "sqlstate", pe.code, "err", pe.msg)
+	b := errorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
+	s.fatal.CompareAndSwap(nil, &b)
+	s.link.markClosed()
+	return pe
+}
+
+// startPooled logs the client in to the proxy (the StartupMessage of
+// protocol version, with parameters params) and attaches it to the pool of
+// its key; its session starts in forwardPooled. The proxy speaks protocol
+// 3.0 and 3.2 to clients itself (servers are logged in with 3.0: the two
+// differ only in the length of the cancel key, which the proxy makes), and
+// answers a later minor version or _pq_ options with
+// NegotiateProtocolVersion, as PostgreSQL does.
+func (s *clientConn) startPooled(version uint32, params map[string]string) error {
+	var unknown []string
+	keyed := make(map[string]string, len(params))
+	for k, v := range params {
+		switch {
+		case strings.HasPrefix(k, "_pq_."):
+			unknown = append(unknown, k)
+		case k != "user" && k != "database":
+			keyed[k] = v
+		}
+	}
+	if minor := version & 0xffff; minor > 2 || minor == 1 || len(unknown) > 0 {
+		newest := uint32(0)
+		if minor >= 2 {
+			newest = 2
+		}
+		slices.Sort(unknown)
+		b, _ := (&pgproto3.NegotiateProtocolVersion{NewestMinorProtocol: newest, UnrecognizedOptions: unknown}).Encode(nil)
+		if _, err := s.nc.Write(b); err != nil {
+			return fmt.Errorf("writing NegotiateProtocolVersion: %w", err)
+		}
+		for _, k := range unknown {
+			delete(params, k)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.rs.Load().clientLoginTimeout)
+	defer cancel()
+	login, err := s.srv.auth.authenticate(ctx, s.nc, s.user, s.database)
+	if err != nil {
+		return err
+	}
+	key := poolKey{database: s.database, user: s.user, params: keyParams(keyed), settings: login.settings}
+	startup := make(map[string]string, len(params)+1)
+	for k, v := range params {
+		startup[k] = v
+	}
+	startup["database"] = s.database
+	p := s.srv.pools.get(key, startup)
+	p.setSecret(login)
+	s.cancelKey = s.srv.cancelKeys.issue(s)
+	pctx, pcancel := context.WithCancel(context.Background())
+	s.link.pooled = &pooledLink{pool: p, client: s.id, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded}
+	s.link.pending.Store(releasedMark)
+	return nil
+}
+
+// forwardPooled runs a transaction-mode session: the welcome (ParameterStatus,
+// BackendKeyData, ReadyForQuery, after the catalog and the session state are
+// read on a server of the pool), then the client pump on this goroutine; the
+// servers' pumps relay the answers.
+func (s *clientConn) forwardPooled() error {
+	l := s.link
+	s.cr = newMsgReader(clientReader{s.nc, s}, clientBufSize, l.owesNothing)
+	l.cw = newMsgWriter(s.nc)
+	l.sw = newMsgWriter(&l.target)
+	err := s.welcome()
+	if err == nil {
+		err = s.pump("client_to_server", s.nc, s.clientToServer)
+	}
+	s.endPooled()
+	return err
+}
+
+// welcome reads the catalog and the session state on a server of the pool
+// and sends the client what a server sends after authentication.
+func (s *clientConn) welcome() error {
+	l, pl := s.link, s.link.pooled
+	if err := s.relink(0); err != nil {
+		return err
+	}
+	ps, _ := pl.holding()
+	if ps == nil {
+		return errQuit
+	}
+	if len(s.rs.Load().rules) > 0 {
+		s.st.track = true
+		err := s.loadCatalog(func(q []byte) ([][][]string, *pgproto3.ErrorResponse, byte, error) {
+			res, err := l.ask(q, 1, s.quit)
+			return res.results, res.qerr, res.status, err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if !pl.release(l, ps.sc) {
+		return s.violation(codeInternalError, "ttlproxy: the server connection was not idle after startup")
+	}
+	close(s.ready)
+	for _, p := range ps.welcome.params {
+		m := pgproto3.ParameterStatus{Name: p.name, Value: p.value}
+		b, _ := m.Encode(nil)
+		_, _ = l.cw.Write(b)
+	}
+	key := pgproto3.BackendKeyData{ProcessID: s.cancelKey.pid, SecretKey: s.cancelKey.secret[:]}
+	b, _ := key.Encode(nil)
+	_, _ = l.cw.Write(b)
+	l.idleAt.Store(monoNow())
+	l.txStatus.Store('I')
+	l.writeZ('I')
+	if err := l.cw.Flush(); err != nil {
+		s.closing.Store(true)
+		return fmt.Errorf("client: %w", err)
+	}
+	return nil
+}
+
+// endPooled ends a transaction-mode session once the client pump has
+// stopped: a server the client still holds (mid-transaction or pinned) is
+// closed, and its pump ends the session as in session mode (serverEnded);
+// otherwise the client is sent the FATAL decided for it, if any.
+func (s *clientConn) endPooled() {
+	l, pl := s.link, s.link.pooled
+	l.markClosed()
+	pl.cancel()
+	if ps, unheld := pl.holding(); ps != nil {
+		ps.sc.close()
+		<-unheld
+	} else if !s.ended.Load() {
+		if f := s.fatal.Load(); f != nil {
+			_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
+			_, _ = l.cw.Write(*f)
+			_ = l.cw.Flush()
+			s.lingerClient()
+		}
+	}
+	s.quitOnce.Do(func() { close(s.quit) })
+	s.srv.cancelKeys.forget(s)
+	if s.lingering.Load() {
+		s.drainClient()
+	}
+}
+
+// serverEnded is pooledLink.onEnd: the pump of the server the client held
+// has stopped, and the session ends as serverToClient ends it in session
+// mode. It runs on that pump.
+func (s *clientConn) serverEnded(end pumpEnd) {
+	s.ended.Store(true)
+	switch end.why {
+	case stopServerEnded:
+		_ = s.upstreamEnded(end.err, end.partial, end.lastType)
+	case stopClientWrite:
+		_ = s.clientWriteFailed(end.err)
+	default: // stopShutdown
+		_ = s.closeAtShutdown()
+	}
+	s.quitOnce.Do(func() { close(s.quit) })
+}
+
+// startServer sets up a new pooled server's buffers and starts its pump
+// (pool.serve): before the pool hands the server out.
+func (srv *Server) startServer(ps *pooledServer) {
+	sc := ps.sc
+	sc.startBuffers(func() bool {
+		l := sc.linked()
+		return l == nil || l.owesNothing()
+	})
+	srv.serverPumps.Add(1)
+	go func() {
+		defer srv.serverPumps.Done()
+		srv.runServer(ps)
+	}()
+}
+
+// runServer is a pooled server's pump, for the server's whole life: it
+// relays what the server sends to the link it serves, and drops what it
+// sends while it serves none (a NoticeResponse, the FATAL before a
+// terminated backend closes); when the connection ends it takes the server
+// out of its pool, or ends the session of the client that held it.
+func (srv *Server) runServer(ps *pooledServer) {
+	sc := ps.sc
+	loop := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				srv.log.Error("server pump panic", "panic", fmt.Sprint(r))
+				err = fmt.Errorf("panic in server pump: %v", r)
+				srv.serverGone(ps, pumpEnd{why: stopServerEnded, err: err, partial: true})
+			}
+		}()
+		return srv.pumpServer(ps)
+	}
+	if rc := rawConnOf(sc.nc); rc != nil {
+		_ = rc.drive(loop)
+	} else {
+		_ = loop()
+	}
+}
+
+// pumpServer is runServer's loop.
+func (srv *Server) pumpServer(ps *pooledServer) error {
+	sc := ps.sc
+	var lastType byte
+	var buf []byte
+	for {
+		_, length, err := peekHeader(sc.r)
+		if err == nil && length < 4 {
+			err = fmt.Errorf("invalid message length %d from upstream", length)
+		}
+		if err != nil {
+			srv.serverGone(ps, pumpEnd{why: stopServerEnded, err: err, lastType: lastType})
+			return err
+		}
+		l := sc.linked()
+		if l == nil {
+			if buf, err = readMessage(sc.r, buf, int(length)+1); err != nil {
+				srv.serverGone(ps, pumpEnd{why: stopServerEnded, err: err, partial: true})
+				return err
+			}
+			if cap(buf) > maxKeptBuffer {
+				buf = nil
+			}
+			continue
+		}
+		end := l.relay(sc, srv.latency, true, lastType)
+		switch end.why {
+		case stopReleased, stopUnlinked:
+			lastType = end.lastType
+		default:
+			srv.serverGone(ps, end)
+			return end.err
+		}
+	}
+}
+
+// serverGone handles the end of a pooled server's pump: the client that
+// held the server has its session ended (onEnd) and the server closed;
+// an idle server is taken out of its pool.
+func (srv *Server) serverGone(ps *pooledServer, end pumpEnd) {
+	sc := ps.sc
+	sc.mu.Lock()
+	sc.dead = true
+	l := sc.link.Load()
+	held := l != nil && l.pooled.drop(sc)
+	sc.mu.Unlock()
+	if held {
+		l.pooled.onEnd(end)
+		ps.pool.release(ps, l.pooled.client, false)
+		return
+	}
+	sc.close()
+	ps.pool.remove(ps)
+}
+
+// poolSet is the server's pools by key, for transaction mode.
+type poolSet struct {
+	srv *Server
+	mu  sync.Mutex
+	m   map[poolKey]*pool
+	dbs map[string]*dbSlots
+	cfg poolConfig
+	// maxDB is max_db_connections.
+	maxDB  int
+	closed bool
+}
+
+func newPoolSet(srv *Server, cfg poolConfig, maxDB int) *poolSet {
+	return &poolSet{srv: srv, m: make(map[poolKey]*pool), dbs: make(map[string]*dbSlots), cfg: cfg, maxDB: maxDB}
+}
+
+// get returns the pool of key, made on first use with startup as its
+// logins' StartupMessage.
+func (ps *poolSet) get(key poolKey, startup map[string]string) *pool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if p := ps.m[key]; p != nil {
+		return p
+	}
+	db, ok := ps.dbs[key.database]
+	if !ok {
+		db = newDBSlots(ps.maxDB)
+		ps.dbs[key.database] = db
+	}
+	srv := ps.srv
+	login := func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error) {
+		sc, w, err := srv.loginServer(ctx, lg)
+		if errors.Is(err, errServerLogin) {
+			srv.metrics.upstreamErrors.Inc()
+			srv.log.Error("connecting to upstream", "database", key.database, "user", key.user, "err", err)
+		}
+		return sc, w, err
+	}
+	p := newPool(key, startup, ps.cfg, login, db)
+	p.serve = ps.srv.startServer
+	if ps.closed {
+		p.close()
+	}
+	ps.m[key] = p
+	return p
+}
+
+// maintain runs each pool's maintenance (the sweep's tick).
+func (ps *poolSet) maintain() {
+	ps.mu.Lock()
+	pools := make([]*pool, 0, len(ps.m))
+	for _, p := range ps.m {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range pools {
+		p.maintain()
+	}
+}
+
+// waiting counts the clients waiting for a server, in all pools.
+func (ps *poolSet) waiting() int {
+	ps.mu.Lock()
+	pools := make([]*pool, 0, len(ps.m))
+	for _, p := range ps.m {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	n := 0
+	for _, p := range pools {
+		n += p.stats().waiting
+	}
+	return n
+}
+
+// idleServers counts the idle servers of all pools; 0 for a nil set
+// (session mode).
+func (ps *poolSet) idleServers() int {
+	if ps == nil {
+		return 0
+	}
+	ps.mu.Lock()
+	pools := make([]*pool, 0, len(ps.m))
+	for _, p := range ps.m {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	n := 0
+	for _, p := range pools {
+		n += p.stats().idle
+	}
+	return n
+}
+
+// close closes every pool (shutdown): idle servers get Terminate.
+func (ps *poolSet) close() {
+	ps.mu.Lock()
+	ps.closed = true
+	pools := make([]*pool, 0, len(ps.m))
+	for _, p := range ps.m {
+		pools = append(pools, p)
+	}
+	ps.mu.Unlock()
+	for _, p := range pools {
+		p.close()
+	}
+}
