@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +64,17 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxy.New(proxy.Config{
+	cfg := proxy.Config{
 		Upstream:    srv.Addr(),
 		Rewriter:    rw,
 		BypassRoles: o.bypassRoles,
 		Logger:      logger,
 		Registerer:  s.reg,
-	})
+	}
+	if os.Getenv(envPoolMode) == proxy.PoolModeTransaction {
+		cfg.PoolMode, cfg.Auth.File = proxy.PoolModeTransaction, s.serverAuthFile()
+	}
+	p, err := proxy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,4 +229,38 @@ func ids(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return strings.Join(vals, ",")
+}
+
+// envPoolMode set to "transaction" runs the stacks' proxies in transaction
+// mode, authenticating clients against serverAuthFile.
+const envPoolMode = "TTLPROXY_TEST_POOL_MODE"
+
+// serverAuthFile writes an auth_file with the server's own secrets
+// (pg_authid) of the roles that have one: clients log in to the proxy as
+// they would to the server, and the proxy logs in with their SCRAM keys.
+// Roles made after the stack starts are not in it.
+func (s *stack) serverAuthFile() string {
+	s.t.Helper()
+	conn := s.connect(s.direct)
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(context.Background(), "SELECT rolname, rolpassword FROM pg_authid WHERE rolpassword IS NOT NULL")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var b strings.Builder
+	for rows.Next() {
+		var name, secret string
+		if err := rows.Scan(&name, &secret); err != nil {
+			s.t.Fatal(err)
+		}
+		b.WriteString(`"` + name + `" "` + secret + "\"\n")
+	}
+	if err := rows.Err(); err != nil {
+		s.t.Fatal(err)
+	}
+	path := filepath.Join(s.t.TempDir(), "userlist.txt")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
+	return path
 }
