@@ -40,8 +40,8 @@ func newCancelKeys(peer uint32) *cancelKeys {
 	return &cancelKeys{peer: peer, m: make(map[uint32]*clientConn)}
 }
 
-// issue makes a key for s and registers it: a process ID not in use and a
-// random secret (49 random bits in all).
+// issue makes a key for s, sets s.cancelKey and registers it: a process ID
+// not in use and a random secret (49 random bits in all).
 func (k *cancelKeys) issue(s *clientConn) cancelKey {
 	var b [8]byte
 	k.mu.Lock()
@@ -56,9 +56,10 @@ func (k *cancelKeys) issue(s *clientConn) cancelKey {
 		if _, used := k.m[pid]; used {
 			continue
 		}
-		k.m[pid] = s
 		key := cancelKey{pid: pid}
 		copy(key.secret[:], b[4:])
+		s.cancelKey = key // before a lookup can find s
+		k.m[pid] = s
 		return key
 	}
 }
@@ -91,7 +92,7 @@ func (k *cancelKeys) lookup(pid uint32, secret []byte) *clientConn {
 // cancel held back happens when it is done. It reports whether it was
 // forwarded.
 func (srv *Server) cancelPooled(s *clientConn) (bool, error) {
-	l, pl := s.link, s.link.pooled
+	l, pl := s.link, s.link.pooled.Load()
 	pl.mu.Lock()
 	ps := pl.held
 	if ps == nil || l.pending.Load() <= 0 {

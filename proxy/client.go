@@ -151,9 +151,9 @@ func (s *clientConn) run() {
 		}
 		return
 	}
-	s.log.Info("session started", "replication", s.replication, "pooled", s.link.pooled != nil)
+	s.log.Info("session started", "replication", s.replication, "pooled", s.link.pooled.Load() != nil)
 	var err error
-	if s.link.pooled != nil {
+	if s.link.pooled.Load() != nil {
 		err = s.forwardPooled()
 	} else {
 		err = s.forward()
@@ -325,7 +325,7 @@ func (s *clientConn) closeClient() {
 // closeUpstream closes the server connection: in transaction mode the one
 // the client holds, if any (its pump then ends the session, serverEnded).
 func (s *clientConn) closeUpstream() {
-	if pl := s.link.pooled; pl != nil {
+	if pl := s.link.pooled.Load(); pl != nil {
 		if ps, _ := pl.holding(); ps != nil {
 			ps.sc.close()
 		}
@@ -338,7 +338,7 @@ func (s *clientConn) closeUpstream() {
 // (serverConn.endAtBoundary): in transaction mode, of a server the client
 // holds, which is closed rather than returned (its state is the client's).
 func (s *clientConn) endUpstreamAtBoundary() {
-	if pl := s.link.pooled; pl != nil {
+	if pl := s.link.pooled.Load(); pl != nil {
 		s.link.markClosed() // no release from here on
 		if ps, _ := pl.holding(); ps != nil {
 			_ = ps.sc.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
@@ -372,7 +372,7 @@ func (s *clientConn) beginShutdown() {
 	}
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
-	if pl := s.link.pooled; pl != nil {
+	if pl := s.link.pooled.Load(); pl != nil {
 		// Idle in transaction mode: a server the client holds (pinned) is
 		// closed and its pump tells the client; otherwise the client pump,
 		// woken, does (endPooled).
@@ -403,7 +403,7 @@ func (s *clientConn) forceClose() {
 	b := adminShutdownError()
 	s.fatal.CompareAndSwap(nil, &b)
 	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if pl := s.link.pooled; pl != nil {
+	if pl := s.link.pooled.Load(); pl != nil {
 		pl.cancel()
 		ps, _ := pl.holding()
 		if ps == nil {

@@ -19,7 +19,7 @@ import (
 func (s *clientConn) clientToServer() error {
 	l := s.link
 	r := s.cr
-	pooled := l.pooled != nil
+	pooled := l.pooled.Load() != nil
 
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
@@ -285,8 +285,8 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
-	if pl := s.link.pooled; pl != nil {
-		s.pinFor(sql)
+	if pl := s.link.pooled.Load(); pl != nil {
+		s.noteStatement(sql)
 		pl.unnamed = pl.unnamed[:0] // a simple Query drops the unnamed statement
 	}
 	res, err := s.rewriteStatement(sql)
@@ -318,11 +318,11 @@ func (s *clientConn) forwardParse(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
-	if s.link.pooled != nil {
+	if s.link.pooled.Load() != nil {
 		if len(name) > 0 {
 			s.pin(pinPrepared)
 		}
-		s.pinFor(sql)
+		s.noteStatement(sql)
 	}
 	res, err := s.rewriteStatement(sql)
 	err = s.st.onParse(name, sql, rest[2:], res, err)

@@ -19,6 +19,11 @@ const closedMark = math.MinInt64 / 2
 // closedMark: isClosed is false for it, and no count reaches it.
 const releasedMark = -(1 << 40)
 
+// checkInMark in link.pending means, in transaction mode, that the server
+// pump reads the client's settings back before it releases the server
+// (pooledLink.checkIn): the client's next unit waits for the release.
+const checkInMark = -(1 << 41)
+
 // errQuit: the server pump has ended, and with it the link.
 var errQuit = errors.New("session ended")
 
@@ -73,8 +78,9 @@ type link struct {
 	// whose answers are kept from the client (refresh.go).
 	answers handoff
 
-	// Transaction mode only (pooled.go); nil pooled in session mode.
-	pooled *pooledLink
+	// pooled is the transaction-mode part (pooled.go), set once at startup;
+	// nil in session mode. Read by the sweep and shutdown too, hence atomic.
+	pooled atomic.Pointer[pooledLink]
 }
 
 func newLink(server *serverConn) *link {
@@ -98,6 +104,9 @@ const (
 	// expectReleased: in transaction mode, the client holds no server; it
 	// acquires one first (clientConn.claim).
 	expectReleased
+	// expectCheckIn: in transaction mode, the server pump is reading the
+	// client's settings back; the client waits for the release.
+	expectCheckIn
 )
 
 // expect announces one more ReadyForQuery owed by the server.
@@ -107,8 +116,11 @@ func (l *link) expect() expectResult {
 		if isClosed(v) {
 			return expectClosed
 		}
-		if v == releasedMark {
+		switch v {
+		case releasedMark:
 			return expectReleased
+		case checkInMark:
+			return expectCheckIn
 		}
 		if l.pending.CompareAndSwap(v, v+1) {
 			if v == 0 {
@@ -125,7 +137,7 @@ func (l *link) expect() expectResult {
 // transaction mode, the client holds no server).
 func (l *link) owesNothing() bool {
 	v := l.pending.Load()
-	return v == 0 || v == releasedMark
+	return v == 0 || v == releasedMark || v == checkInMark
 }
 
 // markClosed closes the link: nothing more is forwarded.
@@ -135,7 +147,8 @@ func (l *link) markClosed() { l.pending.Store(closedMark) }
 // transaction mode, the client holds no server); false when it does (or the
 // link is closed already).
 func (l *link) closeIfIdle() bool {
-	return l.pending.CompareAndSwap(0, closedMark) || l.pending.CompareAndSwap(releasedMark, closedMark)
+	return l.pending.CompareAndSwap(0, closedMark) || l.pending.CompareAndSwap(releasedMark, closedMark) ||
+		l.pending.CompareAndSwap(checkInMark, closedMark)
 }
 
 // isClosed reports a pending count that carries closedMark. Small negative

@@ -1,54 +1,77 @@
 package proxy
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
-func TestPinReason(t *testing.T) {
-	for _, c := range []struct{ sql, want string }{
-		{"SELECT 1", ""},
-		{"UPDATE t SET x = 1", ""},
-		{"ALTER TABLE t SET (fillfactor = 50)", ""},
-		{"SELECT 'set' AS set", ""},
-		{"SET LOCAL statement_timeout = 0", ""},
-		{"set transaction isolation level serializable", ""},
-		{"SET CONSTRAINTS ALL DEFERRED", ""},
-		{"BEGIN; SET LOCAL search_path = x; COMMIT", ""},
-		{"PREPARE TRANSACTION 'x'", ""},
-		{"SELECT * FROM temp_readings", ""},
-		{"SELECT pg_advisory_xact_lock(1)", pinAdvisoryLock}, // errs toward a pin
-		{"SET statement_timeout = 0", pinSet},
-		{"  /* x */ -- y\n  sEt search_path = a", pinSet},
-		{"SELECT 1; SET x.y = 1", pinSet},
-		{"SET", pinSet},
-		{"SET;", pinSet},
-		{"SET SESSION AUTHORIZATION x", pinSet},
-		{"SET ROLE x", pinSet},
-		{"RESET ALL", pinSet},
-		{"DISCARD ALL", pinSet},
-		{"SELECT set_config('a.b', 'c', false)", pinSet},
-		{"SELECT pg_catalog.SET_CONFIG('a.b', 'c', false)", pinSet},
-		{"CREATE TEMP TABLE x (a int)", pinTemp},
-		{"CREATE TEMPORARY VIEW v AS SELECT 1", pinTemp},
-		{"SELECT 1 INTO TEMP x", pinTemp},
-		{"CREATE TABLE pg_temp.x (a int)", pinTemp},
-		{"SELECT pg_advisory_lock(1)", pinAdvisoryLock},
-		{"SELECT pg_try_advisory_lock_shared(1)", pinAdvisoryLock},
-		{"LISTEN ch", pinListen},
-		{"DECLARE c CURSOR WITH HOLD FOR SELECT 1", pinHoldCursor},
-		{"PREPARE p AS SELECT 1", pinSQLPrepare},
-		{"PREPARE", pinSQLPrepare},
-		{"LOAD 'auto_explain'", pinLoad},
-		{"SELECT dblink_connect('c', 'dbname=x')", pinExtensionConn},
+func TestScanStatement(t *testing.T) {
+	for _, c := range []struct {
+		sql      string
+		pin      string
+		settings bool
+		custom   []string
+	}{
+		{"SELECT 1", "", false, nil},
+		{"UPDATE t SET x = 1", "", false, nil},
+		{"ALTER TABLE t SET (fillfactor = 50)", "", false, nil},
+		{"SELECT 'set' AS set", "", false, nil},
+		{"SET LOCAL statement_timeout = 0", "", false, nil},
+		{"SET LOCAL app.tenant = 1", "", false, nil},
+		{"set transaction isolation level serializable", "", false, nil},
+		{"SET CONSTRAINTS ALL DEFERRED", "", false, nil},
+		{"BEGIN; SET LOCAL search_path = x; COMMIT", "", false, nil},
+		{"PREPARE TRANSACTION 'x'", "", false, nil},
+		{"SELECT * FROM temp_readings", "", false, nil},
+		{"SET statement_timeout = 0", "", true, nil},
+		{"  /* x */ -- y\n  sEt search_path = a", "", true, nil},
+		{`SET search_path = "$user", public`, "", true, nil},
+		{"SELECT 1; SET App.Tenant = 1", "", true, []string{"app.tenant"}},
+		{"SET SESSION app.x TO 'y'", "", true, []string{"app.x"}},
+		{"SET ttlproxy.ttl = '1 hour'", "", true, []string{"ttlproxy.ttl"}},
+		{"RESET app.x", "", true, []string{"app.x"}},
+		{"SET ROLE x", "", true, nil},
+		{"SET TIME ZONE 'UTC'", "", true, nil},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "", true, nil},
+		{"RESET ALL", "", true, nil},
+		{"DISCARD ALL", "", true, nil},
+		{"SELECT set_config('app.b', 'c', false)", "", true, []string{"app.b"}},
+		{"SELECT pg_catalog.SET_CONFIG ( 'Work_Mem', '8MB', false)", "", true, nil},
+		{"SELECT set_config('a.x', '1', false), set_config('b.y', '2', false)", "", true, []string{"a.x", "b.y"}},
+		{"SET x.y = 1; LISTEN ch", pinListen, false, nil},
+		{"SELECT set_config($1, 'c', false)", pinSettings, false, nil},
+		{"SELECT set_config('it''s', 'c', false)", pinSettings, false, nil},
+		{`SET "app"."x" = 1`, pinSettings, false, nil},
+		{"SET", pinSettings, false, nil},
+		{"SET;", pinSettings, false, nil},
+		{"SET SESSION AUTHORIZATION x", pinSessionAuth, false, nil},
+		{"RESET SESSION AUTHORIZATION", pinSessionAuth, false, nil},
+		{"SELECT set_config('session_authorization', 'x', false)", pinSessionAuth, false, nil},
+		{"CREATE TEMP TABLE x (a int)", pinTemp, false, nil},
+		{"CREATE TEMPORARY VIEW v AS SELECT 1", pinTemp, false, nil},
+		{"SELECT 1 INTO TEMP x", pinTemp, false, nil},
+		{"CREATE TABLE pg_temp.x (a int)", pinTemp, false, nil},
+		{"SELECT pg_advisory_lock(1)", pinAdvisoryLock, false, nil},
+		{"SELECT pg_advisory_xact_lock(1)", pinAdvisoryLock, false, nil}, // errs toward a pin
+		{"SELECT pg_try_advisory_lock_shared(1)", pinAdvisoryLock, false, nil},
+		{"LISTEN ch", pinListen, false, nil},
+		{"DECLARE c CURSOR WITH HOLD FOR SELECT 1", pinHoldCursor, false, nil},
+		{"PREPARE p AS SELECT 1", pinSQLPrepare, false, nil},
+		{"PREPARE", pinSettings, false, nil},
+		{"LOAD 'auto_explain'", pinLoad, false, nil},
+		{"SELECT dblink_connect('c', 'dbname=x')", pinExtensionConn, false, nil},
 	} {
-		if got := pinReason(c.sql); got != c.want {
-			t.Errorf("pinReason(%q) = %q, want %q", c.sql, got, c.want)
+		got := scanStatement(c.sql)
+		if got.pin != c.pin || got.settings != c.settings || !slices.Equal(got.custom, c.custom) {
+			t.Errorf("scanStatement(%q) = %+v, want pin %q settings %v custom %v", c.sql, got, c.pin, c.settings, c.custom)
 		}
 	}
 }
 
-func BenchmarkPinReason(b *testing.B) {
+func BenchmarkScanStatement(b *testing.B) {
 	sql := "SELECT aid, bid, abalance, filler FROM pgbench_accounts WHERE aid = $1 AND bid > 0 ORDER BY aid LIMIT 10"
 	for b.Loop() {
-		if pinReason(sql) != "" {
+		if sc := scanStatement(sql); sc.pin != "" || sc.settings {
 			b.Fatal("pinned")
 		}
 	}

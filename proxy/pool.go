@@ -87,6 +87,10 @@ type pooledServer struct {
 	// lastClient is the id of the client that held it last (0: none), so
 	// that a client may get back the server whose state it left.
 	lastClient uint64
+	// settingsFP is the fingerprint of the session-level settings it has
+	// (sessionSettings.fp; 0: its login's), written by the client that
+	// holds it and by its pump at check-in.
+	settingsFP uint64
 }
 
 // waiter is one client waiting in a pool's queue.

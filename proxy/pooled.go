@@ -47,7 +47,8 @@ type pooledLink struct {
 	mu sync.Mutex
 	// held is the server the client holds, nil when none.
 	held *pooledServer
-	// unheld is closed when held becomes nil.
+	// unheld is closed when held becomes nil (by drop's caller once the
+	// client's session has ended there).
 	unheld chan struct{}
 	// pinned: the client keeps its server until it leaves (pin.go).
 	pinned atomic.Bool
@@ -62,6 +63,20 @@ type pooledLink struct {
 	unnamed   []byte
 	unnamedOn *serverConn
 	unnamedOK bool
+
+	// Settings (settings.go). dirty: a statement of the transaction may
+	// have changed them (set by the client pump, cleared at check-in);
+	// custom: the placeholders the client named (client pump);
+	// readbackMsgs: the check-in's question for them; readback: the
+	// check-in's answer, taken by the client pump at its next relink;
+	// settings: the client's settings as last read (client pump);
+	// checkedIn: signalled after a check-in's release.
+	dirty        atomic.Bool
+	custom       []string
+	readbackMsgs atomic.Pointer[[]byte]
+	readback     atomic.Pointer[sessionSettings]
+	settings     *sessionSettings
+	checkedIn    chan struct{}
 
 	// onEnd ends the client's session when the pump of the server it held
 	// stopped (the server or the client's socket failed, or shutdown); it
@@ -90,17 +105,77 @@ func (pl *pooledLink) release(l *link, sc *serverConn) bool {
 	return true
 }
 
-// drop ends the link's hold on sc, whose pump has stopped: true when the
-// link held it (the client's session ends then).
-func (pl *pooledLink) drop(sc *serverConn) bool {
+// checkIn is the server pump's release after a transaction that may have
+// changed the client's settings: with pending 0 it marks the link (the
+// client's next unit waits), asks the server for the settings on the pump's
+// own writer, keeps the answer for the client, and releases the server,
+// recording its settings' fingerprint. released is false when the client
+// claimed the server first (the next ReadyForQuery tries again). A failure
+// of the server or the client's socket is returned as end (end.err set):
+// the session ends. An answer that cannot be read closes the server and
+// leaves the client's settings as they were.
+func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpEnd) {
+	msgs := pl.readbackMsgs.Load()
+	pl.mu.Lock()
+	ps := pl.held
+	if msgs == nil || ps == nil || ps.sc != sc || pl.cancels > 0 || !l.pending.CompareAndSwap(0, checkInMark) {
+		pl.mu.Unlock()
+		return false, pumpEnd{}
+	}
+	pl.mu.Unlock()
+	if _, err := sc.w.Write(*msgs); err != nil {
+		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
+	}
+	if err := sc.w.Flush(); err != nil {
+		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
+	}
+	results, qerr, _, err := readResults(sc.r, l.cw)
+	if err == nil {
+		err = l.cw.Flush()
+		if err != nil {
+			return false, pumpEnd{why: stopClientWrite, err: err}
+		}
+	} else if isWriteError(err) {
+		return false, pumpEnd{why: stopClientWrite, err: err}
+	} else {
+		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
+	}
+	reusable := qerr == nil
+	if reusable {
+		st, perr := parseReadback(results)
+		if perr != nil {
+			reusable = false
+		} else {
+			pl.readback.Store(st)
+			ps.settingsFP = st.fp
+		}
+	}
+	pl.dirty.Store(false)
+	pl.mu.Lock()
+	pl.held = nil
+	close(pl.unheld)
+	sc.link.Store(nil)
+	l.pending.CompareAndSwap(checkInMark, releasedMark) // fails when closing: the client leaves
+	pl.mu.Unlock()
+	pl.pool.release(ps, pl.client, reusable)
+	select {
+	case pl.checkedIn <- struct{}{}:
+	default:
+	}
+	return true, pumpEnd{}
+}
+
+// drop ends the link's hold on sc, whose pump has stopped, and returns the
+// channel the caller closes once it has ended the client's session
+// (onEnd): nil when the link did not hold sc.
+func (pl *pooledLink) drop(sc *serverConn) chan struct{} {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.held == nil || pl.held.sc != sc {
-		return false
+		return nil
 	}
 	pl.held = nil
-	close(pl.unheld)
-	return true
+	return pl.unheld
 }
 
 // holding returns the server the client holds and the channel closed when
@@ -111,24 +186,27 @@ func (pl *pooledLink) holding() (*pooledServer, <-chan struct{}) {
 	return pl.held, pl.unheld
 }
 
-// resetMsgs returns a server that served another client to the settings of
-// a fresh one: RESET ALL leaves the role alone, hence RESET ROLE first. A
-// client whose own statements changed settings is pinned and never hands
-// its server on; this undoes what a function changed unseen.
-var resetMsgs = appendQuery(nil, "RESET ROLE; RESET ALL")
-
 // claim announces one more ReadyForQuery owed (link.expect); in transaction
 // mode a client that holds no server acquires one first. Errors: errShutdown
 // when the link is closing; a *protocolError (FATAL) when no server could be
 // had, the session's end then decided.
 func (s *clientConn) claim() error {
-	switch s.link.expect() {
-	case expectOK:
-		return nil
-	case expectClosed:
-		return errShutdown
+	for {
+		switch s.link.expect() {
+		case expectOK:
+			return nil
+		case expectClosed:
+			return errShutdown
+		case expectReleased:
+			return s.relink(1)
+		}
+		// The server pump reads the settings back: wait for its release.
+		select {
+		case <-s.link.pooled.Load().checkedIn:
+		case <-s.quit:
+			return errQuit
+		}
 	}
-	return s.relink(1)
 }
 
 // relink acquires a server from the client's pool and links it with pending
@@ -136,7 +214,7 @@ func (s *clientConn) claim() error {
 // server last served another client, its settings are reset first.
 func (s *clientConn) relink(owed int64) error {
 	l := s.link
-	pl := l.pooled
+	pl := l.pooled.Load()
 	for {
 		ps, err := pl.pool.acquire(pl.ctx, s.id)
 		if err != nil {
@@ -167,24 +245,48 @@ func (s *clientConn) relink(owed int64) error {
 			l.busySince.Store(monoNow())
 			l.expected++
 		}
-		if ps.lastClient != 0 && ps.lastClient != s.id {
-			res, err := l.ask(resetMsgs, 1, s.quit)
-			if err != nil {
-				return err
-			}
-			if res.qerr != nil {
-				s.endWithFatal(codeConnectionFailure, "ttlproxy: could not reset a server connection: "+res.qerr.Message)
-				return &protocolError{code: codeConnectionFailure, msg: res.qerr.Message}
-			}
-		}
+		return s.restoreSettings(ps)
+	}
+}
+
+// restoreSettings makes the settings of server ps the client's: when
+// another client used it last, or its settings differ from the client's,
+// it is reset to its login's (RESET ROLE; RESET ALL) and the client's are
+// applied, in one round trip before the client's statement. A failure (a
+// role the client may no longer take, say) ends the session with the
+// server's SQLSTATE: the statement never runs under other settings.
+func (s *clientConn) restoreSettings(ps *pooledServer) error {
+	l, pl := s.link, s.link.pooled.Load()
+	if rb := pl.readback.Swap(nil); rb != nil {
+		pl.settings = rb
+	}
+	var want uint64
+	if pl.settings != nil {
+		want = pl.settings.fp
+	}
+	if ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
 		return nil
 	}
+	msgs, n := applyMessages(pl.settings)
+	res, err := l.ask(msgs, n, s.quit)
+	if err != nil {
+		return err
+	}
+	if res.qerr != nil {
+		msg := "ttlproxy: could not restore this session's settings: " + res.qerr.Message
+		s.logger().Info("closing client: settings not restored", "sqlstate", res.qerr.Code, "err", res.qerr.Message)
+		s.endWithFatal(res.qerr.Code, msg)
+		return &protocolError{code: res.qerr.Code, msg: msg}
+	}
+	ps.settingsFP = want
+	pl.unnamedOK = false // the reset's Query dropped it
+	return nil
 }
 
 // noteUnnamed records the Parse message msg, about to be forwarded, when it
 // is of the unnamed statement (name empty), in transaction mode.
 func (s *clientConn) noteUnnamed(name, msg []byte) {
-	pl := s.link.pooled
+	pl := s.link.pooled.Load()
 	if pl == nil || len(name) > 0 {
 		return
 	}
@@ -205,7 +307,7 @@ func (s *clientConn) noteUnnamed(name, msg []byte) {
 // proxy's own, whose answer the client does not see; a failure leaves the
 // client's message to fail as the server would fail it (26000).
 func (s *clientConn) reparseUnnamed(typ byte, r *msgReader, total int) error {
-	pl := s.link.pooled
+	pl := s.link.pooled.Load()
 	if pl.unnamedOK || len(pl.unnamed) == 0 {
 		return nil
 	}
@@ -296,10 +398,12 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 	startup["database"] = s.database
 	p := s.srv.pools.get(key, startup)
 	p.setSecret(login)
-	s.cancelKey = s.srv.cancelKeys.issue(s)
 	pctx, pcancel := context.WithCancel(context.Background())
-	s.link.pooled = &pooledLink{pool: p, client: s.id, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded}
 	s.link.pending.Store(releasedMark)
+	s.link.pooled.Store(&pooledLink{pool: p, client: s.id, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded,
+		checkedIn: make(chan struct{}, 1)})
+	// Registered last: a CancelRequest may find the client from now on.
+	s.srv.cancelKeys.issue(s)
 	return nil
 }
 
@@ -323,7 +427,7 @@ func (s *clientConn) forwardPooled() error {
 // welcome reads the catalog and the session state on a server of the pool
 // and sends the client what a server sends after authentication.
 func (s *clientConn) welcome() error {
-	l, pl := s.link, s.link.pooled
+	l, pl := s.link, s.link.pooled.Load()
 	if err := s.relink(0); err != nil {
 		return err
 	}
@@ -368,7 +472,7 @@ func (s *clientConn) welcome() error {
 // closed, and its pump ends the session as in session mode (serverEnded);
 // otherwise the client is sent the FATAL decided for it, if any.
 func (s *clientConn) endPooled() {
-	l, pl := s.link, s.link.pooled
+	l, pl := s.link, s.link.pooled.Load()
 	l.markClosed()
 	pl.cancel()
 	if ps, unheld := pl.holding(); ps != nil {
@@ -488,11 +592,17 @@ func (srv *Server) serverGone(ps *pooledServer, end pumpEnd) {
 	sc.mu.Lock()
 	sc.dead = true
 	l := sc.link.Load()
-	held := l != nil && l.pooled.drop(sc)
+	var unheld chan struct{}
+	if l != nil {
+		unheld = l.pooled.Load().drop(sc)
+	}
 	sc.mu.Unlock()
-	if held {
-		l.pooled.onEnd(end)
-		ps.pool.release(ps, l.pooled.client, false)
+	if unheld != nil {
+		// The client's session ends here; endPooled waits for it.
+		pl := l.pooled.Load()
+		pl.onEnd(end)
+		close(unheld)
+		ps.pool.release(ps, pl.client, false)
 		return
 	}
 	sc.close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -218,14 +219,20 @@ func TestPooledCancelRace(t *testing.T) {
 		if err := a.PgConn().CancelRequest(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// A second cancel with A's key races B's statement.
-		go func() { _ = a.PgConn().CancelRequest(context.Background()) }()
+		// A second cancel with A's key races B's statement (and is done
+		// before the next round, where it would cancel A's next one).
+		second := make(chan struct{})
+		go func() {
+			defer close(second)
+			_ = a.PgConn().CancelRequest(context.Background())
+		}()
 		if err := <-aDone; pgCode(err) != codeQueryCanceled {
 			t.Fatalf("round %d: A: %v, want 57014", i, err)
 		}
 		if err := <-bDone; err != nil {
 			t.Fatalf("round %d: B cancelled: %v", i, err)
 		}
+		<-second
 	}
 }
 
@@ -317,10 +324,12 @@ func TestPooledPins(t *testing.T) {
 		{"SELECT 'set' AS x", pgx.QueryExecModeSimpleProtocol, false},
 		{"SET LOCAL statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, false},
 		{"BEGIN; SET LOCAL statement_timeout = 0; COMMIT", pgx.QueryExecModeSimpleProtocol, false},
-		{"SET statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, true},
-		{"/* c */ set search_path = public", pgx.QueryExecModeSimpleProtocol, true},
-		{"SELECT set_config('app.x', 'y', false)", pgx.QueryExecModeSimpleProtocol, true},
-		{"RESET statement_timeout", pgx.QueryExecModeSimpleProtocol, true},
+		// Settings are read back and carried, not pinned.
+		{"SET statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, false},
+		{"/* c */ set search_path = public", pgx.QueryExecModeSimpleProtocol, false},
+		{"SELECT set_config('app.x', 'y', false)", pgx.QueryExecModeSimpleProtocol, false},
+		{"RESET statement_timeout", pgx.QueryExecModeSimpleProtocol, false},
+		{"SET SESSION AUTHORIZATION postgres", pgx.QueryExecModeSimpleProtocol, true},
 		{"CREATE TEMP TABLE pin_t (x int)", pgx.QueryExecModeSimpleProtocol, true},
 		{"SELECT pg_advisory_lock(4242)", pgx.QueryExecModeSimpleProtocol, true},
 		{"LISTEN pin_channel", pgx.QueryExecModeSimpleProtocol, true},
@@ -361,6 +370,7 @@ func TestPooledStateIsolation(t *testing.T) {
 		a := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
 		mustExec(t, a, "SET statement_timeout = '1234s'")
 		mustExec(t, a, "SET search_path = pg_catalog, public")
+		mustExec(t, a, "CREATE TEMP TABLE pooled_pin (x int)") // pins
 		pinned := backendOf(t, a)
 		b := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
 		for range 20 {
@@ -529,4 +539,82 @@ func TestPooledIdleSessionTimeout(t *testing.T) {
 		_, err := conn.Exec(testContext(t), "SELECT 1")
 		requireCode(t, err, codeIdleSessionTimeout)
 	}
+}
+
+// TestPooledSettings: on a pool of one server shared by two clients, each
+// keeps the settings it made (built-in, placeholders, role, ttlproxy.ttl)
+// and never sees the other's, though neither is pinned.
+func TestPooledSettings(t *testing.T) {
+	ensureRole(t, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ttl_pool_reader') THEN CREATE ROLE ttl_pool_reader; END IF; END $$")
+	p := startPooledProxy(t, 1)
+	a := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
+	b := p.connect(t, "postgres", pgx.QueryExecModeCacheDescribe)
+	mustExec(t, a, "SET statement_timeout = '1234s'")
+	mustExec(t, a, "SET search_path = pg_catalog, public")
+	mustExec(t, a, "SELECT set_config('app.tenant', 'a', false)")
+	mustExec(t, a, "SET ROLE ttl_pool_reader")
+	mustExec(t, a, "SET TimeZone = 'Asia/Tokyo'")
+	mustExec(t, b, "SET app.tenant = 'b'")
+	check := func(c *pgx.Conn, who string, want [5]string) {
+		t.Helper()
+		var got [5]string
+		err := c.QueryRow(testContext(t), `SELECT current_setting('statement_timeout'), current_setting('search_path'),
+			coalesce(current_setting('app.tenant', true), '<null>'), current_user::text, current_setting('TimeZone')`).
+			Scan(&got[0], &got[1], &got[2], &got[3], &got[4])
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		if got != want {
+			t.Fatalf("%s sees %q, want %q", who, got, want)
+		}
+	}
+	tz := queryString(t, directConn(t, "postgres"), "SHOW TimeZone")
+	for range 10 {
+		check(a, "A", [5]string{"1234s", "pg_catalog, public", "a", "ttl_pool_reader", "Asia/Tokyo"})
+		check(b, "B", [5]string{"0", `"$user", public`, "b", "postgres", tz})
+	}
+	if backendOf(t, a) != backendOf(t, b) {
+		t.Fatal("the two clients are not sharing the pool's one server")
+	}
+	mustExec(t, a, "RESET ALL")
+	mustExec(t, a, "RESET ROLE")
+	check(a, "A after RESET", [5]string{"0", `"$user", public`, "", "postgres", tz})
+	check(b, "B", [5]string{"0", `"$user", public`, "b", "postgres", tz})
+}
+
+// TestPooledSettingsNotRestored: a client whose role was revoked while it
+// held no server gets the server's error, and its statement does not run
+// as its login.
+func TestPooledSettingsNotRestored(t *testing.T) {
+	table := fmt.Sprintf("pooled_revoke_%d", os.Getpid())
+	ensureRole(t, "SET password_encryption = 'scram-sha-256'; "+roleSQL("ttl_scram", "scram-secret"),
+		"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ttl_pool_target') THEN CREATE ROLE ttl_pool_target; END IF; END $$",
+		"GRANT ttl_pool_target TO ttl_scram",
+		"CREATE TABLE "+table+" (who text)",
+		"GRANT INSERT ON "+table+" TO ttl_scram, ttl_pool_target")
+	t.Cleanup(func() { execDirect(t, "postgres", "DROP TABLE IF EXISTS "+table) })
+	p := startPooledProxy(t, 1)
+	connect := func() *pgx.Conn {
+		u, _ := url.Parse(p.connString(t, "postgres"))
+		u.User = url.UserPassword("ttl_scram", "scram-secret")
+		cfg, err := pgx.ParseConfig(u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+		return connectConfig(t, cfg)
+	}
+	a, other := connect(), connect()
+	mustExec(t, a, "SET ROLE ttl_pool_target")
+	execDirect(t, "postgres", "REVOKE ttl_pool_target FROM ttl_scram")
+	mustExec(t, other, "SELECT 1") // takes the server: A's settings go
+	_, err := a.Exec(testContext(t), "INSERT INTO "+table+" VALUES (current_user)")
+	pe := requireCode(t, err, "42501")
+	if pe.Severity != "FATAL" || !strings.Contains(pe.Message, "could not restore this session's settings") {
+		t.Fatalf("got %s %q", pe.Severity, pe.Message)
+	}
+	if got := queryString(t, directConn(t, "postgres"), "SELECT count(*)::text FROM "+table); got != "0" {
+		t.Fatalf("%s rows inserted", got)
+	}
+	mustExec(t, other, "SELECT 1") // the pool serves on
 }

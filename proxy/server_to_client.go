@@ -87,7 +87,7 @@ func (s *clientConn) serverToClient() error {
 // relayed before; lat takes the foreground latency samples.
 func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType byte) pumpEnd {
 	r, w := sc.r, l.cw
-	pl := l.pooled
+	pl := l.pooled.Load()
 	var buf, out []byte
 	for {
 		typ, length, err := peekHeader(r)
@@ -159,9 +159,23 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 				if err := w.Flush(); err != nil {
 					return pumpEnd{why: stopClientWrite, err: err}
 				}
-				if pl.release(l, sc) {
+				if pl.dirty.Load() && !pl.pinned.Load() {
+					released, end := pl.checkIn(l, sc)
+					if end.err != nil {
+						return end
+					}
+					if released {
+						return pumpEnd{why: stopReleased, lastType: 'Z'}
+					}
+				} else if pl.release(l, sc) {
 					return pumpEnd{why: stopReleased, lastType: 'Z'}
 				}
+				// Kept (the client claimed it first, or a cancel holds
+				// it back and releases it when done): flushed above, and
+				// not touched again until the next message, whose start
+				// sees whether the link still holds this server.
+				lastType = 'Z'
+				continue
 			}
 		case typ == 'E' && l.rejects.pending():
 			if buf, err = readMessage(r, buf, total); err != nil {

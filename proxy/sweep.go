@@ -79,7 +79,7 @@ func (s *clientConn) checkEnds() {
 	if rc := rawConnOf(s.conn()); rc != nil {
 		rc.checkEnd()
 	}
-	if pl := s.link.pooled; pl != nil {
+	if pl := s.link.pooled.Load(); pl != nil {
 		// The server the client holds; idle ones are checked by their
 		// pool (pool.maintain).
 		if ps, _ := pl.holding(); ps != nil {

@@ -1,0 +1,160 @@
+package proxy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+// A client's session-level settings in transaction mode
+// (docs/design/pooling.md §2): read back from its server at the end of a
+// transaction in which a statement may have changed them (the server
+// pump's check-in, pooledLink.checkIn), and applied on a server whose own
+// settings differ before the client's next transaction runs there
+// (clientConn.relink). Built-in settings come from pg_settings (source
+// session), the role from current_setting('role'), placeholders (a dot in
+// the name, which pg_settings does not show) by the names the client's
+// statements named. Values travel as JSON parameters, never as literals.
+
+// sessionSettings is one client's settings over the pool's baseline.
+type sessionSettings struct {
+	// values is a JSON object of name → value, keys sorted.
+	values string
+	// role is current_setting('role'): "none" when no SET ROLE is in force.
+	role string
+	// fp is a hash of values and role; 0 for the baseline (no setting, no
+	// role).
+	fp uint64
+}
+
+// readbackQuery reads a server's session-level settings: the built-in ones,
+// the role, and the placeholders named in $1 (a JSON array) that are
+// defined.
+const readbackQuery = `SELECT
+ (SELECT coalesce(pg_catalog.json_object_agg(name, setting), '{}') FROM pg_catalog.pg_settings WHERE source = 'session')::text,
+ pg_catalog.current_setting('role'),
+ (SELECT coalesce(pg_catalog.json_object_agg(n, v), '{}')
+  FROM (SELECT n, pg_catalog.current_setting(n, true) AS v FROM pg_catalog.json_array_elements_text($1::pg_catalog.json) AS t(n)) s
+  WHERE v IS NOT NULL)::text`
+
+// applyQuery and applyRoleQuery set a client's settings on a server that
+// has just been reset; the role last.
+const (
+	applyQuery     = `SELECT pg_catalog.count(pg_catalog.set_config(key, value, false)) FROM pg_catalog.json_each_text($1::pg_catalog.json)`
+	applyRoleQuery = `SELECT pg_catalog.set_config('role', $1, false)`
+)
+
+// encodeWithParam appends, through the proxy's own named statement and
+// portal, query with one text parameter: Close, Parse, Bind, Execute,
+// Close (answered by one result set, read as readResults counts them).
+func encodeWithParam(b []byte, query, param string) []byte {
+	var err error
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
+		&pgproto3.Parse{Name: refreshStatement, Query: query},
+		&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement, Parameters: [][]byte{[]byte(param)}},
+		&pgproto3.Execute{Portal: refreshPortal},
+		&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
+	} {
+		if b, err = m.Encode(b); err != nil {
+			panic(err) // fixed shapes; a parameter is bounded by the client's own messages
+		}
+	}
+	return b
+}
+
+// endStatements appends the Close of the proxy's statement and a Sync.
+func endStatements(b []byte) []byte {
+	var err error
+	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: refreshStatement}, &pgproto3.Sync{}} {
+		if b, err = m.Encode(b); err != nil {
+			panic(err)
+		}
+	}
+	return b
+}
+
+// readbackMessages is the check-in's question for a client that named the
+// placeholders custom: one ReadyForQuery.
+func readbackMessages(custom []string) []byte {
+	names, _ := json.Marshal(custom)
+	if custom == nil {
+		names = []byte("[]")
+	}
+	return endStatements(encodeWithParam(nil, readbackQuery, string(names)))
+}
+
+// applyMessages returns a server to its baseline (RESET ROLE; RESET ALL) and,
+// for settings other than the baseline, applies them; n is the number of
+// ReadyForQuery messages the server answers with.
+func applyMessages(st *sessionSettings) (msgs []byte, n int) {
+	msgs = appendQuery(nil, "RESET ROLE; RESET ALL")
+	if st == nil || st.fp == 0 {
+		return msgs, 1
+	}
+	msgs = encodeWithParam(msgs, applyQuery, st.values)
+	if st.role != "none" && st.role != "" {
+		msgs = encodeWithParam(msgs, applyRoleQuery, st.role)
+	}
+	return endStatements(msgs), 2
+}
+
+// errReadback: the answer to the check-in's question was not one row of
+// three text columns.
+var errReadback = errors.New("unexpected answer to the settings query")
+
+// parseReadback makes the settings of the check-in's answer (results as
+// readResults returns them).
+func parseReadback(results [][][]string) (*sessionSettings, error) {
+	if len(results) != 1 || len(results[0]) != 1 || len(results[0][0]) != 3 {
+		return nil, errReadback
+	}
+	row := results[0][0]
+	values := map[string]string{}
+	for _, col := range []string{row[0], row[2]} {
+		var m map[string]string
+		if err := json.Unmarshal([]byte(col), &m); err != nil {
+			return nil, fmt.Errorf("%w: %w", errReadback, err)
+		}
+		for k, v := range m {
+			values[k] = v
+		}
+	}
+	return newSessionSettings(values, row[1]), nil
+}
+
+// newSessionSettings canonicalises values and role and hashes them.
+func newSessionSettings(values map[string]string, role string) *sessionSettings {
+	text, _ := json.Marshal(values) // keys sorted
+	st := &sessionSettings{values: string(text), role: role}
+	if len(values) > 0 || role != "none" {
+		h := fnv.New64a()
+		_, _ = h.Write(text)
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(role))
+		st.fp = h.Sum64() | 1
+	}
+	return st
+}
+
+// noteSettings records that the client's transaction may change its
+// settings, naming the placeholders custom: the server pump reads them
+// back when the transaction ends. Called by the client pump.
+func (pl *pooledLink) noteSettings(custom []string) {
+	added := false
+	for _, n := range custom {
+		if !slices.Contains(pl.custom, n) {
+			pl.custom = append(pl.custom, n)
+			added = true
+		}
+	}
+	if added || pl.readbackMsgs.Load() == nil {
+		msgs := readbackMessages(pl.custom)
+		pl.readbackMsgs.Store(&msgs)
+	}
+	pl.dirty.Store(true)
+}
