@@ -142,12 +142,38 @@ type Config struct {
 	Auth AuthConfig
 	// Pool bounds the pools of server connections in transaction mode.
 	Pool PoolSettings
+	// PeerID is the instance's peer_id, 1 to MaxPeerID, carried in bits
+	// 30–17 of the process ID of the keys it gives clients in transaction
+	// mode (docs/design/pooling.md §5); 0 means not peered. Session mode
+	// ignores it and Peers: clients hold the server's own keys there.
+	PeerID int
+	// Peers are the instances a CancelRequest is forwarded to in
+	// transaction mode when its key carries their id (PgBouncer's
+	// [peers]); the same list in every instance, an entry with PeerID's
+	// own id is ignored. Ids and addresses are unique; a non-empty list
+	// needs PeerID.
+	Peers []Peer
 
 	// rewriter replaces Rewriter.Rewrite when set (tests).
 	rewriter statementRewriter
 	// dialTCP replaces d.DialContext(ctx, "tcp", addr) when set (tests): it
 	// must dial with d, whose settings are the ones under test.
 	dialTCP func(ctx context.Context, d *net.Dialer, addr string) (net.Conn, error)
+}
+
+// MaxPeerID is the largest peer id: 14 bits of the process ID, PgBouncer's
+// range.
+const MaxPeerID = 1<<(31-cancelPeerShift) - 1
+
+// Peer is another instance of the deployment.
+type Peer struct {
+	// ID is the peer's own PeerID, 1 to MaxPeerID.
+	ID int
+	// Addr is the host:port its clients connect to, naming that one
+	// instance (in Kubernetes a StatefulSet pod's name through a headless
+	// Service, never a load-balanced Service); it is resolved at each
+	// forward.
+	Addr string
 }
 
 // UpstreamTCP configures the TCP sockets to the upstream server, with
@@ -310,10 +336,42 @@ func (c *Config) setPoolDefaults() error {
 	if err := c.Pool.setDefaults(); err != nil {
 		return err
 	}
+	if err := c.checkPeers(); err != nil {
+		return err
+	}
 	if c.PoolMode != PoolModeTransaction {
 		return nil
 	}
 	return c.Auth.check()
+}
+
+// checkPeers checks PeerID and Peers; errors name the configuration file's
+// keys (Peers[i] is peers[i]).
+func (c *Config) checkPeers() error {
+	if c.PeerID < 0 || c.PeerID > MaxPeerID {
+		return fmt.Errorf("peer_id: %d is not between 0 and %d", c.PeerID, MaxPeerID)
+	}
+	if len(c.Peers) > 0 && c.PeerID == 0 {
+		return errors.New("peer_id: required with peers (or serve --peer-id)")
+	}
+	ids, addrs := make(map[int]int, len(c.Peers)), make(map[string]int, len(c.Peers))
+	for i, p := range c.Peers {
+		if p.ID < 1 || p.ID > MaxPeerID {
+			return fmt.Errorf("peers[%d].id: %d is not between 1 and %d", i, p.ID, MaxPeerID)
+		}
+		if j, dup := ids[p.ID]; dup {
+			return fmt.Errorf("peers[%d].id: %d is peers[%d]'s too", i, p.ID, j)
+		}
+		ids[p.ID] = i
+		if _, _, err := net.SplitHostPort(p.Addr); err != nil {
+			return fmt.Errorf("peers[%d].host: invalid address %q: want host:port", i, p.Addr)
+		}
+		if j, dup := addrs[p.Addr]; dup {
+			return fmt.Errorf("peers[%d].host: %s is peers[%d]'s address too", i, p.Addr, j)
+		}
+		addrs[p.Addr] = i
+	}
+	return nil
 }
 
 // check does newClientAuth's checks but for loading the auth_file and

@@ -90,7 +90,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.pools = newPoolSet(s, cfg.poolConfig(), cfg.Pool.MaxDBConnections)
-		s.cancelKeys = newCancelKeys(0)
+		s.cancelKeys = newCancelKeys(uint32(cfg.PeerID)) //nolint:gosec // checkPeers bounds it to 0..MaxPeerID
 	}
 	return s, nil
 }
