@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 )
 
 // CancelRequest in transaction mode (docs/design/pooling.md §5): each
@@ -34,6 +35,10 @@ type cancelKeys struct {
 	peer uint32 // the instance's peer id
 	mu   sync.Mutex
 	m    map[uint32]*clientConn
+	// peerForwards counts the requests being forwarded to peers and drops
+	// rate-limits the log of requests dropped (peers.go).
+	peerForwards atomic.Int32
+	drops        dropLog
 }
 
 func newCancelKeys(peer uint32) *cancelKeys {

@@ -21,6 +21,7 @@ type metrics struct {
 	rewriteCacheHits       prometheus.Counter
 	upstreamErrors         prometheus.Counter
 	cancelRequests         prometheus.Counter
+	cancelResults          *prometheus.CounterVec
 	sessionRefreshes       prometheus.Counter
 	refused                prometheus.Counter
 	acceptErrors           *prometheus.CounterVec
@@ -108,8 +109,13 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		cancelRequests: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "cancel_requests_total",
-			Help: "CancelRequests relayed to the upstream server.",
+			Help: "CancelRequests received; ttlproxy_proxy_cancel_results_total says what became of them.",
 		}),
+		cancelResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "cancel_results_total",
+			Help: "CancelRequests by result: forwarded (to the server running the statement), to_peer (to the instance that issued the key, transaction mode), stale (the key's client ran no statement), unknown (no client of the instance has the key, or no peer its id), peer_down (the key's peer could not be reached).",
+		}, []string{"result"}),
 		ddlFlowing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "ddl_events_flowing",
@@ -136,12 +142,15 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Help: "Queries the proxy ran to re-read a session's search_path, ttlproxy.ttl, role and temporary tables after a statement that may have changed them.",
 		}),
 	}
+	for _, r := range cancelResults {
+		m.cancelResults.WithLabelValues(r) // exported at 0 before the first
+	}
 	if reg == nil {
 		return m, nil
 	}
 	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
-		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
+		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.cancelResults, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
 		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed,
 	}
 	if rw != nil {

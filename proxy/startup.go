@@ -140,7 +140,9 @@ func (s *clientConn) startup() error {
 
 // relayCancel sends the client's CancelRequest unchanged to the upstream
 // server: the client holds the server's own BackendKeyData, relayed at
-// startup, so process ID and secret key need no translation.
+// startup, so process ID and secret key need no translation. In
+// transaction mode the key is the proxy's: a key of this instance cancels
+// its client's running statement, one of a peer goes to that peer.
 func (s *clientConn) relayCancel(pkt []byte) {
 	s.srv.metrics.cancelRequests.Inc()
 	var req pgproto3.CancelRequest
@@ -149,10 +151,14 @@ func (s *clientConn) relayCancel(pkt []byte) {
 		return
 	}
 	if s.srv.cancelKeys != nil {
-		// Transaction mode: the key is the proxy's own (cancel.go).
+		// Transaction mode: the key is the proxy's own (cancel.go), or
+		// another instance's (peers.go).
+		if s.srv.cancelForPeer(pkt, req.ProcessID) {
+			return
+		}
 		target := s.srv.cancelKeys.lookup(req.ProcessID, req.SecretKey)
 		if target == nil {
-			s.log.Debug("cancel request with an unknown key dropped", "pid", req.ProcessID)
+			s.srv.cancelDropped(cancelUnknown, "cancel request with an unknown key dropped", "pid", req.ProcessID)
 			return
 		}
 		sent, err := s.srv.cancelPooled(target)
@@ -160,8 +166,10 @@ func (s *clientConn) relayCancel(pkt []byte) {
 		case err != nil:
 			s.log.Warn("forwarding cancel request", "err", err)
 		case sent:
+			s.srv.metrics.cancelResults.WithLabelValues(cancelForwarded).Inc()
 			s.log.Debug("cancel request forwarded", "session_id", target.id)
 		default:
+			s.srv.metrics.cancelResults.WithLabelValues(cancelStale).Inc()
 			s.log.Debug("cancel request for an idle client dropped", "session_id", target.id)
 		}
 		return
@@ -170,6 +178,7 @@ func (s *clientConn) relayCancel(pkt []byte) {
 		s.log.Warn("relaying cancel request", "err", err)
 		return
 	}
+	s.srv.metrics.cancelResults.WithLabelValues(cancelForwarded).Inc()
 	s.log.Debug("cancel request relayed", "backend_pid", req.ProcessID)
 }
 
