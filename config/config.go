@@ -105,6 +105,13 @@ type Config struct {
 	// Pool bounds the pools of pool_mode transaction; session mode
 	// ignores it.
 	Pool Pool
+	// PeerID is peer_id, the instance's id among Peers (1 to MaxPeerID),
+	// carried in the cancel keys it gives clients in pool_mode
+	// transaction; 0: not peered. `serve --peer-id` overrides it.
+	PeerID int
+	// Peers are the instances of the deployment, the same list in every
+	// one (proxy.Config.Peers); session mode ignores them and PeerID.
+	Peers []Peer
 	// Tables are the TTL tables, names already folded as PostgreSQL would.
 	Tables []ttl.Rule
 	// Sweeper configures the background deletion of expired rows; nil means
@@ -264,7 +271,8 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper",
 		"pool_mode", "auth_type", "auth_file", "auth_query", "auth_dsn",
 		"default_pool_size", "min_pool_size", "reserve_pool_size", "reserve_pool_timeout", "max_db_connections",
-		"server_lifetime", "server_idle_timeout", "server_connect_timeout", "server_login_retry", "query_wait_timeout")
+		"server_lifetime", "server_idle_timeout", "server_connect_timeout", "server_login_retry", "query_wait_timeout",
+		"peer_id", "peers")
 	if err != nil {
 		return nil, err
 	}
@@ -365,6 +373,9 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		}
 	}
 	if err := parsePooling(f, cfg); err != nil {
+		return nil, err
+	}
+	if err := parsePeers(f, cfg); err != nil {
 		return nil, err
 	}
 	if v, ok := f["tables"]; ok {

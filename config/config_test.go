@@ -410,6 +410,20 @@ func TestParseErrors(t *testing.T) {
 		{"login retry bad", up + "server_login_retry: soon\n", `server_login_retry: invalid duration "soon"`},
 		{"wait timeout list", up + "query_wait_timeout: [1s]\n", "query_wait_timeout: expected a value, got a list"},
 
+		// Peers.
+		{"peer id negative", up + "peer_id: -1\n", "peer_id: must not be negative, got -1"},
+		{"peer id large", up + "peer_id: 16384\n", "peer_id: 16384 is larger than 16383"},
+		{"peers not list", up + "peers: {id: 1}\n", "peers: expected a list, got a mapping"},
+		{"peers no id", up + "peers:\n  - {host: a}\n", "peers[0].id: required"},
+		{"peers no host", up + "peers:\n  - {id: 1}\n", "peers[0].host: required"},
+		{"peers unknown key", up + "peers:\n  - {id: 1, host: a, addr: b}\n", "peers[0].addr: unknown key (line 3)"},
+		{"peers id zero", up + "peers:\n  - {id: 0, host: a}\n", "peers[0].id: must be positive, got 0"},
+		{"peers id large", up + "peers:\n  - {id: 16384, host: a}\n", "peers[0].id: 16384 is larger than 16383"},
+		{"peers id twice", up + "peers:\n  - {id: 1, host: a}\n  - {id: 1, host: b}\n", "peers[1].id: 1 is peers[0]'s too"},
+		{"peers address twice", up + "peers:\n  - {id: 1, host: a}\n  - {id: 2, host: a, port: 6432}\n", "peers[1]: a:6432 is peers[0]'s address too"},
+		{"peers port", up + "peers:\n  - {id: 1, host: a, port: 70000}\n", "peers[0].port: 70000 is not a port"},
+		{"peers host empty", up + "peers:\n  - {id: 1, host: ''}\n", "peers[0].host: must not be empty"},
+
 		// sweeper.
 		{"sweeper no dsn", up + "sweeper: {interval: 1m}\n", "sweeper.dsn: required"},
 		{"sweeper not mapping", up + "sweeper: on\n", `sweeper: expected a mapping, got "on"`},
@@ -466,6 +480,33 @@ func TestParsePooling(t *testing.T) {
 	}
 	if keys := got.PoolingKeysSet(); keys != nil {
 		t.Errorf("PoolingKeysSet() = %v, want none", keys)
+	}
+}
+
+// TestParsePeers: peer_id and peers, the port defaulting to 6432; an
+// entry may be the instance itself, and peers may come without peer_id
+// (serve --peer-id gives it).
+func TestParsePeers(t *testing.T) {
+	got, err := Parse([]byte("upstream: db:5432\npeer_id: 2\npeers:\n  - {id: 1, host: ttlproxy-0.ttlproxy}\n  - {id: 2, host: ttlproxy-1.ttlproxy, port: 7432}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Peer{{ID: 1, Host: "ttlproxy-0.ttlproxy", Port: 6432}, {ID: 2, Host: "ttlproxy-1.ttlproxy", Port: 7432}}
+	if got.PeerID != 2 || !reflect.DeepEqual(got.Peers, want) {
+		t.Errorf("peer_id %d, peers %+v; want 2, %+v", got.PeerID, got.Peers, want)
+	}
+	if a := got.Peers[1].Addr(); a != "ttlproxy-1.ttlproxy:7432" {
+		t.Errorf("Addr() = %q", a)
+	}
+	if keys, want := got.PoolingKeysSet(), []string{"peer_id", "peers"}; !reflect.DeepEqual(keys, want) {
+		t.Errorf("PoolingKeysSet() = %v, want %v", keys, want)
+	}
+	got, err = Parse([]byte("upstream: db:5432\npeers:\n  - {id: 1, host: '::1'}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PeerID != 0 || got.Peers[0].Addr() != "[::1]:6432" {
+		t.Errorf("peer_id %d, peers %+v", got.PeerID, got.Peers)
 	}
 }
 

@@ -186,6 +186,8 @@ func (c *Config) PoolingKeysSet() []string {
 		{"server_connect_timeout", c.Pool.ServerConnectTimeout != 0},
 		{"server_login_retry", c.Pool.ServerLoginRetry != nil},
 		{"query_wait_timeout", c.Pool.QueryWaitTimeout != nil},
+		{"peer_id", c.PeerID != 0},
+		{"peers", len(c.Peers) > 0},
 	} {
 		if k.set {
 			keys = append(keys, k.key)

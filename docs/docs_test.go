@@ -89,6 +89,7 @@ var configSections = map[string]string{
 	"parseTable":       "tables[]",
 	"parseTableColumn": "tables[].columns[]",
 	"parseSweeper":     "sweeper",
+	"parsePeers":       "peers[]",
 }
 
 // codeConfigKeys reads the configuration keys from package config: every
