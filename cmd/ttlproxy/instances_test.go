@@ -4,13 +4,21 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/ttlproxy/ttlproxy/sweeper"
 )
 
@@ -34,12 +42,14 @@ type instance struct {
 	out   bytes.Buffer
 }
 
-// startInstance runs `ttlproxy serve --config cfg` as a process of its own;
-// its sweeper connects with application_name name (PGAPPNAME).
-func startInstance(t *testing.T, ctx context.Context, name, cfg string) *instance {
+// startInstance runs `ttlproxy serve --config cfg` (and flags) as a
+// process of its own; its sweeper connects with application_name name
+// (PGAPPNAME).
+func startInstance(t *testing.T, ctx context.Context, name, cfg string, flags ...string) *instance {
 	t.Helper()
 	in := &instance{name: name, admin: freeAddr(t)}
-	in.cmd = exec.CommandContext(ctx, os.Args[0], "serve", "--config", cfg, "--admin-listen", in.admin) //nolint:gosec // runs the test binary itself as ttlproxy
+	args := append([]string{"serve", "--config", cfg, "--admin-listen", in.admin}, flags...)
+	in.cmd = exec.CommandContext(ctx, os.Args[0], args...) //nolint:gosec // runs the test binary itself as ttlproxy
 	in.cmd.Env = append(os.Environ(), runMainEnv+"=1", "PGAPPNAME="+name)
 	in.cmd.Stdout, in.cmd.Stderr = &in.out, &in.out
 	if err := in.cmd.Start(); err != nil {
@@ -316,5 +326,89 @@ tables:
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestInstancesCancelThroughPeer: two `ttlproxy serve` processes in
+// pool_mode transaction share one configuration file, each told its peer
+// id by --peer-id; a statement running through either is cancelled by its
+// client's key sent to the other, which forwards it (to_peer in its
+// metrics).
+func TestInstancesCancelThroughPeer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cluster, conn := ownCluster(t, ctx)
+	var verifier string
+	if err := conn.QueryRow(ctx, "SELECT rolpassword FROM pg_authid WHERE rolname = 'postgres'").Scan(&verifier); err != nil {
+		t.Fatal(err)
+	}
+	userlist := writeFile(t, "userlist.txt", fmt.Sprintf("%q %q\n", "postgres", verifier))
+	ports := []int{freePort(t), freePort(t)}
+	cfg := writeFile(t, "peers.yaml", fmt.Sprintf(`upstream: %s
+pool_mode: transaction
+auth_file: %s
+default_pool_size: 2
+peers:
+  - {id: 1, host: 127.0.0.1, port: %d}
+  - {id: 2, host: 127.0.0.1, port: %d}
+`, cluster.Addr(), userlist, ports[0], ports[1]))
+	var ins []*instance
+	for i, name := range []string{"peer_1", "peer_2"} {
+		ins = append(ins, startInstance(t, ctx, name, cfg, "--peer-id", strconv.Itoa(i+1),
+			"--listen", "127.0.0.1:"+strconv.Itoa(ports[i])))
+	}
+	for i := range ins {
+		via, to := ports[i], ports[1-i]
+		u, err := url.Parse(cluster.ConnString("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = "127.0.0.1:" + strconv.Itoa(via)
+		client, err := pgx.Connect(ctx, u.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close(context.Background())
+		if got := client.PgConn().PID() >> 17; got != uint32(i+1) { //nolint:gosec // 1 or 2
+			t.Fatalf("%s gave a key of peer %d", ins[i].name, got)
+		}
+		sql := "SELECT pg_sleep(10) -- through " + ins[i].name
+		done := make(chan error, 1)
+		var ended time.Time
+		go func() {
+			_, err := client.Exec(context.Background(), sql)
+			ended = time.Now()
+			done <- err
+		}()
+		for running := false; !running; {
+			if err := conn.QueryRow(ctx, "SELECT count(*) = 1 FROM pg_stat_activity WHERE state = 'active' AND query = $1", sql).Scan(&running); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		key := pgproto3.CancelRequest{ProcessID: client.PgConn().PID(), SecretKey: client.PgConn().SecretKey()}
+		pkt, err := key.Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := time.Now()
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(to))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(pkt); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _ = c.Read(make([]byte, 1)) // the instance closes it once the peer has taken the request
+		c.Close()
+		var pe *pgconn.PgError
+		if err := <-done; !errors.As(err, &pe) || pe.Code != "57014" {
+			t.Fatalf("through %s, cancelled through %s: %v, want 57014", ins[i].name, ins[1-i].name, err)
+		}
+		t.Logf("a statement through %s was cancelled through %s in %s", ins[i].name, ins[1-i].name, ended.Sub(sent).Round(10*time.Microsecond))
+		if _, body := get(t, "http://"+ins[1-i].admin+"/metrics"); !strings.Contains(body, `ttlproxy_proxy_cancel_results_total{result="to_peer"} 1`) {
+			t.Errorf("%s's metrics do not count the forward", ins[1-i].name)
+		}
 	}
 }

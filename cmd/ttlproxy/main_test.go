@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,10 +115,31 @@ func TestParseServeFlagsOverrides(t *testing.T) {
 	}
 
 	o, _, _ = parseServeFlags([]string{"--config", "c.yaml"}, io.Discard)
-	cfg = &config.Config{Listen: "a:1", Upstream: "b:2", AdminListen: "c:3"}
+	cfg = &config.Config{Listen: "a:1", Upstream: "b:2", AdminListen: "c:3", PeerID: 4}
 	o.applyOverrides(cfg)
-	if cfg.Listen != "a:1" || cfg.Upstream != "b:2" || cfg.AdminListen != "c:3" {
-		t.Errorf("empty flags changed the file's addresses: %+v", cfg)
+	if cfg.Listen != "a:1" || cfg.Upstream != "b:2" || cfg.AdminListen != "c:3" || cfg.PeerID != 4 {
+		t.Errorf("empty flags changed the file's values: %+v", cfg)
+	}
+
+	// --peer-id overrides peer_id, 0 included.
+	for _, id := range []int{0, 3, 16383} {
+		o, code, ok := parseServeFlags([]string{"--config", "c.yaml", "--peer-id", strconv.Itoa(id)}, io.Discard)
+		if !ok || code != 0 {
+			t.Fatalf("--peer-id %d: code %d ok %v", id, code, ok)
+		}
+		cfg = &config.Config{PeerID: 7}
+		o.applyOverrides(cfg)
+		if cfg.PeerID != id {
+			t.Errorf("--peer-id %d: peer_id %d", id, cfg.PeerID)
+		}
+	}
+	for _, bad := range []string{"-1", "16384", "x"} {
+		var errOut strings.Builder
+		if _, code, ok := parseServeFlags([]string{"--config", "c.yaml", "--peer-id", bad}, &errOut); ok || code != exitUsage {
+			t.Errorf("--peer-id %s: code %d ok %v", bad, code, ok)
+		} else if !strings.Contains(errOut.String(), "peer-id") {
+			t.Errorf("--peer-id %s: %q", bad, errOut.String())
+		}
 	}
 }
 

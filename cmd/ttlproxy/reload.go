@@ -68,6 +68,9 @@ func restartKeys(old, cur *config.Config) []string {
 		{"server_connect_timeout", old.Pool.ServerConnectTimeout, cur.Pool.ServerConnectTimeout},
 		{"server_login_retry", old.Pool.ServerLoginRetry, cur.Pool.ServerLoginRetry},
 		{"query_wait_timeout", old.Pool.QueryWaitTimeout, cur.Pool.QueryWaitTimeout},
+		// The cancel keys carry peer_id from proxy.New on.
+		{"peer_id", old.PeerID, cur.PeerID},
+		{"peers", old.Peers, cur.Peers},
 	} {
 		if !reflect.DeepEqual(k.old, k.cur) {
 			keys = append(keys, k.key)
@@ -108,6 +111,7 @@ func (s *stack) reload() (err error) {
 		cfg.GOMAXPROCS = s.cfg.GOMAXPROCS
 		cfg.DDLEventsDSN = s.cfg.DDLEventsDSN
 		cfg.PoolMode, cfg.Auth, cfg.Pool = s.cfg.PoolMode, s.cfg.Auth, s.cfg.Pool
+		cfg.PeerID, cfg.Peers = s.cfg.PeerID, s.cfg.Peers
 	}
 	rw, err := newRewriter(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,8 +16,12 @@ type serveOptions struct {
 	listen      string
 	upstream    string
 	adminListen string
-	logLevel    string
-	logFormat   string
+	// peerID overrides peer_id when peerIDSet, so that the instances of a
+	// StatefulSet share one configuration file.
+	peerID    int
+	peerIDSet bool
+	logLevel  string
+	logFormat string
 }
 
 func parseServeFlags(args []string, stderr io.Writer) (serveOptions, int, bool) {
@@ -26,6 +31,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveOptions, int, bool) 
 	fs.StringVar(&o.listen, "listen", "", "client-facing `host:port`, overrides listen in the file")
 	fs.StringVar(&o.upstream, "upstream", "", "database server `host:port`, overrides upstream in the file")
 	fs.StringVar(&o.adminListen, "admin-listen", "", "admin HTTP `host:port`, overrides admin_listen in the file")
+	fs.IntVar(&o.peerID, "peer-id", 0, "the instance's peer `id` (1-16383, 0: not peered), overrides peer_id in the file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log `format`: text or json")
 	if code, ok := parseFlags(fs, args); !ok {
@@ -36,6 +42,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveOptions, int, bool) 
 	}
 	if o.configPath == "" {
 		return o, usageError(fs, "--config is required"), false
+	}
+	fs.Visit(func(f *flag.Flag) { o.peerIDSet = o.peerIDSet || f.Name == "peer-id" })
+	if o.peerIDSet && (o.peerID < 0 || o.peerID > config.MaxPeerID) {
+		return o, usageError(fs, "--peer-id: %d is not between 0 and %d", o.peerID, config.MaxPeerID), false
 	}
 	for _, a := range []struct {
 		flag, value string
@@ -55,7 +65,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveOptions, int, bool) 
 	return o, exitOK, true
 }
 
-// applyOverrides puts the address flags over the file's values.
+// applyOverrides puts the address flags and --peer-id over the file's
+// values.
 func (o serveOptions) applyOverrides(cfg *config.Config) {
 	if o.listen != "" {
 		cfg.Listen = o.listen
@@ -65,6 +76,9 @@ func (o serveOptions) applyOverrides(cfg *config.Config) {
 	}
 	if o.adminListen != "" {
 		cfg.AdminListen = o.adminListen
+	}
+	if o.peerIDSet {
+		cfg.PeerID = o.peerID
 	}
 }
 

@@ -138,6 +138,16 @@ func poolSettings(p config.Pool) proxy.PoolSettings {
 	}
 }
 
+// peers maps the file's peers onto the proxy's, in order, so that an
+// error about Peers[i] is one about peers[i].
+func peers(ps []config.Peer) []proxy.Peer {
+	var out []proxy.Peer
+	for _, p := range ps {
+		out = append(out, proxy.Peer{ID: p.ID, Addr: p.Addr()})
+	}
+	return out
+}
+
 // newRewriter builds the rewriter for cfg's tables and limits.
 func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
 	return rewrite.New(cfg.Tables, rewrite.Options{
@@ -210,6 +220,8 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		PoolMode: cfg.PoolMode,
 		Auth:     proxy.AuthConfig{Type: cfg.Auth.Type, File: cfg.Auth.File, Query: cfg.Auth.Query, DSN: cfg.Auth.DSN},
 		Pool:     poolSettings(cfg.Pool),
+		PeerID:   cfg.PeerID,
+		Peers:    peers(cfg.Peers),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building proxy: %w", err)

@@ -81,7 +81,7 @@ func TestStackSessionModePoolingKeys(t *testing.T) {
 }
 
 // TestReloadRestartKeysPooling: a reload cannot apply pool_mode nor the
-// auth and pool keys (the proxy builds them once), so it names each.
+// auth, pool and peer keys (the proxy builds them once), so it names each.
 func TestReloadRestartKeysPooling(t *testing.T) {
 	old, err := config.Parse([]byte("upstream: db:5432\n"))
 	if err != nil {
@@ -102,13 +102,15 @@ server_idle_timeout: 0s
 server_connect_timeout: 1s
 server_login_retry: 1s
 query_wait_timeout: 1s
+peer_id: 1
+peers: [{id: 1, host: a}, {id: 2, host: b}]
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"pool_mode", "auth_type", "auth_query", "auth_dsn", "default_pool_size", "min_pool_size", "reserve_pool_size",
 		"reserve_pool_timeout", "max_db_connections", "server_lifetime", "server_idle_timeout", "server_connect_timeout",
-		"server_login_retry", "query_wait_timeout"}
+		"server_login_retry", "query_wait_timeout", "peer_id", "peers"}
 	if got := restartKeys(old, cur); !reflect.DeepEqual(got, want) {
 		t.Errorf("restartKeys = %v\nwant %v", got, want)
 	}
@@ -121,5 +123,26 @@ query_wait_timeout: 1s
 	}
 	if got := restartKeys(cur, cur); got != nil {
 		t.Errorf("restartKeys of an unchanged file = %v", got)
+	}
+}
+
+// TestPeersMapping: the file's peers reach proxy.Config in order, as
+// host:port; proxy.New checks what the file could not (peers without a
+// peer_id, which serve --peer-id may give), naming the key.
+func TestPeersMapping(t *testing.T) {
+	cfg, err := config.Parse([]byte("upstream: db:5432\npeers: [{id: 1, host: ttlproxy-1.ttlproxy-peers}, {id: 2, host: '::1', port: 7000}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []proxy.Peer{{ID: 1, Addr: "ttlproxy-1.ttlproxy-peers:6432"}, {ID: 2, Addr: "[::1]:7000"}}
+	if got := peers(cfg.Peers); !reflect.DeepEqual(got, want) {
+		t.Errorf("peers = %+v, want %+v", got, want)
+	}
+	if _, err := newStack(cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "peer_id: required with peers") {
+		t.Errorf("newStack without peer_id: %v", err)
+	}
+	cfg.PeerID = 2
+	if _, err := newStack(cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
 	}
 }
