@@ -80,11 +80,19 @@ find_bindir() {
 	echo "$d"
 }
 
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on, below
+# the kernel's ephemeral range: a port inside it can be taken by an outgoing
+# connection (this script's or a neighbour's) before the server binds it.
 free_port() {
-	local p
+	local p lo=32768 base=20000 span=40000
+	if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+		read -r lo _ </proc/sys/net/ipv4/ip_local_port_range || lo=32768
+	fi
+	if [ "$lo" -gt 12000 ]; then
+		base=10000 span=$((lo - 10000))
+	fi
 	for _ in $(seq 200); do
-		p=$((20000 + RANDOM % 40000))
+		p=$((base + (RANDOM * 32768 + RANDOM) % span))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return
