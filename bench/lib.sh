@@ -1,4 +1,4 @@
-# Shared by the sweeper benchmarks (sweep.sh, sweep-load.sh): a throw-away
+# Shared by the sweeper benchmarks (sweep.sh, sweep-load.sh) and pooling.sh: a throw-away
 # PostgreSQL cluster and ttlproxy built from this checkout in a work
 # directory that is removed at exit. Source it after setting PROG; it sets
 # ROOT, WORK, BIN (the server's bin directory), PIDS (processes stopped at
