@@ -80,6 +80,11 @@
 #   POOL           default_pool_size of every pooler (default 20)
 #   SMOKE=1        scale 1, 1 s runs (row 3 keeps 10 s), 1 round: every run must
 #                  succeed; timings are printed, never checked
+#   BOUNCER_RESET=1  row 3 also through a PgBouncer (pgb-reset, SCRAM) with
+#                  server_reset_query = RESET ROLE; RESET ALL and
+#                  server_reset_query_always = 1: the round trip ttlproxy
+#                  makes before a server serves another client, for
+#                  comparison (its statements per transaction: raw table)
 #   PROXY_LOG_LEVEL  ttlproxy's --log-level (default warn, as compare.sh;
 #                  PgBouncer runs with log_connections = 0)
 #   PG_BINDIR, KEEP  see lib.sh (KEEP=1 keeps configurations and logs)
@@ -191,9 +196,10 @@ YAML
 	wait_port "$port" "$name"
 }
 
-# start_pgbouncer NAME AUTH_TYPE: transaction mode, daemonized.
+# start_pgbouncer NAME AUTH_TYPE [RESET]: transaction mode, daemonized; with
+# RESET=1, ttlproxy's reset after every transaction.
 start_pgbouncer() {
-	local name=$1 auth=$2 port
+	local name=$1 auth=$2 reset=${3:-} port
 	port=$(free_port)
 	cat >"$WORK/$name.ini" <<INI
 [databases]
@@ -215,6 +221,7 @@ logfile = $WORK/$name.log
 pidfile = $WORK/$name.pid
 INI
 	[ -z "$BOUNCER_PREPARED" ] || echo "max_prepared_statements = 200" >>"$WORK/$name.ini"
+	[ -z "$reset" ] || printf 'server_reset_query = RESET ROLE; RESET ALL\nserver_reset_query_always = 1\n' >>"$WORK/$name.ini"
 	log "starting $name (PgBouncer $BOUNCER_VERSION, transaction, $auth) on port $port"
 	# runuser's pam_limits sets the soft descriptor limit back to 1024.
 	as_pg bash -c 'ulimit -n "$1" && exec "$2" -d "$3"' _ "$(ulimit -n)" "$PGBOUNCER" "$WORK/$name.ini" >"$WORK/$name.out" 2>&1 ||
@@ -234,6 +241,11 @@ start_ttlproxy txn-scram transaction scram-sha-256
 start_ttlproxy txn-trust transaction trust
 start_pgbouncer pgb-scram scram-sha-256
 start_pgbouncer pgb-trust trust
+RESET_T=
+if [ "${BOUNCER_RESET:-}" = 1 ]; then
+	start_pgbouncer pgb-reset scram-sha-256 1
+	RESET_T=" pgb-reset"
+fi
 
 # Rows: id|label|user|pgbench options|seconds|targets. Each target runs the
 # row's options; ttlproxy the built-in script, the others the filtered one.
@@ -243,7 +255,7 @@ ROWS=(
 	"S-simple|-c 8 simple|bench_scram|-c 8 -j 2 -M simple|$DURATION|direct session txn-scram pgb-scram"
 	"S-extended|-c 8 extended|bench_scram|-c 8 -j 2 -M extended|$DURATION|direct session txn-scram pgb-scram"
 	"S-prepared|-c 8 prepared|bench_scram|-c 8 -j 2 -M prepared|$DURATION|direct session txn-scram${BOUNCER_PREPARED:+ pgb-scram}"
-	"many|-c $MANY -j 4 simple, pool $POOL|bench_scram|-c $MANY -j 4 -M simple -P $MANY_DURATION|$MANY_DURATION|txn-scram pgb-scram"
+	"many|-c $MANY -j 4 simple, pool $POOL|bench_scram|-c $MANY -j 4 -M simple -P $MANY_DURATION|$MANY_DURATION|txn-scram pgb-scram$RESET_T"
 )
 
 RAW=$WORK/raw.tsv
@@ -418,9 +430,12 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 	echo
 	row target tps 'failed tx' 'aborted clients' 'latency avg ms' 'latency stddev ms' 'latency p99 ms' 'initial connection ms' 'server connections (max seen)' 'pool wait p99'
 	echo '|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|'
-	for t in txn-scram pgb-scram; do
-		name=ttlproxy-transaction
-		[ "$t" = txn-scram ] || name=pgbouncer-transaction
+	for t in txn-scram pgb-scram$RESET_T; do
+		case $t in
+		txn-scram) name=ttlproxy-transaction ;;
+		pgb-scram) name=pgbouncer-transaction ;;
+		pgb-reset) name="pgbouncer-transaction, RESET ROLE; RESET ALL after every transaction" ;;
+		esac
 		if [ -n "${FAILED[many/$t]:-}" ]; then
 			row "$name" "FAILED (${FAILED[many/$t]})" – – – – – – – –
 			continue
@@ -440,7 +455,7 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 		for kind in direct session txn pgb; do
 			c=–
 			for t in $targets; do
-				case $t in "$kind" | "$kind"-*) c=$(fmt %.2f "$(med "$id" "$t" 14)") ;; esac
+				case $t in "$kind" | "$kind"-scram | "$kind"-trust) c=$(fmt %.2f "$(med "$id" "$t" 14)") ;; esac
 			done
 			cells+=("$c")
 		done
