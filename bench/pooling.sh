@@ -5,7 +5,7 @@
 # printed as Markdown tables (issue 16's "Measured by").
 #
 #   bench/pooling.sh                      # scale 10, 10 s per run, 3 rounds
-#   ROUNDS=3 DURATION=5 bench/pooling.sh  # about 9 minutes
+#   ROUNDS=3 DURATION=5 bench/pooling.sh  # about 7 minutes
 #   SMOKE=1 bench/pooling.sh              # does every run succeed? (timings never checked)
 #
 # Roles and authentication. The server has two login roles: bench_scram
