@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,12 @@ type handoff struct {
 	// relaying them to the client.
 	refreshing atomic.Int32
 	// idleWait asks the server pump to signal idle when pending drops to 0.
-	idleWait  atomic.Bool
+	idleWait atomic.Bool
+	// swallow counts the answers (each up to a ReadyForQuery) to questions
+	// the client pump sent ahead of the client's messages without waiting
+	// (transaction mode's reset, pooled.go): the server pump reads and drops
+	// them.
+	swallow   atomic.Int32
 	refreshed chan refreshResult
 	idle      chan struct{}
 }
@@ -234,6 +240,22 @@ func (l *link) readState(sc *serverConn) error {
 	}
 	l.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
 	return err
+}
+
+// swallowAnswer is the server pump's side of a question sent ahead
+// (answers.swallow): it reads one answer from sc up to its ReadyForQuery
+// and drops it, passing asynchronous messages on to the client.
+func (l *link) swallowAnswer(sc *serverConn) error {
+	_, qerr, status, err := readResults(sc.r, l.cw)
+	if err != nil {
+		return err
+	}
+	l.answers.swallow.Add(-1)
+	l.txStatus.Store(uint32(status))
+	if qerr != nil {
+		return fmt.Errorf("server refused the reset: %s: %s", qerr.Code, qerr.Message)
+	}
+	return nil
 }
 
 // answered hands over one answer, read up to its ReadyForQuery.

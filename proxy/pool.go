@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -142,6 +143,9 @@ type pool struct {
 	// serve, when set, starts a new server's pump (Server.runServer), on a
 	// goroutine of its own, from its login on.
 	serve func(*pooledServer)
+	// baseline is what a new client of the pool is welcomed with, read on a
+	// server at its login's settings (pooled.go); nil until a first login.
+	baseline atomic.Pointer[poolBaseline]
 
 	mu  sync.Mutex
 	cfg poolConfig

@@ -267,6 +267,18 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 	if ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
 		return nil
 	}
+	pl.unnamedOK = false // the reset's Query drops it
+	if want == 0 {
+		// Only the reset, which cannot fail for want of a privilege: sent
+		// ahead of the client's first message, flushed with it, its answer
+		// dropped by the server pump. No round trip of its own.
+		l.answers.swallow.Add(1)
+		if _, err := l.sw.Write(resetQuery); err != nil {
+			return &writeError{err}
+		}
+		ps.settingsFP = 0
+		return nil
+	}
 	msgs, n := applyMessages(pl.settings)
 	res, err := l.ask(msgs, n, s.quit)
 	if err != nil {
@@ -279,7 +291,6 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		return &protocolError{code: res.qerr.Code, msg: msg}
 	}
 	ps.settingsFP = want
-	pl.unnamedOK = false // the reset's Query dropped it
 	return nil
 }
 
@@ -428,28 +439,15 @@ func (s *clientConn) forwardPooled() error {
 // and sends the client what a server sends after authentication.
 func (s *clientConn) welcome() error {
 	l, pl := s.link, s.link.pooled.Load()
-	if err := s.relink(0); err != nil {
-		return err
-	}
-	ps, _ := pl.holding()
-	if ps == nil {
-		return errQuit
-	}
-	if len(s.rs.Load().rules) > 0 {
-		s.st.track = true
-		err := s.loadCatalog(func(q []byte) ([][][]string, *pgproto3.ErrorResponse, byte, error) {
-			res, err := l.ask(q, 1, s.quit)
-			return res.results, res.qerr, res.status, err
-		})
-		if err != nil {
+	params, ok := s.welcomeFromBaseline(pl.pool)
+	if !ok {
+		var err error
+		if params, err = s.welcomeFromServer(); err != nil {
 			return err
 		}
 	}
-	if !pl.release(l, ps.sc) {
-		return s.violation(codeInternalError, "ttlproxy: the server connection was not idle after startup")
-	}
 	close(s.ready)
-	for _, p := range ps.welcome.params {
+	for _, p := range params {
 		m := pgproto3.ParameterStatus{Name: p.name, Value: p.value}
 		b, _ := m.Encode(nil)
 		_, _ = l.cw.Write(b)
@@ -465,6 +463,78 @@ func (s *clientConn) welcome() error {
 		return fmt.Errorf("client: %w", err)
 	}
 	return nil
+}
+
+// poolBaseline is a pool's welcome for new clients: the ParameterStatus
+// values of a server at its login's settings and the session state read
+// there, valid under rule set rs (the state query's columns depend on it).
+type poolBaseline struct {
+	rs     *ruleSet
+	params []paramStatus
+	row    stateRow
+}
+
+// welcomeFromBaseline sets the new client's session state from its pool's
+// baseline and a fresh shared catalog, so that its login takes no server;
+// false when there is no baseline for the client's rule set or no catalog
+// young enough (welcomeFromServer reads them then).
+func (s *clientConn) welcomeFromBaseline(p *pool) ([]paramStatus, bool) {
+	b := p.baseline.Load()
+	rs := s.rs.Load()
+	if b == nil || b.rs != rs {
+		return nil, false
+	}
+	if len(rs.rules) > 0 {
+		cat, at, gen := s.startupCatalog(rs)
+		if cat == nil {
+			return nil, false
+		}
+		s.st.track = true
+		s.st.setCatalog(cat, at)
+		s.st.catalogGen = gen
+		row := b.row
+		row.TempShadows = nil
+		s.st.apply(&row)
+	}
+	return b.params, true
+}
+
+// welcomeFromServer reads the catalog and the session state on a server of
+// the pool, at its login's settings, and records them as the pool's
+// baseline.
+func (s *clientConn) welcomeFromServer() ([]paramStatus, error) {
+	l, pl := s.link, s.link.pooled.Load()
+	if err := s.relink(0); err != nil {
+		return nil, err
+	}
+	ps, _ := pl.holding()
+	if ps == nil {
+		return nil, errQuit
+	}
+	rs := s.rs.Load()
+	b := &poolBaseline{rs: rs, params: ps.welcome.params}
+	var results [][][]string
+	if len(rs.rules) > 0 {
+		s.st.track = true
+		err := s.loadCatalog(func(q []byte) ([][][]string, *pgproto3.ErrorResponse, byte, error) {
+			res, err := l.ask(q, 1, s.quit)
+			results = res.results
+			return res.results, res.qerr, res.status, err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !pl.release(l, ps.sc) {
+		return nil, s.violation(codeInternalError, "ttlproxy: the server connection was not idle after startup")
+	}
+	if len(rs.rules) == 0 {
+		pl.pool.baseline.Store(b)
+	} else if row, ok := stateResult(results, rs.queries.names); ok && len(row.TempShadows) == 0 {
+		b.row = row
+		pl.pool.baseline.Store(b)
+	}
+	return b.params, nil
 }
 
 // endPooled ends a transaction-mode session once the client pump has

@@ -105,6 +105,20 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 
 		var partial bool
 		switch {
+		case pl != nil && l.answers.swallow.Load() > 0:
+			// The answer to the reset sent ahead of the client's messages.
+			if err = l.swallowAnswer(sc); err != nil {
+				if isWriteError(err) {
+					return pumpEnd{why: stopClientWrite, err: err}
+				}
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
+			}
+			if !nextBuffered(r) {
+				if err := w.Flush(); err != nil {
+					return pumpEnd{why: stopClientWrite, err: err}
+				}
+			}
+			continue
 		case typ != 'D' && l.answers.refreshing.Load() > 0:
 			// The answer to the proxy's state query (state.go). readState
 			// has flushed what it passed on to the client before handing

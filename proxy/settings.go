@@ -88,11 +88,15 @@ func readbackMessages(custom []string) []byte {
 	return endStatements(encodeWithParam(nil, readbackQuery, string(names)))
 }
 
+// resetQuery returns a server to its login's settings: RESET ALL leaves the
+// role alone, hence RESET ROLE first.
+var resetQuery = appendQuery(nil, "RESET ROLE; RESET ALL")
+
 // applyMessages returns a server to its baseline (RESET ROLE; RESET ALL) and,
 // for settings other than the baseline, applies them; n is the number of
 // ReadyForQuery messages the server answers with.
 func applyMessages(st *sessionSettings) (msgs []byte, n int) {
-	msgs = appendQuery(nil, "RESET ROLE; RESET ALL")
+	msgs = append([]byte(nil), resetQuery...)
 	if st == nil || st.fp == 0 {
 		return msgs, 1
 	}
