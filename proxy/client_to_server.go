@@ -119,6 +119,9 @@ func (s *clientConn) clientToServer() error {
 					}
 				}
 			}
+			if pooled && typ == 'C' {
+				s.noteClose(r, total)
+			}
 			if (typ == 'B' || typ == 'C') && s.st.watchesBindClose() {
 				var stale error
 				if stale, err = s.inspect(typ, r, total); stale != nil && err == nil {
@@ -288,6 +291,9 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 	if pl := s.link.pooled.Load(); pl != nil {
 		s.noteStatement(sql)
 		pl.unnamed = pl.unnamed[:0] // a simple Query drops the unnamed statement
+		if mayDeallocate(sql) {
+			pl.prepGen++ // the server's set may no longer be the client's
+		}
 	}
 	res, err := s.rewriteStatement(sql)
 	err = s.st.onQuery(sql, res, err)
@@ -318,9 +324,15 @@ func (s *clientConn) forwardParse(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
-	if s.link.pooled.Load() != nil {
-		if len(name) > 0 {
+	if pl := s.link.pooled.Load(); pl != nil {
+		switch {
+		case len(name) == 0:
+		case !s.st.track:
+			// Named statements are recorded only when tracked
+			// (state.go): not carried to another server.
 			s.pin(pinPrepared)
+		default:
+			pl.namedStatementChanged(s.id)
 		}
 		s.noteStatement(sql)
 	}

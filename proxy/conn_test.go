@@ -135,6 +135,7 @@ func TestUpstreamLostMidSession(t *testing.T) {
 }
 
 func TestServerTerminatesBackend(t *testing.T) {
+	sessionModeOnly(t, "the backend is terminated between statements; in transaction mode the client holds no server then (TestPooledServerLost)")
 	p := startProxy(t, Config{})
 	conn := p.connect(t, "postgres", pgx.QueryExecModeCacheStatement)
 	var pid int

@@ -92,6 +92,10 @@ type pooledServer struct {
 	// (sessionSettings.fp; 0: its login's), written by the client that
 	// holds it and by its pump at check-in.
 	settingsFP uint64
+	// prepOwner is the client whose named prepared statements it holds (0:
+	// none), as of that client's statement generation prepGen
+	// (pooledLink.prepGen); written by the client that holds it.
+	prepOwner, prepGen uint64
 }
 
 // waiter is one client waiting in a pool's queue.

@@ -47,7 +47,11 @@ type pooledLink struct {
 	mu sync.Mutex
 	// held is the server the client holds, nil when none.
 	held *pooledServer
-	// unheld is closed when held becomes nil (by drop's caller once the
+	// ending: a server pump is ending the client's session (drop); unheld
+	// is signalled when it is done.
+	ending bool
+	// unheld (capacity 1, made once) is signalled when held becomes nil,
+	// once per hold: under mu by a release, by drop's caller once the
 	// client's session has ended there).
 	unheld chan struct{}
 	// pinned: the client keeps its server until it leaves (pin.go).
@@ -63,6 +67,11 @@ type pooledLink struct {
 	unnamed   []byte
 	unnamedOn *serverConn
 	unnamedOK bool
+	// cur is the server the client pump last linked (it holds it while
+	// pending is not releasedMark); prepGen counts the changes of the
+	// client's named prepared statements (statements.go). Client pump only.
+	cur     *pooledServer
+	prepGen uint64
 
 	// Settings (settings.go). dirty: a statement of the transaction may
 	// have changed them (set by the client pump, cleared at check-in);
@@ -98,7 +107,7 @@ func (pl *pooledLink) release(l *link, sc *serverConn) bool {
 		return false
 	}
 	pl.held = nil
-	close(pl.unheld)
+	signal(pl.unheld)
 	sc.link.Store(nil)
 	pl.mu.Unlock()
 	pl.pool.release(ps, pl.client, true)
@@ -153,7 +162,7 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 	pl.dirty.Store(false)
 	pl.mu.Lock()
 	pl.held = nil
-	close(pl.unheld)
+	signal(pl.unheld)
 	sc.link.Store(nil)
 	l.pending.CompareAndSwap(checkInMark, releasedMark) // fails when closing: the client leaves
 	pl.mu.Unlock()
@@ -174,12 +183,21 @@ func (pl *pooledLink) drop(sc *serverConn) chan struct{} {
 	if pl.held == nil || pl.held.sc != sc {
 		return nil
 	}
-	pl.held = nil
+	pl.held, pl.ending = nil, true
 	return pl.unheld
 }
 
-// holding returns the server the client holds and the channel closed when
-// it no longer does; nil, nil when it holds none.
+// signal wakes the one waiter of a channel of capacity 1, if any, without
+// blocking.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// holding returns the server the client holds and the channel signalled
+// when it no longer does; nil and the channel when it holds none.
 func (pl *pooledLink) holding() (*pooledServer, <-chan struct{}) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
@@ -234,11 +252,16 @@ func (s *clientConn) relink(owed int64) error {
 			pl.pool.release(ps, s.id, true)
 			return errShutdown
 		}
-		pl.held, pl.unheld = ps, make(chan struct{})
+		select { // a signal of an earlier hold nobody waited for
+		case <-pl.unheld:
+		default:
+		}
+		pl.held = ps
 		sc.link.Store(l)
 		pl.mu.Unlock()
 		sc.mu.Unlock()
 		l.server, l.target.sc = sc, sc
+		pl.cur = ps
 		l.txStatus.Store('I') // a pooled server is idle when handed out
 		pl.unnamedOK = sc == pl.unnamedOn && ps.lastClient == s.id
 		if owed > 0 {
@@ -265,7 +288,7 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		want = pl.settings.fp
 	}
 	if ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
-		return nil
+		return s.restoreStatements(ps)
 	}
 	pl.unnamedOK = false // the reset's Query drops it
 	if want == 0 {
@@ -277,7 +300,7 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 			return &writeError{err}
 		}
 		ps.settingsFP = 0
-		return nil
+		return s.restoreStatements(ps)
 	}
 	msgs, n := applyMessages(pl.settings)
 	res, err := l.ask(msgs, n, s.quit)
@@ -291,7 +314,7 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		return &protocolError{code: res.qerr.Code, msg: msg}
 	}
 	ps.settingsFP = want
-	return nil
+	return s.restoreStatements(ps)
 }
 
 // noteUnnamed records the Parse message msg, about to be forwarded, when it
@@ -412,7 +435,7 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 	pctx, pcancel := context.WithCancel(context.Background())
 	s.link.pending.Store(releasedMark)
 	s.link.pooled.Store(&pooledLink{pool: p, client: s.id, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded,
-		checkedIn: make(chan struct{}, 1)})
+		checkedIn: make(chan struct{}, 1), unheld: make(chan struct{}, 1)})
 	// Registered last: a CancelRequest may find the client from now on.
 	s.srv.cancelKeys.issue(s)
 	return nil
@@ -545,8 +568,16 @@ func (s *clientConn) endPooled() {
 	l, pl := s.link, s.link.pooled.Load()
 	l.markClosed()
 	pl.cancel()
-	if ps, unheld := pl.holding(); ps != nil {
-		ps.sc.close()
+	pl.mu.Lock()
+	ps, ending, unheld := pl.held, pl.ending, pl.unheld
+	pl.mu.Unlock()
+	if ps != nil || ending {
+		// A server pump ends the session (serverEnded): a held server is
+		// closed to make it, and the client's socket stays open until it
+		// has said why.
+		if ps != nil {
+			ps.sc.close()
+		}
 		<-unheld
 	} else if !s.ended.Load() {
 		if f := s.fatal.Load(); f != nil {
@@ -671,7 +702,7 @@ func (srv *Server) serverGone(ps *pooledServer, end pumpEnd) {
 		// The client's session ends here; endPooled waits for it.
 		pl := l.pooled.Load()
 		pl.onEnd(end)
-		close(unheld)
+		signal(unheld)
 		ps.pool.release(ps, pl.client, false)
 		return
 	}

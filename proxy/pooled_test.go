@@ -336,7 +336,7 @@ func TestPooledPins(t *testing.T) {
 		{"BEGIN; DECLARE pin_c CURSOR WITH HOLD FOR SELECT 1; COMMIT", pgx.QueryExecModeSimpleProtocol, true},
 		{"PREPARE pin_p AS SELECT 1", pgx.QueryExecModeSimpleProtocol, true},
 		{"SELECT $1::int", pgx.QueryExecModeCacheDescribe, false},
-		{"SELECT $1::int", pgx.QueryExecModeCacheStatement, true}, // a named statement
+		{"SELECT $1::int", pgx.QueryExecModeCacheStatement, false}, // a named statement: carried
 	} {
 		var args []any
 		if strings.Contains(c.sql, "$1") {
@@ -617,4 +617,44 @@ func TestPooledSettingsNotRestored(t *testing.T) {
 		t.Fatalf("%s rows inserted", got)
 	}
 	mustExec(t, other, "SELECT 1") // the pool serves on
+}
+
+// TestPooledPreparedStatements: clients with statement caches (named
+// prepared statements, pgx's default) share one server: each switch gives
+// the server the client's own statements, under the client's names, and
+// none of another's.
+func TestPooledPreparedStatements(t *testing.T) {
+	p := startPooledProxyCfg(t, Config{Pool: PoolSettings{DefaultPoolSize: 1, QueryWaitTimeout: 10 * time.Second}})
+	var conns []*pgx.Conn
+	for range 3 {
+		conns = append(conns, p.connect(t, "postgres", pgx.QueryExecModeCacheStatement))
+	}
+	ctx := testContext(t)
+	for round := range 30 {
+		for i, c := range conns {
+			// The same text for every client (the same statement name in
+			// pgx's cache), and one of the client's own.
+			var n, m int
+			if err := c.QueryRow(ctx, "SELECT $1::int + 1", round).Scan(&n); err != nil || n != round+1 {
+				t.Fatalf("round %d client %d: %v, %d", round, i, err, n)
+			}
+			if err := c.QueryRow(ctx, fmt.Sprintf("SELECT $1::int * %d", i+2), round).Scan(&m); err != nil || m != round*(i+2) {
+				t.Fatalf("round %d client %d: %v, %d", round, i, err, m)
+			}
+		}
+	}
+	// A statement the client closed is gone on whichever server it lands.
+	c := conns[0]
+	sd, err := c.Prepare(ctx, "pooled_named", "SELECT 42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Deallocate(ctx, sd.Name); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, conns[1], "SELECT 1")
+	res := c.PgConn().ExecPrepared(ctx, "pooled_named", nil, nil, nil).Read()
+	if pgCode(res.Err) != "26000" {
+		t.Fatalf("a closed statement: %v", res.Err)
+	}
 }
