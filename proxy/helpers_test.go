@@ -390,6 +390,8 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name string) float64 {
 				sum += m.GetCounter().GetValue()
 			case m.GetGauge() != nil:
 				sum += m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				sum += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
 	}

@@ -36,6 +36,11 @@ type metrics struct {
 	ddlEvents  *prometheus.CounterVec
 	ddlReads   *prometheus.CounterVec
 	ddlClosed  prometheus.Counter
+	// Transaction pooling (pooled.go, poolmetrics.go).
+	poolWait      prometheus.Histogram
+	poolPins      *prometheus.CounterVec
+	poolReadbacks prometheus.Counter
+	poolApplies   *prometheus.CounterVec
 }
 
 const (
@@ -136,6 +141,28 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Name: "ddl_sessions_closed_total",
 			Help: "Sessions closed inside a transaction block because the catalog changed and could not be read again within 5 s.",
 		}),
+		poolWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_wait_seconds",
+			Help: "How long a client waited for a server connection at the start of a transaction (0 when one was idle), transaction mode.",
+			// 50 µs to about 3 minutes (query_wait_timeout's default is 2).
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 17),
+		}),
+		poolPins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_pins_total",
+			Help: "Clients pinned to their server connection for the rest of their session, by reason (temp, advisory_lock, listen, hold_cursor, sql_prepare, load, prepared, function_call, dblink, session_authorization, settings), transaction mode.",
+		}, []string{"reason"}),
+		poolReadbacks: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_settings_readbacks_total",
+			Help: "Session settings read back from a server before its release, after a transaction that may have changed them, transaction mode.",
+		}),
+		poolApplies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_settings_applies_total",
+			Help: "Clients' settings applied on a server whose settings differed, by result (ok, failed: the client's session was ended), transaction mode.",
+		}, []string{"result"}),
 		sessionRefreshes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "session_refreshes_total",
@@ -152,6 +179,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.cancelResults, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
 		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed,
+		m.poolWait, m.poolPins, m.poolReadbacks, m.poolApplies,
 	}
 	if rw != nil {
 		stats := func() rewrite.Stats {

@@ -33,6 +33,7 @@ func (s *clientConn) pin(reason string) {
 		return
 	}
 	pl.pinned.Store(true)
+	s.srv.metrics.poolPins.WithLabelValues(reason).Inc()
 	s.log.Debug("client pinned to its server connection", "reason", reason)
 }
 

@@ -35,8 +35,9 @@ import (
 
 // pooledLink is the transaction-mode part of a client's link.
 type pooledLink struct {
-	pool   *pool
-	client uint64 // the client's id: affinity in the pool
+	pool    *pool
+	client  uint64 // the client's id: affinity in the pool
+	metrics *metrics
 
 	// ctx ends a wait for a server (the client is closed).
 	ctx    context.Context
@@ -157,6 +158,7 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 		} else {
 			pl.readback.Store(st)
 			ps.settingsFP = st.fp
+			pl.metrics.poolReadbacks.Inc()
 		}
 	}
 	pl.dirty.Store(false)
@@ -234,10 +236,12 @@ func (s *clientConn) relink(owed int64) error {
 	l := s.link
 	pl := l.pooled.Load()
 	for {
+		start := monoNow()
 		ps, err := pl.pool.acquire(pl.ctx, s.id)
 		if err != nil {
 			return s.acquireFailed(err)
 		}
+		s.srv.metrics.poolWait.Observe(float64(monoNow()-start) / 1e9)
 		sc := ps.sc
 		sc.mu.Lock()
 		if sc.dead {
@@ -308,12 +312,14 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		return err
 	}
 	if res.qerr != nil {
+		s.srv.metrics.poolApplies.WithLabelValues("failed").Inc()
 		msg := "ttlproxy: could not restore this session's settings: " + res.qerr.Message
 		s.logger().Info("closing client: settings not restored", "sqlstate", res.qerr.Code, "err", res.qerr.Message)
 		s.endWithFatal(res.qerr.Code, msg)
 		return &protocolError{code: res.qerr.Code, msg: msg}
 	}
 	ps.settingsFP = want
+	s.srv.metrics.poolApplies.WithLabelValues("ok").Inc()
 	return s.restoreStatements(ps)
 }
 
@@ -434,7 +440,7 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 	p.setSecret(login)
 	pctx, pcancel := context.WithCancel(context.Background())
 	s.link.pending.Store(releasedMark)
-	s.link.pooled.Store(&pooledLink{pool: p, client: s.id, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded,
+	s.link.pooled.Store(&pooledLink{pool: p, client: s.id, metrics: s.srv.metrics, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded,
 		checkedIn: make(chan struct{}, 1), unheld: make(chan struct{}, 1)})
 	// Registered last: a CancelRequest may find the client from now on.
 	s.srv.cancelKeys.issue(s)

@@ -130,6 +130,13 @@ func TestPooledBasic(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// The pool's one server, and a wait observed per transaction.
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_servers"); n != 1 {
+		t.Errorf("pool_servers sums to %v, want 1", n)
+	}
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_wait_seconds"); n < 400 {
+		t.Errorf("pool_wait_seconds observed %v waits, want one per transaction (400 and more)", n)
+	}
 }
 
 // activeQuery waits until a backend runs a statement starting with prefix
@@ -315,7 +322,7 @@ func startPooledProxyCfg(t *testing.T, cfg Config) *testProxy {
 // times out); other statements release it at their end.
 func TestPooledPins(t *testing.T) {
 	p := startPooledProxyCfg(t, Config{Pool: PoolSettings{DefaultPoolSize: 1, QueryWaitTimeout: 300 * time.Millisecond}})
-	for _, c := range []struct {
+	cases := []struct {
 		sql  string
 		mode pgx.QueryExecMode
 		pins bool
@@ -337,7 +344,8 @@ func TestPooledPins(t *testing.T) {
 		{"PREPARE pin_p AS SELECT 1", pgx.QueryExecModeSimpleProtocol, true},
 		{"SELECT $1::int", pgx.QueryExecModeCacheDescribe, false},
 		{"SELECT $1::int", pgx.QueryExecModeCacheStatement, false}, // a named statement: carried
-	} {
+	}
+	for _, c := range cases {
 		var args []any
 		if strings.Contains(c.sql, "$1") {
 			args = []any{1}
@@ -356,6 +364,15 @@ func TestPooledPins(t *testing.T) {
 		}
 		_ = a.Close(context.Background())
 		_ = b.Close(context.Background())
+	}
+	pins := 0
+	for _, c := range cases {
+		if c.pins {
+			pins++
+		}
+	}
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pins_total"); int(n) != pins {
+		t.Errorf("pool_pins_total %v, want %d", n, pins)
 	}
 }
 
@@ -576,6 +593,15 @@ func TestPooledSettings(t *testing.T) {
 	if backendOf(t, a) != backendOf(t, b) {
 		t.Fatal("the two clients are not sharing the pool's one server")
 	}
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_settings_readbacks_total"); n < 2 {
+		t.Errorf("%v settings read back, want 2 and more", n)
+	}
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_settings_applies_total"); n < 10 {
+		t.Errorf("%v settings applied, want one per switch (10 and more)", n)
+	}
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pins_total"); n != 0 {
+		t.Errorf("%v clients pinned by settings", n)
+	}
 	mustExec(t, a, "RESET ALL")
 	mustExec(t, a, "RESET ROLE")
 	check(a, "A after RESET", [5]string{"0", `"$user", public`, "", "postgres", tz})
@@ -617,6 +643,9 @@ func TestPooledSettingsNotRestored(t *testing.T) {
 		t.Fatalf("%s rows inserted", got)
 	}
 	mustExec(t, other, "SELECT 1") // the pool serves on
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_settings_applies_total"); n != 1 {
+		t.Errorf("%v applies counted, want the failed one", n)
+	}
 }
 
 // TestPooledPreparedStatements: clients with statement caches (named

@@ -76,6 +76,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if cfg.Registerer != nil { // no series in session mode
+		if err := cfg.Registerer.Register(poolCollector{s}); err != nil {
+			return nil, fmt.Errorf("proxy: registering metrics: %w", err)
+		}
+	}
 	if cfg.TLSConfig != nil {
 		s.tlsConfig = cfg.TLSConfig.Clone()
 		if !slices.Contains(s.tlsConfig.NextProtos, alpnProtocol) {
