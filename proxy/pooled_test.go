@@ -130,12 +130,15 @@ func TestPooledBasic(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	// The pool's one server, and a wait observed per transaction.
+	// The pool's one server, and a wait observed per acquisition: a
+	// client whose next transaction starts before its server is released
+	// keeps it without one, so the count is not exact, but two clients
+	// alternating on one server acquire it again and again.
 	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_servers"); n != 1 {
 		t.Errorf("pool_servers sums to %v, want 1", n)
 	}
-	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_wait_seconds"); n < 400 {
-		t.Errorf("pool_wait_seconds observed %v waits, want one per transaction (400 and more)", n)
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_wait_seconds"); n < 100 || n > 450 {
+		t.Errorf("pool_wait_seconds observed %v waits for about 400 transactions", n)
 	}
 }
 
