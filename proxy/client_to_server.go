@@ -291,7 +291,7 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 	if pl := s.link.pooled.Load(); pl != nil {
 		s.noteStatement(sql)
 		pl.unnamed = pl.unnamed[:0] // a simple Query drops the unnamed statement
-		if mayDeallocate(sql) {
+		if len(s.st.prepared) > 0 && mayDeallocate(sql) {
 			pl.prepGen++ // the server's set may no longer be the client's
 		}
 	}

@@ -160,7 +160,7 @@ func (e *faultEnv) checkHealthy(t *testing.T, faulted *pgx.Conn) {
 		// In transaction mode the pool keeps its idle servers: a shim link
 		// each, three sockets of this process (the proxy's, and the
 		// shim's two), nothing else.
-		idle := e.p.srv.pools.idleServers()
+		idle := e.p.srv.pools.stats().idle
 		if fds <= e.fds+3*idle && sessions == 0 && e.shim.linkCount() == idle {
 			break
 		}

@@ -138,7 +138,7 @@ func scanStatement(sql string) (sc statementScan) {
 		if after != "" {
 			switch {
 			case after == "set" && (equalFoldASCII(w, "local") || equalFoldASCII(w, "transaction") || equalFoldASCII(w, "constraints")):
-				sc.settings = sc.settings || false
+				// Ends with the transaction: nothing to read back.
 			case after == "prepare" && equalFoldASCII(w, "transaction"):
 			case after == "prepare":
 				return statementScan{pin: pinSQLPrepare}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -272,7 +273,7 @@ func (p *pool) leave(w *waiter) (waitResult, bool) {
 	}
 	for i, x := range p.waiters {
 		if x == w {
-			p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+			p.waiters = slices.Delete(p.waiters, i, i+1)
 			break
 		}
 	}
@@ -297,8 +298,7 @@ func (p *pool) popIdleLocked(client uint64) *pooledServer {
 		}
 	}
 	ps := p.idle[i]
-	p.idle = append(p.idle[:i], p.idle[i+1:]...)
-	p.idle[:n][n-1] = nil
+	p.idle = slices.Delete(p.idle, i, i+1) // clears the vacated slot
 	return ps
 }
 
@@ -499,9 +499,7 @@ func (p *pool) remove(ps *pooledServer) bool {
 	p.mu.Lock()
 	for i, x := range p.idle {
 		if x == ps {
-			n := len(p.idle)
-			p.idle = append(p.idle[:i], p.idle[i+1:]...)
-			p.idle[:n][n-1] = nil
+			p.idle = slices.Delete(p.idle, i, i+1)
 			p.mu.Unlock()
 			ps.sc.close()
 			p.freed()
@@ -521,8 +519,7 @@ func (p *pool) evictIdle() bool {
 		return false
 	}
 	ps := p.idle[0]
-	p.idle = append(p.idle[:0], p.idle[1:]...)
-	p.idle[:len(p.idle)+1][len(p.idle)] = nil
+	p.idle = slices.Delete(p.idle, 0, 1)
 	p.mu.Unlock()
 	ps.sc.terminate()
 	p.db.give()
@@ -553,6 +550,15 @@ type poolStats struct {
 	active, idle, logins, waiting int
 	// longestWait is how long the head waiter has waited.
 	longestWait time.Duration
+}
+
+// add adds o's counts to s, keeping the longer wait.
+func (s *poolStats) add(o poolStats) {
+	s.active += o.active
+	s.idle += o.idle
+	s.logins += o.logins
+	s.waiting += o.waiting
+	s.longestWait = max(s.longestWait, o.longestWait)
 }
 
 func (p *pool) stats() poolStats {
@@ -624,12 +630,8 @@ func (d *dbSlots) give() {
 	}
 	d.mu.Lock()
 	d.used--
-	pools := make([]*pool, 0, len(d.pools))
-	for p := range d.pools {
-		pools = append(pools, p)
-	}
 	d.mu.Unlock()
-	for _, p := range pools {
+	for _, p := range d.others(nil) {
 		p.kick()
 	}
 }
@@ -642,17 +644,22 @@ func (d *dbSlots) evictFor(starving *pool) {
 	if d == nil {
 		return
 	}
-	d.mu.Lock()
-	pools := make([]*pool, 0, len(d.pools))
-	for p := range d.pools {
-		if p != starving {
-			pools = append(pools, p)
-		}
-	}
-	d.mu.Unlock()
-	for _, p := range pools {
+	for _, p := range d.others(starving) {
 		if p.evictIdle() {
 			return
 		}
 	}
+}
+
+// others returns the database's pools other than but (nil: all).
+func (d *dbSlots) others(but *pool) []*pool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	pools := make([]*pool, 0, len(d.pools))
+	for p := range d.pools {
+		if p != but {
+			pools = append(pools, p)
+		}
+	}
+	return pools
 }

@@ -26,12 +26,14 @@ import (
 //     serves and, at the ReadyForQuery that leaves the link idle outside a
 //     transaction block, gives the server back (pooledLink.release);
 //   - a client that holds no server acquires one at its next unit
-//     (clientConn.claim, relink) and, when the server last served another
-//     client, resets its settings first (RESET ROLE; RESET ALL);
-//   - a client whose statements may leave state that cannot be replayed
-//     or reset (SET, temporary tables, LISTEN, advisory locks, WITH HOLD
-//     cursors, named prepared statements, …: pin.go) keeps its server for
-//     the rest of its session; the server is closed when it leaves.
+//     (clientConn.claim, relink); a server that served another client, or
+//     whose settings differ from the client's, is reset (RESET ROLE; RESET
+//     ALL) and given the client's settings (settings.go) and named
+//     prepared statements (statements.go) first;
+//   - a client whose statements may leave state that cannot be carried
+//     (temporary tables, LISTEN, advisory locks, WITH HOLD cursors, …:
+//     pin.go) keeps its server for the rest of its session; the server is
+//     closed when it leaves.
 
 // pooledLink is the transaction-mode part of a client's link.
 type pooledLink struct {
@@ -53,7 +55,7 @@ type pooledLink struct {
 	ending bool
 	// unheld (capacity 1, made once) is signalled when held becomes nil,
 	// once per hold: under mu by a release, by drop's caller once the
-	// client's session has ended there).
+	// client's session has ended there.
 	unheld chan struct{}
 	// pinned: the client keeps its server until it leaves (pin.go).
 	pinned atomic.Bool
@@ -141,13 +143,15 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 	}
 	results, qerr, _, err := readResults(sc.r, l.cw)
 	if err == nil {
-		err = l.cw.Flush()
-		if err != nil {
-			return false, pumpEnd{why: stopClientWrite, err: err}
+		if ferr := l.cw.Flush(); ferr != nil {
+			err = &writeError{ferr}
 		}
-	} else if isWriteError(err) {
+	}
+	switch {
+	case err == nil:
+	case isWriteError(err):
 		return false, pumpEnd{why: stopClientWrite, err: err}
-	} else {
+	default:
 		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
 	}
 	reusable := qerr == nil
@@ -169,15 +173,12 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 	l.pending.CompareAndSwap(checkInMark, releasedMark) // fails when closing: the client leaves
 	pl.mu.Unlock()
 	pl.pool.release(ps, pl.client, reusable)
-	select {
-	case pl.checkedIn <- struct{}{}:
-	default:
-	}
+	signal(pl.checkedIn)
 	return true, pumpEnd{}
 }
 
 // drop ends the link's hold on sc, whose pump has stopped, and returns the
-// channel the caller closes once it has ended the client's session
+// channel the caller signals once it has ended the client's session
 // (onEnd): nil when the link did not hold sc.
 func (pl *pooledLink) drop(sc *serverConn) chan struct{} {
 	pl.mu.Lock()
@@ -278,10 +279,12 @@ func (s *clientConn) relink(owed int64) error {
 
 // restoreSettings makes the settings of server ps the client's: when
 // another client used it last, or its settings differ from the client's,
-// it is reset to its login's (RESET ROLE; RESET ALL) and the client's are
-// applied, in one round trip before the client's statement. A failure (a
+// it is reset to its login's (RESET ROLE; RESET ALL), written ahead of the
+// client's first message, and the client's own settings, if any, are
+// applied in one round trip before the client's statement. A failure (a
 // role the client may no longer take, say) ends the session with the
-// server's SQLSTATE: the statement never runs under other settings.
+// server's SQLSTATE: the statement never runs under other settings. The
+// client's named statements follow (restoreStatements).
 func (s *clientConn) restoreSettings(ps *pooledServer) error {
 	l, pl := s.link, s.link.pooled.Load()
 	if rb := pl.readback.Swap(nil); rb != nil {
@@ -763,63 +766,43 @@ func (ps *poolSet) get(key poolKey, startup map[string]string) *pool {
 	return p
 }
 
-// maintain runs each pool's maintenance (the sweep's tick).
-func (ps *poolSet) maintain() {
+// pools returns the pools at this moment.
+func (ps *poolSet) pools() []*pool {
 	ps.mu.Lock()
+	defer ps.mu.Unlock()
 	pools := make([]*pool, 0, len(ps.m))
 	for _, p := range ps.m {
 		pools = append(pools, p)
 	}
-	ps.mu.Unlock()
-	for _, p := range pools {
+	return pools
+}
+
+// maintain runs each pool's maintenance (the sweep's tick).
+func (ps *poolSet) maintain() {
+	for _, p := range ps.pools() {
 		p.maintain()
 	}
 }
 
-// waiting counts the clients waiting for a server, in all pools.
-func (ps *poolSet) waiting() int {
-	ps.mu.Lock()
-	pools := make([]*pool, 0, len(ps.m))
-	for _, p := range ps.m {
-		pools = append(pools, p)
-	}
-	ps.mu.Unlock()
-	n := 0
-	for _, p := range pools {
-		n += p.stats().waiting
-	}
-	return n
-}
-
-// idleServers counts the idle servers of all pools; 0 for a nil set
-// (session mode).
-func (ps *poolSet) idleServers() int {
+// stats sums the pools' counts (longestWait: the longest of them); zero
+// for a nil set (session mode).
+func (ps *poolSet) stats() poolStats {
+	var sum poolStats
 	if ps == nil {
-		return 0
+		return sum
 	}
-	ps.mu.Lock()
-	pools := make([]*pool, 0, len(ps.m))
-	for _, p := range ps.m {
-		pools = append(pools, p)
+	for _, p := range ps.pools() {
+		sum.add(p.stats())
 	}
-	ps.mu.Unlock()
-	n := 0
-	for _, p := range pools {
-		n += p.stats().idle
-	}
-	return n
+	return sum
 }
 
 // close closes every pool (shutdown): idle servers get Terminate.
 func (ps *poolSet) close() {
 	ps.mu.Lock()
 	ps.closed = true
-	pools := make([]*pool, 0, len(ps.m))
-	for _, p := range ps.m {
-		pools = append(pools, p)
-	}
 	ps.mu.Unlock()
-	for _, p := range pools {
+	for _, p := range ps.pools() {
 		p.close()
 	}
 }

@@ -225,7 +225,7 @@ func TestPooledCancelRace(t *testing.T) {
 			_, err := b.Exec(context.Background(), "SELECT 1 FROM pg_sleep(0.001) -- race b")
 			bDone <- err
 		}()
-		waitFor(t, "B to wait for the server", func() bool { return p.srv.pools.waiting() == 1 })
+		waitFor(t, "B to wait for the server", func() bool { return p.srv.pools.stats().waiting == 1 })
 		if err := a.PgConn().CancelRequest(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -470,7 +470,7 @@ func TestPooledServerLost(t *testing.T) {
 	a := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
 	idle := backendOf(t, a)
 	execDirect(t, "postgres", fmt.Sprintf("SELECT pg_terminate_backend(%d)", idle))
-	waitFor(t, "the idle server to leave the pool", func() bool { return p.srv.pools.idleServers() == 0 })
+	waitFor(t, "the idle server to leave the pool", func() bool { return p.srv.pools.stats().idle == 0 })
 	if got := backendOf(t, a); got == idle {
 		t.Fatal("served by the terminated backend")
 	}
@@ -540,7 +540,7 @@ func TestPooledErrorInBlock(t *testing.T) {
 		_, err := b.Exec(context.Background(), "SELECT 1")
 		done <- err
 	}()
-	waitFor(t, "B to wait for the server", func() bool { return p.srv.pools.waiting() == 1 })
+	waitFor(t, "B to wait for the server", func() bool { return p.srv.pools.stats().waiting == 1 })
 	if _, err := a.Exec(testContext(t), "SELECT 1"); pgCode(err) != "25P02" {
 		t.Fatalf("in the failed block: %v", err)
 	}

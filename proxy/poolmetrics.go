@@ -31,24 +31,14 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	if set == nil {
 		return
 	}
-	set.mu.Lock()
-	pools := make([]*pool, 0, len(set.m))
-	for _, p := range set.m {
-		pools = append(pools, p)
-	}
-	set.mu.Unlock()
 	// Pools of one (database, user) that differ in startup parameters
 	// add up.
 	type dbUser struct{ db, user string }
 	sums := map[dbUser]poolStats{}
-	for _, p := range pools {
-		st := p.stats()
+	for _, p := range set.pools() {
 		k := dbUser{p.key.database, p.key.user}
 		sum := sums[k]
-		sum.active += st.active
-		sum.idle += st.idle
-		sum.logins += st.logins
-		sum.waiting += st.waiting
+		sum.add(p.stats())
 		sums[k] = sum
 	}
 	for k, st := range sums {

@@ -28,20 +28,38 @@ const (
 // first Close clears a statement left by an exchange that failed halfway.
 func encodeStatements(queries ...string) []byte {
 	var b []byte
-	var err error
 	for _, q := range queries {
-		for _, m := range []pgproto3.FrontendMessage{
-			&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
-			&pgproto3.Parse{Name: refreshStatement, Query: q},
-			&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement},
-			&pgproto3.Execute{Portal: refreshPortal},
-			&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
-		} {
-			if b, err = m.Encode(b); err != nil {
-				panic(err)
-			}
+		b = appendStatement(b, q)
+	}
+	return endStatements(b)
+}
+
+// appendStatement appends query, with its text parameters, through the
+// proxy's own named statement and portal: Close, Parse, Bind, Execute,
+// Close (answered by one result set).
+func appendStatement(b []byte, query string, params ...string) []byte {
+	bind := &pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement}
+	for _, p := range params {
+		bind.Parameters = append(bind.Parameters, []byte(p))
+	}
+	var err error
+	for _, m := range []pgproto3.FrontendMessage{
+		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
+		&pgproto3.Parse{Name: refreshStatement, Query: query},
+		bind,
+		&pgproto3.Execute{Portal: refreshPortal},
+		&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
+	} {
+		if b, err = m.Encode(b); err != nil {
+			panic(err) // fixed shapes; a parameter is bounded by the client's own messages
 		}
 	}
+	return b
+}
+
+// endStatements appends the Close of the proxy's statement and a Sync.
+func endStatements(b []byte) []byte {
+	var err error
 	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: refreshStatement}, &pgproto3.Sync{}} {
 		if b, err = m.Encode(b); err != nil {
 			panic(err)

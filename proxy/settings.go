@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // A client's session-level settings in transaction mode
@@ -48,36 +46,6 @@ const (
 	applyRoleQuery = `SELECT pg_catalog.set_config('role', $1, false)`
 )
 
-// encodeWithParam appends, through the proxy's own named statement and
-// portal, query with one text parameter: Close, Parse, Bind, Execute,
-// Close (answered by one result set, read as readResults counts them).
-func encodeWithParam(b []byte, query, param string) []byte {
-	var err error
-	for _, m := range []pgproto3.FrontendMessage{
-		&pgproto3.Close{ObjectType: 'S', Name: refreshStatement},
-		&pgproto3.Parse{Name: refreshStatement, Query: query},
-		&pgproto3.Bind{DestinationPortal: refreshPortal, PreparedStatement: refreshStatement, Parameters: [][]byte{[]byte(param)}},
-		&pgproto3.Execute{Portal: refreshPortal},
-		&pgproto3.Close{ObjectType: 'P', Name: refreshPortal},
-	} {
-		if b, err = m.Encode(b); err != nil {
-			panic(err) // fixed shapes; a parameter is bounded by the client's own messages
-		}
-	}
-	return b
-}
-
-// endStatements appends the Close of the proxy's statement and a Sync.
-func endStatements(b []byte) []byte {
-	var err error
-	for _, m := range []pgproto3.FrontendMessage{&pgproto3.Close{ObjectType: 'S', Name: refreshStatement}, &pgproto3.Sync{}} {
-		if b, err = m.Encode(b); err != nil {
-			panic(err)
-		}
-	}
-	return b
-}
-
 // readbackMessages is the check-in's question for a client that named the
 // placeholders custom: one ReadyForQuery.
 func readbackMessages(custom []string) []byte {
@@ -85,7 +53,7 @@ func readbackMessages(custom []string) []byte {
 	if custom == nil {
 		names = []byte("[]")
 	}
-	return endStatements(encodeWithParam(nil, readbackQuery, string(names)))
+	return endStatements(appendStatement(nil, readbackQuery, string(names)))
 }
 
 // resetQuery returns a server to its login's settings: RESET ALL leaves the
@@ -100,9 +68,9 @@ func applyMessages(st *sessionSettings) (msgs []byte, n int) {
 	if st == nil || st.fp == 0 {
 		return msgs, 1
 	}
-	msgs = encodeWithParam(msgs, applyQuery, st.values)
+	msgs = appendStatement(msgs, applyQuery, st.values)
 	if st.role != "none" && st.role != "" {
-		msgs = encodeWithParam(msgs, applyRoleQuery, st.role)
+		msgs = appendStatement(msgs, applyRoleQuery, st.role)
 	}
 	return endStatements(msgs), 2
 }
