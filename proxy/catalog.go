@@ -349,7 +349,7 @@ func (s *clientConn) askDirect(query []byte) ([][][]string, *pgproto3.ErrorRespo
 	if _, err := up.Write(query); err != nil {
 		return nil, nil, 0, fmt.Errorf("sending catalog query: %w", err)
 	}
-	results, qerr, status, err := readResults(s.link.server.r, s.link.cw)
+	results, qerr, status, err := readResults(s.link.server.r, s.link.cw, nil)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("reading catalog query results: %w", err)
 	}
@@ -402,8 +402,9 @@ func (s *clientConn) loadCatalog(ask catalogAsker) error {
 // the rows of each result set as text (NULL as ""), the server's error if
 // there was one, and the transaction status, from r (a server's reader).
 // Notices are dropped; asynchronous messages are passed on to the client
-// through w.
-func readResults(r *msgReader, w *msgWriter) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
+// through w, but a ParameterStatus in transaction mode, which view (nil in
+// session mode) holds until its release.
+func readResults(r *msgReader, w *msgWriter, view *reportedParams) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
 	var buf []byte
 	for {
 		_, length, err := peekHeader(r)
@@ -433,7 +434,11 @@ func readResults(r *msgReader, w *msgWriter) (results [][][]string, qerr *pgprot
 			results[len(results)-1] = append(results[len(results)-1], row)
 		case 'S', 'A':
 			// Asynchronous ParameterStatus and NotificationResponse
-			// belong to the client.
+			// belong to the client; in transaction mode a ParameterStatus
+			// only when it changes the client's view.
+			if buf[0] == 'S' && view.hold(body) {
+				continue
+			}
 			if _, err := w.Write(buf); err != nil {
 				return nil, nil, 0, &writeError{err}
 			}

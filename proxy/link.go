@@ -232,7 +232,11 @@ func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, err
 // up to its ReadyForQuery, flushes what it passed on to the client (the
 // asynchronous messages among the answer) and hands the answer over.
 func (l *link) readState(sc *serverConn) error {
-	results, qerr, status, err := readResults(sc.r, l.cw)
+	view := l.view()
+	results, qerr, status, err := readResults(sc.r, l.cw, view)
+	if err == nil && l.answers.refreshing.Load() == 1 {
+		err = view.release(l.cw) // the last answer of the question
+	}
 	if err == nil {
 		if ferr := l.cw.Flush(); ferr != nil {
 			err = &writeError{ferr}
@@ -246,14 +250,28 @@ func (l *link) readState(sc *serverConn) error {
 // (answers.swallow): it reads one answer from sc up to its ReadyForQuery
 // and drops it, passing asynchronous messages on to the client.
 func (l *link) swallowAnswer(sc *serverConn) error {
-	_, qerr, status, err := readResults(sc.r, l.cw)
+	view := l.view()
+	_, qerr, status, err := readResults(sc.r, l.cw, view)
 	if err != nil {
 		return err
 	}
-	l.answers.swallow.Add(-1)
+	if l.answers.swallow.Add(-1) == 0 {
+		if err := view.release(l.cw); err != nil {
+			return err
+		}
+	}
 	l.txStatus.Store(uint32(status))
 	if qerr != nil {
 		return fmt.Errorf("server refused the reset: %s: %s", qerr.Code, qerr.Message)
+	}
+	return nil
+}
+
+// view returns the client's reported parameters in transaction mode, nil
+// in session mode (every ParameterStatus is relayed).
+func (l *link) view() *reportedParams {
+	if pl := l.pooled.Load(); pl != nil {
+		return pl.reported
 	}
 	return nil
 }

@@ -90,6 +90,10 @@ type pooledLink struct {
 	settings     *sessionSettings
 	checkedIn    chan struct{}
 
+	// reported: the ParameterStatus values the client was sent
+	// (paramstatus.go), set at its welcome.
+	reported *reportedParams
+
 	// onEnd ends the client's session when the pump of the server it held
 	// stopped (the server or the client's socket failed, or shutdown); it
 	// runs on that pump, which owns the client's writer then.
@@ -141,7 +145,10 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 	if err := sc.w.Flush(); err != nil {
 		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
 	}
-	results, qerr, _, err := readResults(sc.r, l.cw)
+	results, qerr, _, err := readResults(sc.r, l.cw, pl.reported)
+	if err == nil {
+		err = pl.reported.release(l.cw)
+	}
 	if err == nil {
 		if ferr := l.cw.Flush(); ferr != nil {
 			err = &writeError{ferr}
@@ -479,6 +486,7 @@ func (s *clientConn) welcome() error {
 		}
 	}
 	close(s.ready)
+	pl.reported = newReportedParams(params)
 	for _, p := range params {
 		m := pgproto3.ParameterStatus{Name: p.name, Value: p.value}
 		b, _ := m.Encode(nil)
