@@ -272,7 +272,7 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		"pool_mode", "auth_type", "auth_file", "auth_query", "auth_dsn",
 		"default_pool_size", "min_pool_size", "reserve_pool_size", "reserve_pool_timeout", "max_db_connections",
 		"server_lifetime", "server_idle_timeout", "server_connect_timeout", "server_login_retry", "query_wait_timeout",
-		"peer_id", "peers")
+		"max_pinned_connections", "peer_id", "peers")
 	if err != nil {
 		return nil, err
 	}

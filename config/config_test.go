@@ -45,6 +45,7 @@ server_idle_timeout: 0s
 server_connect_timeout: 5s
 server_login_retry: 1s
 query_wait_timeout: 1m
+max_pinned_connections: 4
 tables:
   - table: public.sessions
     rule: column
@@ -109,7 +110,7 @@ sweeper:
 		Auth:               Auth{Type: "md5", Query: "SELECT username, password FROM pgbouncer.get_auth($1)", DSN: "postgres://ttl_auth@127.0.0.1:5432/app"},
 		Pool: Pool{DefaultPoolSize: 10, MinPoolSize: 2, ReservePoolSize: 3, ReservePoolTimeout: 2 * time.Second, MaxDBConnections: 40,
 			ServerLifetime: 30 * time.Minute, ServerIdleTimeout: new(time.Duration), ServerConnectTimeout: 5 * time.Second,
-			ServerLoginRetry: new(time.Second), QueryWaitTimeout: new(time.Minute)},
+			ServerLoginRetry: new(time.Second), QueryWaitTimeout: new(time.Minute), MaxPinnedConnections: 4},
 		Tables: []ttl.Rule{
 			{Schema: "public", Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at",
 				ColumnType: ttl.TypeTimestamptz, DefaultTTL: 24 * time.Hour, RefreshOnUpdate: true, CreateIndex: true},
@@ -409,6 +410,7 @@ func TestParseErrors(t *testing.T) {
 		{"idle timeout negative", up + "server_idle_timeout: -1s\n", `server_idle_timeout: invalid duration "-1s"`},
 		{"login retry bad", up + "server_login_retry: soon\n", `server_login_retry: invalid duration "soon"`},
 		{"wait timeout list", up + "query_wait_timeout: [1s]\n", "query_wait_timeout: expected a value, got a list"},
+		{"pinned zero", up + "max_pinned_connections: 0\n", "max_pinned_connections: must be positive, got 0"},
 
 		// Peers.
 		{"peer id negative", up + "peer_id: -1\n", "peer_id: must not be negative, got -1"},

@@ -37,6 +37,9 @@ type Auth struct {
 type Pool struct {
 	// DefaultPoolSize is default_pool_size; 0: proxy.DefaultPoolSize.
 	DefaultPoolSize int
+	// MaxPinnedConnections is max_pinned_connections, positive; 0: half
+	// of default_pool_size, at least 1 (the proxy's default).
+	MaxPinnedConnections int
 	// MinPoolSize, ReservePoolSize and MaxDBConnections are
 	// min_pool_size, reserve_pool_size and max_db_connections (0: none,
 	// none, no limit).
@@ -98,6 +101,13 @@ func parsePooling(f fields, cfg *Config) error {
 			return err
 		}
 		p.DefaultPoolSize = n
+	}
+	if v, ok := f["max_pinned_connections"]; ok {
+		n, err := v.positiveInt()
+		if err != nil {
+			return err
+		}
+		p.MaxPinnedConnections = n
 	}
 	for _, k := range []struct {
 		key string
@@ -186,6 +196,7 @@ func (c *Config) PoolingKeysSet() []string {
 		{"server_connect_timeout", c.Pool.ServerConnectTimeout != 0},
 		{"server_login_retry", c.Pool.ServerLoginRetry != nil},
 		{"query_wait_timeout", c.Pool.QueryWaitTimeout != nil},
+		{"max_pinned_connections", c.Pool.MaxPinnedConnections != 0},
 		{"peer_id", c.PeerID != 0},
 		{"peers", len(c.Peers) > 0},
 	} {

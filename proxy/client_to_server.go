@@ -99,7 +99,7 @@ func (s *clientConn) clientToServer() error {
 			}
 			s.st.onFunctionCall()
 			if pooled {
-				s.pin(pinFunctionCall)
+				_ = s.pin(pinFunctionCall, true)
 			}
 			partial, err = relayRaw(r, l.sw, total)
 		case 'B', 'E', 'D', 'C', 'H':
@@ -288,14 +288,21 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
+	var refused error
 	if pl := s.link.pooled.Load(); pl != nil {
-		s.noteStatement(sql)
+		refused = s.noteStatement(sql)
 		pl.unnamed = pl.unnamed[:0] // a simple Query drops the unnamed statement
-		if len(s.st.prepared) > 0 && mayDeallocate(sql) {
+		if len(s.st.prepared) > 0 && mayDeallocate(sql) && refused == nil {
 			pl.prepGen++ // the server's set may no longer be the client's
 		}
 	}
-	res, err := s.rewriteStatement(sql)
+	var res rewrite.Result
+	var err error
+	if refused != nil {
+		err = refused
+	} else {
+		res, err = s.rewriteStatement(sql)
+	}
 	err = s.st.onQuery(sql, res, err)
 	switch {
 	case err != nil:
@@ -324,19 +331,26 @@ func (s *clientConn) forwardParse(msg []byte) error {
 		return s.write(msg)
 	}
 	sql := string(text)
+	var refused error
 	if pl := s.link.pooled.Load(); pl != nil {
 		switch {
 		case len(name) == 0:
 		case !s.st.track:
 			// Named statements are recorded only when tracked
 			// (state.go): not carried to another server.
-			s.pin(pinPrepared)
+			_ = s.pin(pinPrepared, true)
 		default:
 			pl.namedStatementChanged(s.id)
 		}
-		s.noteStatement(sql)
+		refused = s.noteStatement(sql)
 	}
-	res, err := s.rewriteStatement(sql)
+	var res rewrite.Result
+	var err error
+	if refused != nil {
+		err = refused
+	} else {
+		res, err = s.rewriteStatement(sql)
+	}
 	err = s.st.onParse(name, sql, rest[2:], res, err)
 	if err == nil && !res.Rewritten {
 		s.noteUnnamed(name, msg)

@@ -271,6 +271,12 @@ type PoolSettings struct {
 	// wait for a server connection; 0 means DefaultQueryWaitTimeout;
 	// negative means no bound (PgBouncer's 0).
 	QueryWaitTimeout time.Duration
+	// MaxPinnedConnections is max_pinned_connections: clients of one pool
+	// that may keep their server connection at once (pinned by temporary
+	// objects, advisory locks, LISTEN, …); a statement that would pin one
+	// more is refused with 53000 and not run. 0 means half of
+	// DefaultPoolSize, at least 1; negative means no limit.
+	MaxPinnedConnections int
 }
 
 // statementRewriter is what the message loop needs from a rewriter.
@@ -413,6 +419,9 @@ func (p *PoolSettings) setDefaults() error {
 	if p.DefaultPoolSize == 0 {
 		p.DefaultPoolSize = DefaultPoolSize
 	}
+	if p.MaxPinnedConnections == 0 {
+		p.MaxPinnedConnections = max(p.DefaultPoolSize/2, 1)
+	}
 	if p.MinPoolSize > p.DefaultPoolSize {
 		return fmt.Errorf("min_pool_size: %d is larger than default_pool_size (%d)", p.MinPoolSize, p.DefaultPoolSize)
 	}
@@ -456,6 +465,7 @@ func (c *Config) poolConfig() poolConfig {
 		connectTimeout: p.ServerConnectTimeout,
 		loginRetry:     off(p.ServerLoginRetry),
 		waitTimeout:    off(p.QueryWaitTimeout),
+		maxPinned:      p.MaxPinnedConnections,
 	}
 }
 

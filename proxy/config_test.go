@@ -32,7 +32,7 @@ func TestConfigPoolDefaults(t *testing.T) {
 		t.Errorf("PoolMode = %q, want session", c.PoolMode)
 	}
 	want := poolConfig{size: 20, reserveTimeout: 5 * time.Second, lifetime: time.Hour, idleTimeout: 10 * time.Minute,
-		connectTimeout: 15 * time.Second, loginRetry: 15 * time.Second, waitTimeout: 120 * time.Second}
+		connectTimeout: 15 * time.Second, loginRetry: 15 * time.Second, waitTimeout: 120 * time.Second, maxPinned: 10}
 	if got := c.poolConfig(); got != want {
 		t.Errorf("poolConfig() = %+v, want %+v", got, want)
 	}
@@ -42,14 +42,21 @@ func TestConfigPoolDefaults(t *testing.T) {
 
 	c = Config{Upstream: "x:1", Rewriter: testRewriter(t), Pool: PoolSettings{
 		DefaultPoolSize: 5, MinPoolSize: 5, ReservePoolSize: 2, ReservePoolTimeout: -1, MaxDBConnections: 9,
-		ServerLifetime: -1, ServerIdleTimeout: -1, ServerConnectTimeout: time.Second, ServerLoginRetry: -1, QueryWaitTimeout: -1,
+		ServerLifetime: -1, ServerIdleTimeout: -1, ServerConnectTimeout: time.Second, ServerLoginRetry: -1, QueryWaitTimeout: -1, MaxPinnedConnections: -1,
 	}}
 	if err := c.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	want = poolConfig{size: 5, minSize: 5, reserveSize: 2, connectTimeout: time.Second}
+	want = poolConfig{size: 5, minSize: 5, reserveSize: 2, connectTimeout: time.Second, maxPinned: -1}
 	if got := c.poolConfig(); got != want {
 		t.Errorf("poolConfig() = %+v, want %+v", got, want)
+	}
+	c = Config{Upstream: "x:1", Rewriter: testRewriter(t), Pool: PoolSettings{DefaultPoolSize: 1}}
+	if err := c.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.poolConfig().maxPinned; got != 1 {
+		t.Errorf("max_pinned_connections of a pool of 1 = %d, want 1", got)
 	}
 }
 

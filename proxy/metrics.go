@@ -37,10 +37,12 @@ type metrics struct {
 	ddlReads   *prometheus.CounterVec
 	ddlClosed  prometheus.Counter
 	// Transaction pooling (pooled.go, poolmetrics.go).
-	poolWait      prometheus.Histogram
-	poolPins      *prometheus.CounterVec
-	poolReadbacks prometheus.Counter
-	poolApplies   *prometheus.CounterVec
+	poolWait        prometheus.Histogram
+	poolPins        *prometheus.CounterVec
+	poolPinned      *prometheus.GaugeVec
+	poolPinRefusals prometheus.Counter
+	poolReadbacks   prometheus.Counter
+	poolApplies     *prometheus.CounterVec
 }
 
 const (
@@ -151,8 +153,18 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		poolPins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "pool_pins_total",
-			Help: "Clients pinned to their server connection for the rest of their session, by reason (temp, advisory_lock, listen, hold_cursor, sql_prepare, load, prepared, function_call, dblink, session_authorization, settings), transaction mode.",
+			Help: "Clients pinned to their server connection, by the reason of the pin (temp, advisory_lock, listen, hold_cursor, sql_prepare, session_authorization: until the server shows the state gone; load, prepared, function_call, dblink, settings: for the client's life), transaction mode.",
 		}, []string{"reason"}),
+		poolPinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_pinned_clients",
+			Help: "Clients keeping their server connection now, by the reason they were pinned for, transaction mode.",
+		}, []string{"reason"}),
+		poolPinRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_pin_refusals_total",
+			Help: "Statements refused (53000, not run) because they would pin a client while max_pinned_connections clients of its pool were pinned, transaction mode.",
+		}),
 		poolReadbacks: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "pool_settings_readbacks_total",
@@ -172,6 +184,9 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 	for _, r := range cancelResults {
 		m.cancelResults.WithLabelValues(r) // exported at 0 before the first
 	}
+	for _, r := range pinReasons {
+		m.poolPinned.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -179,7 +194,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.cancelResults, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
 		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed,
-		m.poolWait, m.poolPins, m.poolReadbacks, m.poolApplies,
+		m.poolWait, m.poolPins, m.poolPinned, m.poolPinRefusals, m.poolReadbacks, m.poolApplies,
 	}
 	if rw != nil {
 		stats := func() rewrite.Stats {

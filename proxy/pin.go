@@ -1,15 +1,22 @@
 package proxy
 
-import "strings"
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/ttlproxy/ttlproxy/rewrite"
+)
 
 // Pinning and settings in transaction mode (docs/design/pooling.md §2): a
 // client whose statements may leave state on its server that the proxy
-// cannot carry to another server keeps that server for the rest of its
-// session (it is pinned). Settings are carried: a statement that may change
-// them makes the server pump read them back when the transaction ends
-// (settings.go), and they are applied on the client's next server. A cheap
-// text check that errs toward yes decides, before the statement is
-// forwarded.
+// cannot carry to another server keeps that server (it is pinned) until
+// the server says the state is gone. Settings are carried: a statement
+// that may change them makes the server pump read them back when the
+// transaction ends (settings.go), and they are applied on the client's
+// next server. A cheap text check that errs toward yes decides, before the
+// statement is forwarded, what the end of the transaction checks: whether
+// the client is still pinned (pinCheckQuery) and its settings.
 
 // The reasons a client is pinned.
 const (
@@ -18,46 +25,156 @@ const (
 	pinListen        = "listen"                // LISTEN
 	pinHoldCursor    = "hold_cursor"           // DECLARE … WITH HOLD
 	pinSQLPrepare    = "sql_prepare"           // PREPARE
+	pinSessionAuth   = "session_authorization" // SET SESSION AUTHORIZATION
 	pinLoad          = "load"                  // LOAD
 	pinPrepared      = "prepared"              // a named protocol-level statement
 	pinFunctionCall  = "function_call"         // FunctionCall: may be set_config
 	pinExtensionConn = "dblink"                // dblink's named connections
-	pinSessionAuth   = "session_authorization" // SET SESSION AUTHORIZATION
 	pinSettings      = "settings"              // a setting whose name the text does not show
 )
 
-// pin keeps the client on its server for the rest of its session.
-func (s *clientConn) pin(reason string) {
+// pinReasons lists every reason, for the metrics' labels.
+var pinReasons = []string{pinTemp, pinAdvisoryLock, pinListen, pinHoldCursor, pinSQLPrepare, pinSessionAuth,
+	pinLoad, pinPrepared, pinFunctionCall, pinExtensionConn, pinSettings}
+
+// pinsForLife reports a reason no query can see the end of: a loaded
+// library, dblink's connections, a setting of unknown name, a named
+// statement not tracked, a FunctionCall. The client keeps its server until
+// it leaves.
+func pinsForLife(reason string) bool {
+	switch reason {
+	case pinLoad, pinExtensionConn, pinSettings, pinPrepared, pinFunctionCall:
+		return true
+	}
+	return false
+}
+
+// pinCheckQuery asks a server, at the end of a pinned client's transaction
+// in which a statement may have changed what pins it, whether any such
+// state is left: one boolean per reason, in pinChecked's order. $1 is the
+// login user (SET SESSION AUTHORIZATION changes session_user).
+const pinCheckQuery = `SELECT
+ EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())
+  OR EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema())
+  OR EXISTS (SELECT FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema()),
+ EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()),
+ EXISTS (SELECT FROM pg_catalog.pg_listening_channels()),
+ EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable),
+ EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql),
+ session_user::text <> $1`
+
+// pinChecked are the reasons pinCheckQuery's columns answer, in order.
+var pinChecked = []string{pinTemp, pinAdvisoryLock, pinListen, pinHoldCursor, pinSQLPrepare, pinSessionAuth}
+
+// pinCheckMessages is the check-in's question for a pinned client: the pin
+// check, then the settings' read-back (readbackQuery) for the placeholders
+// custom, one ReadyForQuery.
+func pinCheckMessages(user string, custom []string) []byte {
+	names, _ := json.Marshal(custom)
+	if custom == nil {
+		names = []byte("[]")
+	}
+	b := appendStatement(nil, pinCheckQuery, user)
+	return endStatements(appendStatement(b, readbackQuery, string(names)))
+}
+
+// stillPinned reads the pin check's row: the first reason whose state is
+// left, "" when none is; ok is false for a row of another shape.
+func stillPinned(row []string) (reason string, ok bool) {
+	if len(row) != len(pinChecked) {
+		return "", false
+	}
+	for i, v := range row {
+		switch v {
+		case "t":
+			return pinChecked[i], true
+		case "f":
+		default:
+			return "", false
+		}
+	}
+	return "", true
+}
+
+// errPinLimit is the answer to a statement that would pin its client when
+// max_pinned_connections clients of its pool are pinned already: the
+// statement does not run.
+func errPinLimit(limit int) *rewrite.Error {
+	return &rewrite.Error{Code: codeInsufficientResources,
+		Message: fmt.Sprintf("ttlproxy: %d clients of this pool already keep their server connections (max_pinned_connections)", limit),
+		Detail:  "The statement would keep this client's server connection (temporary objects, advisory locks, LISTEN, WITH HOLD cursors, PREPARE, SET SESSION AUTHORIZATION) and was not run.",
+		Hint:    "Retry when another client has released its state, or raise max_pinned_connections."}
+}
+
+// pin keeps the client on its server until the reason's state is gone (or
+// for the client's life). A client not pinned yet takes one of its pool's
+// pinned slots; when the pool has none left the client is not pinned and
+// the error (errPinLimit) is returned, unless force: a pin the client has
+// to have whatever the count (a FunctionCall already relayed).
+func (s *clientConn) pin(reason string, force bool) error {
 	pl := s.link.pooled.Load()
-	if pl == nil || pl.pinned.Load() {
+	if !pl.pinned.Load() {
+		if ok, limit := pl.pool.takePin(force); !ok {
+			s.srv.metrics.poolPinRefusals.Inc()
+			s.log.Info("statement refused: max_pinned_connections reached", "reason", reason, "max_pinned_connections", limit)
+			return errPinLimit(limit)
+		}
+		pl.pinReason = reason
+		pl.pinned.Store(true)
+		s.srv.metrics.poolPins.WithLabelValues(reason).Inc()
+		s.srv.metrics.poolPinned.WithLabelValues(reason).Inc()
+		s.log.Debug("client pinned to its server connection", "reason", reason)
+	}
+	if pinsForLife(reason) {
+		pl.forLife.Store(true)
+	} else {
+		pl.pinCheck.Store(true)
+	}
+	return nil
+}
+
+// unpin ends the client's pin, once: called by the server pump when the
+// check finds nothing left, and when the client leaves.
+func (pl *pooledLink) unpin() {
+	if !pl.pinned.CompareAndSwap(true, false) {
 		return
 	}
-	pl.pinned.Store(true)
-	s.srv.metrics.poolPins.WithLabelValues(reason).Inc()
-	s.log.Debug("client pinned to its server connection", "reason", reason)
+	pl.pool.dropPin()
+	pl.metrics.poolPinned.WithLabelValues(pl.pinReason).Dec()
 }
 
 // noteStatement looks at a Query or Parse text about to be forwarded in
-// transaction mode: it pins the client, or marks its settings to be read
-// back when the transaction ends, by what the text may do.
-func (s *clientConn) noteStatement(sql string) {
+// transaction mode: it pins the client, asks for its pin to be checked,
+// or marks its settings to be read back when the transaction ends, by what
+// the text may do. The error is errPinLimit: the statement must not run.
+func (s *clientConn) noteStatement(sql string) error {
 	pl := s.link.pooled.Load()
-	if pl.pinned.Load() {
-		return
+	if pl.forLife.Load() {
+		return nil
 	}
 	sc := scanStatement(sql)
-	switch {
-	case sc.pin != "":
-		s.pin(sc.pin)
-	case sc.settings:
+	if sc.pin != "" {
+		if err := s.pin(sc.pin, false); err != nil {
+			return err
+		}
+	} else if sc.unpin && pl.pinned.Load() {
+		pl.pinCheck.Store(true)
+	}
+	if sc.settings {
 		pl.noteSettings(sc.custom)
 	}
+	return nil
 }
 
 // statementScan is what scanStatement found in a text.
 type statementScan struct {
-	// pin is why the text pins its client, "" when it does not.
+	// pin is why the text pins its client, "" when it does not: the first
+	// reason found, or the one reason that pins for life (pinsForLife).
 	pin string
+	// unpin: the text may end a pin (DISCARD, UNLISTEN, CLOSE, DEALLOCATE,
+	// DROP); a pinned client's server is checked when its transaction
+	// ends.
+	unpin bool
 	// settings: the text may change session-level settings, which are
 	// read back; custom lists the names with a dot among them
 	// (placeholders, which pg_settings does not show).
@@ -70,10 +187,13 @@ type statementScan struct {
 // errs toward a pin. Settings: a statement led by SET (but SET LOCAL, SET
 // TRANSACTION and SET CONSTRAINTS, which end with the transaction), RESET or
 // DISCARD, or set_config anywhere; the setting's name must be plain words
-// (a quoted name, or set_config's first argument not a literal, pins).
-// Pins: SET/RESET SESSION AUTHORIZATION, statements led by LISTEN, PREPARE
-// (but PREPARE TRANSACTION) or LOAD; anywhere the words TEMP, TEMPORARY or
-// HOLD, or text containing advisory, pg_temp or dblink.
+// (a quoted name, or set_config's first argument not a literal, pins for
+// life). Pins: SET/RESET SESSION AUTHORIZATION, statements led by LISTEN,
+// PREPARE (but PREPARE TRANSACTION) or LOAD; anywhere the words TEMP,
+// TEMPORARY or HOLD, or text containing advisory, pg_temp or dblink. A pin
+// for life ends the scan; other pins do not, so that the settings of the
+// same text are seen. Unpin: statements led by DISCARD, UNLISTEN, CLOSE,
+// DEALLOCATE or DROP.
 func scanStatement(sql string) (sc statementScan) {
 	lead := true    // the next word leads a statement
 	after := ""     // the leading word(s) whose next word decides
@@ -141,12 +261,12 @@ func scanStatement(sql string) (sc statementScan) {
 				// Ends with the transaction: nothing to read back.
 			case after == "prepare" && equalFoldASCII(w, "transaction"):
 			case after == "prepare":
-				return statementScan{pin: pinSQLPrepare}
+				sc.notePin(pinSQLPrepare)
 			case (after == "set" || after == "reset") && equalFoldASCII(w, "session"):
 				after = "set session"
 				continue
 			case after == "set session" && equalFoldASCII(w, "authorization"):
-				return statementScan{pin: pinSessionAuth}
+				sc.notePin(pinSessionAuth)
 			case after == "set session" && equalFoldASCII(w, "characteristics"):
 				sc.settings = true
 			case equalFoldASCII(w, "role"), equalFoldASCII(w, "all"), equalFoldASCII(w, "time"), equalFoldASCII(w, "names"), equalFoldASCII(w, "schema"):
@@ -175,22 +295,25 @@ func scanStatement(sql string) (sc statementScan) {
 				after = "prepare"
 				continue
 			case equalFoldASCII(w, "discard"):
-				sc.settings = true
+				sc.settings, sc.unpin = true, true
+			case equalFoldASCII(w, "unlisten"), equalFoldASCII(w, "close"), equalFoldASCII(w, "deallocate"), equalFoldASCII(w, "drop"):
+				sc.unpin = true
 			case equalFoldASCII(w, "listen"):
-				return statementScan{pin: pinListen}
+				sc.notePin(pinListen)
+				continue
 			case equalFoldASCII(w, "load"):
 				return statementScan{pin: pinLoad}
 			}
 		}
 		switch {
 		case equalFoldASCII(w, "temp"), equalFoldASCII(w, "temporary"):
-			return statementScan{pin: pinTemp}
+			sc.notePin(pinTemp)
 		case equalFoldASCII(w, "hold"):
-			return statementScan{pin: pinHoldCursor}
+			sc.notePin(pinHoldCursor)
 		case containsFold(w, "advisory"):
-			return statementScan{pin: pinAdvisoryLock}
+			sc.notePin(pinAdvisoryLock)
 		case containsFold(w, "pg_temp"):
-			return statementScan{pin: pinTemp}
+			sc.notePin(pinTemp)
 		case containsFold(w, "dblink"):
 			return statementScan{pin: pinExtensionConn}
 		case containsFold(w, "set_config"):
@@ -199,7 +322,8 @@ func scanStatement(sql string) (sc statementScan) {
 				return statementScan{pin: pinSettings}
 			}
 			if n == "session_authorization" {
-				return statementScan{pin: pinSessionAuth}
+				sc.notePin(pinSessionAuth)
+				continue
 			}
 			sc.settings = true
 			sc.noteName(n)
@@ -215,6 +339,13 @@ func scanStatement(sql string) (sc statementScan) {
 		return statementScan{pin: pinSettings}
 	}
 	return sc
+}
+
+// notePin records a reason the text pins its client, keeping the first.
+func (sc *statementScan) notePin(reason string) {
+	if sc.pin == "" {
+		sc.pin = reason
+	}
 }
 
 // noteName records a setting's name when it is a placeholder's (a dot in

@@ -38,7 +38,9 @@ func TestScanStatement(t *testing.T) {
 		{"SELECT set_config('app.b', 'c', false)", "", true, []string{"app.b"}},
 		{"SELECT pg_catalog.SET_CONFIG ( 'Work_Mem', '8MB', false)", "", true, nil},
 		{"SELECT set_config('a.x', '1', false), set_config('b.y', '2', false)", "", true, []string{"a.x", "b.y"}},
-		{"SET x.y = 1; LISTEN ch", pinListen, false, nil},
+		{"SET x.y = 1; LISTEN ch", pinListen, true, []string{"x.y"}},
+		{"CREATE TEMP TABLE t (a int); SELECT set_config('app.z', '1', false)", pinTemp, true, []string{"app.z"}},
+		{"LISTEN a; SELECT pg_advisory_lock(1); LOAD 'x'", pinLoad, false, nil}, // for life wins
 		{"SELECT set_config($1, 'c', false)", pinSettings, false, nil},
 		{"SELECT set_config('it''s', 'c', false)", pinSettings, false, nil},
 		{`SET "app"."x" = 1`, pinSettings, false, nil},

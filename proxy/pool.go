@@ -73,6 +73,9 @@ type poolConfig struct {
 	connectTimeout, loginRetry time.Duration
 	// waitTimeout bounds a client's wait for a server (query_wait_timeout).
 	waitTimeout time.Duration
+	// maxPinned bounds the clients pinned at once (max_pinned_connections;
+	// negative: no bound).
+	maxPinned int
 }
 
 // loginFunc logs in one server connection (Server.loginServer).
@@ -170,7 +173,9 @@ type pool struct {
 	// dbStarved: the last count of logins was cut short by the database's
 	// limit (max_db_connections).
 	dbStarved bool
-	closed    bool
+	// pinned counts the clients that keep their server (pin.go).
+	pinned int
+	closed bool
 	// wg counts the login goroutines.
 	wg sync.WaitGroup
 }
@@ -194,6 +199,26 @@ func (p *pool) setConfig(cfg poolConfig) {
 	}
 	p.mu.Lock()
 	p.cfg = cfg
+	p.mu.Unlock()
+}
+
+// takePin counts one more pinned client unless the pool has
+// max_pinned_connections of them already and force is false; limit is the
+// bound then in force.
+func (p *pool) takePin(force bool) (ok bool, limit int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !force && p.cfg.maxPinned >= 0 && p.pinned >= p.cfg.maxPinned {
+		return false, p.cfg.maxPinned
+	}
+	p.pinned++
+	return true, p.cfg.maxPinned
+}
+
+// dropPin counts one pinned client less.
+func (p *pool) dropPin() {
+	p.mu.Lock()
+	p.pinned--
 	p.mu.Unlock()
 }
 

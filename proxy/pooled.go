@@ -57,8 +57,14 @@ type pooledLink struct {
 	// once per hold: under mu by a release, by drop's caller once the
 	// client's session has ended there.
 	unheld chan struct{}
-	// pinned: the client keeps its server until it leaves (pin.go).
-	pinned atomic.Bool
+	// pinned: the client keeps its server (pin.go) until the server shows
+	// the state gone (at a check-in asked for by pinCheck) or, forLife,
+	// until it leaves; pinReason is the first reason, set by the client
+	// pump before pinned.
+	pinned    atomic.Bool
+	pinCheck  atomic.Bool
+	forLife   atomic.Bool
+	pinReason string
 	// cancels counts the CancelRequests being forwarded to held's server
 	// (cancel.go): while not 0 the server is not released.
 	cancels int
@@ -86,6 +92,7 @@ type pooledLink struct {
 	dirty        atomic.Bool
 	custom       []string
 	readbackMsgs atomic.Pointer[[]byte]
+	customNames  atomic.Pointer[[]string] // a copy of custom for the server pump
 	readback     atomic.Pointer[sessionSettings]
 	settings     *sessionSettings
 	checkedIn    chan struct{}
@@ -122,16 +129,28 @@ func (pl *pooledLink) release(l *link, sc *serverConn) bool {
 }
 
 // checkIn is the server pump's release after a transaction that may have
-// changed the client's settings: with pending 0 it marks the link (the
-// client's next unit waits), asks the server for the settings on the pump's
-// own writer, keeps the answer for the client, and releases the server,
-// recording its settings' fingerprint. released is false when the client
-// claimed the server first (the next ReadyForQuery tries again). A failure
-// of the server or the client's socket is returned as end (end.err set):
-// the session ends. An answer that cannot be read closes the server and
-// leaves the client's settings as they were.
-func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpEnd) {
-	msgs := pl.readbackMsgs.Load()
+// changed the client's settings, or, for a pinned client (pins), what pins
+// it: with pending 0 it marks the link (the client's next unit waits), asks
+// the server on the pump's own writer (pinCheckMessages, readbackMessages),
+// keeps the settings for the client, and releases the server, recording its
+// settings' fingerprint, unless a pin's state is left (the client keeps the
+// server, and the check is not asked again until a statement may end it).
+// released is false when the client keeps the server or claimed it first
+// (the next ReadyForQuery tries again). A failure of the server or the
+// client's socket is returned as end (end.err set): the session ends. An
+// answer that cannot be read closes the server and leaves the client's
+// settings as they were.
+func (pl *pooledLink) checkIn(l *link, sc *serverConn, pins bool) (released bool, end pumpEnd) {
+	var msgs []byte
+	if pins {
+		var custom []string
+		if c := pl.customNames.Load(); c != nil {
+			custom = *c
+		}
+		msgs = pinCheckMessages(pl.pool.key.user, custom)
+	} else if m := pl.readbackMsgs.Load(); m != nil {
+		msgs = *m
+	}
 	pl.mu.Lock()
 	ps := pl.held
 	if msgs == nil || ps == nil || ps.sc != sc || pl.cancels > 0 || !l.pending.CompareAndSwap(0, checkInMark) {
@@ -139,7 +158,10 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 		return false, pumpEnd{}
 	}
 	pl.mu.Unlock()
-	if _, err := sc.w.Write(*msgs); err != nil {
+	if pins {
+		pl.pinCheck.Store(false)
+	}
+	if _, err := sc.w.Write(msgs); err != nil {
 		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
 	}
 	if err := sc.w.Flush(); err != nil {
@@ -162,6 +184,23 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn) (released bool, end pumpE
 		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
 	}
 	reusable := qerr == nil
+	if pins {
+		reason, ok := "", false
+		if reusable && len(results) == 2 && len(results[0]) == 1 {
+			reason, ok = stillPinned(results[0][0])
+			results = results[1:]
+		}
+		if !ok || reason != "" {
+			// Still pinned (or no answer to trust): the client keeps the
+			// server.
+			pl.mu.Lock()
+			l.pending.CompareAndSwap(checkInMark, 0) // fails when closing: the client leaves
+			pl.mu.Unlock()
+			signal(pl.checkedIn)
+			return false, pumpEnd{}
+		}
+		pl.unpin()
+	}
 	if reusable {
 		st, perr := parseReadback(results)
 		if perr != nil {
@@ -585,6 +624,7 @@ func (s *clientConn) endPooled() {
 	l, pl := s.link, s.link.pooled.Load()
 	l.markClosed()
 	pl.cancel()
+	pl.unpin()
 	pl.mu.Lock()
 	ps, ending, unheld := pl.held, pl.ending, pl.unheld
 	pl.mu.Unlock()

@@ -323,59 +323,139 @@ func startPooledProxyCfg(t *testing.T, cfg Config) *testProxy {
 // TestPooledPins: on a pool of one server, a client whose statement may
 // leave state on the server keeps it, so that the next client waits (and
 // times out); other statements release it at their end.
+// TestPooledPins: a statement that may leave state a server cannot hand on
+// keeps the client on its server (on a pool of one, a second client waits
+// in vain) until the server shows the state gone; a reason no query can
+// see the end of keeps it until the client leaves.
 func TestPooledPins(t *testing.T) {
+	ensureRole(t, "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'ttl_pool_reader') THEN CREATE ROLE ttl_pool_reader; END IF; END $$")
 	p := startPooledProxyCfg(t, Config{Pool: PoolSettings{DefaultPoolSize: 1, QueryWaitTimeout: 300 * time.Millisecond}})
 	cases := []struct {
 		sql  string
 		mode pgx.QueryExecMode
 		pins bool
+		// release ends the pin ("" for a pin for life).
+		release string
 	}{
-		{"SELECT 1", pgx.QueryExecModeSimpleProtocol, false},
-		{"SELECT 'set' AS x", pgx.QueryExecModeSimpleProtocol, false},
-		{"SET LOCAL statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, false},
-		{"BEGIN; SET LOCAL statement_timeout = 0; COMMIT", pgx.QueryExecModeSimpleProtocol, false},
+		{"SELECT 1", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"SELECT 'set' AS x", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"SET LOCAL statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"BEGIN; SET LOCAL statement_timeout = 0; COMMIT", pgx.QueryExecModeSimpleProtocol, false, ""},
 		// Settings are read back and carried, not pinned.
-		{"SET statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, false},
-		{"/* c */ set search_path = public", pgx.QueryExecModeSimpleProtocol, false},
-		{"SELECT set_config('app.x', 'y', false)", pgx.QueryExecModeSimpleProtocol, false},
-		{"RESET statement_timeout", pgx.QueryExecModeSimpleProtocol, false},
-		{"SET SESSION AUTHORIZATION postgres", pgx.QueryExecModeSimpleProtocol, true},
-		{"CREATE TEMP TABLE pin_t (x int)", pgx.QueryExecModeSimpleProtocol, true},
-		{"SELECT pg_advisory_lock(4242)", pgx.QueryExecModeSimpleProtocol, true},
-		{"LISTEN pin_channel", pgx.QueryExecModeSimpleProtocol, true},
-		{"BEGIN; DECLARE pin_c CURSOR WITH HOLD FOR SELECT 1; COMMIT", pgx.QueryExecModeSimpleProtocol, true},
-		{"PREPARE pin_p AS SELECT 1", pgx.QueryExecModeSimpleProtocol, true},
-		{"SELECT $1::int", pgx.QueryExecModeCacheDescribe, false},
-		{"SELECT $1::int", pgx.QueryExecModeCacheStatement, false}, // a named statement: carried
+		{"SET statement_timeout = 0", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"/* c */ set search_path = public", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"SELECT set_config('app.x', 'y', false)", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"RESET statement_timeout", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"SELECT $1::int", pgx.QueryExecModeCacheDescribe, false, ""},
+		{"SELECT $1::int", pgx.QueryExecModeCacheStatement, false, ""}, // a named statement: carried
+		// Checked at the end of the transaction: nothing is left.
+		{"SET SESSION AUTHORIZATION postgres", pgx.QueryExecModeSimpleProtocol, false, ""}, // the login
+		{"BEGIN; CREATE TEMP TABLE pin_x (x int) ON COMMIT DROP; COMMIT", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"BEGIN; CREATE TEMP TABLE pin_x (x int); ROLLBACK", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"SELECT pg_advisory_xact_lock(4242)", pgx.QueryExecModeSimpleProtocol, false, ""},
+		{"SELECT pg_advisory_lock(4242); SELECT pg_advisory_unlock(4242)", pgx.QueryExecModeSimpleProtocol, false, ""},
+		// Pinned until the state is gone.
+		{"SET SESSION AUTHORIZATION ttl_pool_reader", pgx.QueryExecModeSimpleProtocol, true, "RESET SESSION AUTHORIZATION"},
+		{"CREATE TEMP TABLE pin_t (x int)", pgx.QueryExecModeSimpleProtocol, true, "DROP TABLE pin_t"},
+		{"CREATE TEMP TABLE pin_t (x int)", pgx.QueryExecModeSimpleProtocol, true, "DISCARD ALL"},
+		{"CREATE FUNCTION pg_temp.pin_f() RETURNS int LANGUAGE sql AS 'SELECT 1'", pgx.QueryExecModeSimpleProtocol, true, "DISCARD TEMP"},
+		{"SELECT pg_advisory_lock(4242)", pgx.QueryExecModeSimpleProtocol, true, "SELECT pg_advisory_unlock_all()"},
+		{"LISTEN pin_channel", pgx.QueryExecModeSimpleProtocol, true, "UNLISTEN *"},
+		{"BEGIN; DECLARE pin_c CURSOR WITH HOLD FOR SELECT 1; COMMIT", pgx.QueryExecModeSimpleProtocol, true, "CLOSE pin_c"},
+		{"PREPARE pin_p AS SELECT 1", pgx.QueryExecModeSimpleProtocol, true, "DEALLOCATE pin_p"},
+		// For life: the name of the setting is not known.
+		{`SET "app"."quoted" = 1`, pgx.QueryExecModeSimpleProtocol, true, ""},
 	}
+	waits := func(b *pgx.Conn) bool {
+		t.Helper()
+		_, err := b.Exec(testContext(t), "SELECT 2")
+		if err != nil && pgCode(err) != codeTooManyConnections {
+			t.Fatalf("the other client: %v", err)
+		}
+		return err != nil
+	}
+	pins := 0
 	for _, c := range cases {
 		var args []any
 		if strings.Contains(c.sql, "$1") {
 			args = []any{1}
 		}
 		a := p.connect(t, "postgres", c.mode)
-		b := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
 		if _, err := a.Exec(testContext(t), c.sql, args...); err != nil {
 			t.Fatalf("%s: %v", c.sql, err)
 		}
-		_, err := b.Exec(testContext(t), "SELECT 2")
-		switch {
-		case c.pins && pgCode(err) != codeTooManyConnections:
-			t.Errorf("%q (%v) did not pin: the next client got %v", c.sql, c.mode, err)
-		case !c.pins && err != nil:
-			t.Errorf("%q (%v) pinned: %v", c.sql, c.mode, err)
+		if waits(p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)) != c.pins {
+			t.Errorf("%q (%v): pinned %v, want %v", c.sql, c.mode, !c.pins, c.pins)
+			continue
 		}
-		_ = a.Close(context.Background())
-		_ = b.Close(context.Background())
-	}
-	pins := 0
-	for _, c := range cases {
 		if c.pins {
 			pins++
+			if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pinned_clients"); n != 1 {
+				t.Errorf("%q: pool_pinned_clients %v, want 1", c.sql, n)
+			}
+			if c.release != "" {
+				mustExec(t, a, "SELECT 3") // a statement that ends nothing: still pinned
+				if !waits(p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)) {
+					t.Errorf("%q: unpinned by SELECT 3", c.sql)
+				}
+				mustExec(t, a, c.release)
+				if waits(p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)) {
+					t.Errorf("%q: still pinned after %q", c.sql, c.release)
+				}
+			}
+		}
+		_ = a.Close(context.Background())
+		waitFor(t, "the pinned count to return to 0", func() bool {
+			return counterValue(t, p.reg, "ttlproxy_proxy_pool_pinned_clients") == 0
+		})
+	}
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pins_total"); int(n) < pins {
+		t.Errorf("pool_pins_total %v, want %d and more", n, pins)
+	}
+
+	// Settings changed while pinned move with the client once it is not.
+	a := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
+	b := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
+	mustExec(t, a, "CREATE TEMP TABLE pin_s (x int); SET app.pinned = 'a'")
+	mustExec(t, a, "SET work_mem = '7MB'")
+	mustExec(t, a, "DROP TABLE pin_s")
+	mustExec(t, b, "SET app.pinned = 'b'")
+	for _, c := range []struct {
+		conn *pgx.Conn
+		want string
+	}{{a, "a 7MB"}, {b, "b 4MB"}, {a, "a 7MB"}} {
+		if got := queryString(t, c.conn, "SELECT current_setting('app.pinned') || ' ' || current_setting('work_mem')"); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
 		}
 	}
-	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pins_total"); int(n) != pins {
-		t.Errorf("pool_pins_total %v, want %d", n, pins)
+}
+
+// TestPooledPinLimit: at max_pinned_connections a statement that would pin
+// one more client is refused with 53000 and does not run; once a pin ends
+// it runs.
+func TestPooledPinLimit(t *testing.T) {
+	p := startPooledProxyCfg(t, Config{Pool: PoolSettings{DefaultPoolSize: 2, MaxPinnedConnections: 1}})
+	a := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
+	b := p.connect(t, "postgres", pgx.QueryExecModeCacheDescribe)
+	mustExec(t, a, "CREATE TEMP TABLE pin_a (x int)")
+	_, err := b.Exec(testContext(t), "CREATE TEMP TABLE pin_b (x int)")
+	requireCode(t, err, codeInsufficientResources)
+	_, err = b.Exec(testContext(t), "SELECT pg_advisory_lock(77)")
+	requireCode(t, err, codeInsufficientResources)
+	if n := queryString(t, directConn(t, "postgres"), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 77"); n != "0" {
+		t.Fatalf("the refused statement ran: %s advisory locks", n)
+	}
+	mustExec(t, b, "SELECT 1") // b is served
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pin_refusals_total"); n != 2 {
+		t.Errorf("pool_pin_refusals_total %v, want 2", n)
+	}
+	mustExec(t, a, "DROP TABLE pin_a")
+	// The server is checked after the ReadyForQuery that ends A's DROP.
+	waitFor(t, "A's pin to end", func() bool { return counterValue(t, p.reg, "ttlproxy_proxy_pool_pinned_clients") == 0 })
+	mustExec(t, b, "CREATE TEMP TABLE pin_b (x int)")
+	mustExec(t, b, "INSERT INTO pin_b VALUES (1)")
+	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pinned_clients"); n != 1 {
+		t.Errorf("pool_pinned_clients %v, want 1", n)
 	}
 }
 

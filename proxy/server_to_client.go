@@ -173,15 +173,18 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 				if err := w.Flush(); err != nil {
 					return pumpEnd{why: stopClientWrite, err: err}
 				}
-				if pl.dirty.Load() && !pl.pinned.Load() {
-					released, end := pl.checkIn(l, sc)
+				switch pinned := pl.pinned.Load(); {
+				case pinned && (!pl.pinCheck.Load() || pl.forLife.Load()):
+					// Kept: nothing may have ended the pin.
+				case pinned || pl.dirty.Load():
+					released, end := pl.checkIn(l, sc, pinned)
 					if end.err != nil {
 						return end
 					}
 					if released {
 						return pumpEnd{why: stopReleased, lastType: 'Z'}
 					}
-				} else if pl.release(l, sc) {
+				case pl.release(l, sc):
 					return pumpEnd{why: stopReleased, lastType: 'Z'}
 				}
 				// Kept (the client claimed it first, or a cancel holds

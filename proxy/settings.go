@@ -127,6 +127,8 @@ func (pl *pooledLink) noteSettings(custom []string) {
 	if added || pl.readbackMsgs.Load() == nil {
 		msgs := readbackMessages(pl.custom)
 		pl.readbackMsgs.Store(&msgs)
+		names := slices.Clone(pl.custom)
+		pl.customNames.Store(&names)
 	}
 	pl.dirty.Store(true)
 }

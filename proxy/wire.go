@@ -35,16 +35,17 @@ const (
 
 // SQLSTATEs the proxy itself answers with.
 const (
-	codeProtocolViolation   = sqlstate.ProtocolViolation
-	codeConnectionFailure   = sqlstate.ConnectionFailure
-	codeUnableToConnect     = sqlstate.SQLClientUnableToEstablishSQLConnection
-	codeProgramLimit        = sqlstate.ProgramLimitExceeded
-	codeAdminShutdown       = sqlstate.AdminShutdown
-	codeFeatureNotSupported = sqlstate.FeatureNotSupported
-	codeInternalError       = sqlstate.InternalError
-	codeTooManyConnections  = sqlstate.TooManyConnections
-	codeQueryCanceled       = sqlstate.QueryCanceled
-	codeIdleSessionTimeout  = sqlstate.IdleSessionTimeout
+	codeProtocolViolation     = sqlstate.ProtocolViolation
+	codeConnectionFailure     = sqlstate.ConnectionFailure
+	codeUnableToConnect       = sqlstate.SQLClientUnableToEstablishSQLConnection
+	codeProgramLimit          = sqlstate.ProgramLimitExceeded
+	codeAdminShutdown         = sqlstate.AdminShutdown
+	codeFeatureNotSupported   = sqlstate.FeatureNotSupported
+	codeInternalError         = sqlstate.InternalError
+	codeTooManyConnections    = sqlstate.TooManyConnections
+	codeInsufficientResources = sqlstate.InsufficientResources
+	codeQueryCanceled         = sqlstate.QueryCanceled
+	codeIdleSessionTimeout    = sqlstate.IdleSessionTimeout
 )
 
 // writeError marks an error from writing to the peer, as opposed to reading

@@ -68,6 +68,7 @@ func restartKeys(old, cur *config.Config) []string {
 		{"server_connect_timeout", old.Pool.ServerConnectTimeout, cur.Pool.ServerConnectTimeout},
 		{"server_login_retry", old.Pool.ServerLoginRetry, cur.Pool.ServerLoginRetry},
 		{"query_wait_timeout", old.Pool.QueryWaitTimeout, cur.Pool.QueryWaitTimeout},
+		{"max_pinned_connections", old.Pool.MaxPinnedConnections, cur.Pool.MaxPinnedConnections},
 		// The cancel keys carry peer_id from proxy.New on.
 		{"peer_id", old.PeerID, cur.PeerID},
 		{"peers", old.Peers, cur.Peers},

@@ -135,6 +135,7 @@ func poolSettings(p config.Pool) proxy.PoolSettings {
 		ServerConnectTimeout: p.ServerConnectTimeout,
 		ServerLoginRetry:     off(p.ServerLoginRetry),
 		QueryWaitTimeout:     off(p.QueryWaitTimeout),
+		MaxPinnedConnections: p.MaxPinnedConnections,
 	}
 }
 

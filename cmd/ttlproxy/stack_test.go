@@ -102,6 +102,7 @@ server_idle_timeout: 0s
 server_connect_timeout: 1s
 server_login_retry: 1s
 query_wait_timeout: 1s
+max_pinned_connections: 2
 peer_id: 1
 peers: [{id: 1, host: a}, {id: 2, host: b}]
 `))
@@ -110,7 +111,7 @@ peers: [{id: 1, host: a}, {id: 2, host: b}]
 	}
 	want := []string{"pool_mode", "auth_type", "auth_query", "auth_dsn", "default_pool_size", "min_pool_size", "reserve_pool_size",
 		"reserve_pool_timeout", "max_db_connections", "server_lifetime", "server_idle_timeout", "server_connect_timeout",
-		"server_login_retry", "query_wait_timeout", "peer_id", "peers"}
+		"server_login_retry", "query_wait_timeout", "max_pinned_connections", "peer_id", "peers"}
 	if got := restartKeys(old, cur); !reflect.DeepEqual(got, want) {
 		t.Errorf("restartKeys = %v\nwant %v", got, want)
 	}

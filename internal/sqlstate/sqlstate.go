@@ -41,6 +41,10 @@ const SyntaxError = pgerrcode.SyntaxError
 // Class 53: insufficient resources.
 const TooManyConnections = pgerrcode.TooManyConnections
 
+// InsufficientResources is 53000: a pooled client may not pin another server
+// connection (max_pinned_connections).
+const InsufficientResources = pgerrcode.InsufficientResources
+
 // Class 54: program limit exceeded.
 const (
 	ProgramLimitExceeded = pgerrcode.ProgramLimitExceeded
