@@ -36,9 +36,11 @@ type cancelKeys struct {
 	mu   sync.Mutex
 	m    map[uint32]*clientConn
 	// peerForwards counts the requests being forwarded to peers and drops
-	// rate-limits the log of requests dropped (peers.go).
+	// rate-limits the log of requests dropped (peers.go); peers records
+	// what became of the last one per peer (peerstatus.go).
 	peerForwards atomic.Int32
 	drops        dropLog
+	peers        peerRecords
 }
 
 func newCancelKeys(peer uint32) *cancelKeys {

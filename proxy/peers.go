@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -32,6 +33,9 @@ const (
 )
 
 var cancelResults = []string{cancelForwarded, cancelToPeer, cancelStale, cancelUnknown, cancelPeerDown}
+
+// errTooManyForwards: a request was dropped at maxPeerForwards.
+var errTooManyForwards = errors.New("too many cancel requests forwarded to peers at once")
 
 // maxPeerForwards bounds the CancelRequests an instance forwards to peers
 // at once; each waits at most DialTimeout for its peer to close.
@@ -70,15 +74,18 @@ func (srv *Server) cancelForPeer(pkt []byte, pid uint32) bool {
 	}
 	if k.peerForwards.Add(1) > maxPeerForwards {
 		k.peerForwards.Add(-1)
+		k.peers.note(id, cancelPeerDown, errTooManyForwards)
 		srv.cancelDropped(cancelPeerDown, "cancel request dropped: too many forwarded to peers at once",
 			"peer_id", id, "peer_addr", addr, "in_flight", maxPeerForwards)
 		return true
 	}
 	defer k.peerForwards.Add(-1)
 	if err := srv.sendToPeer(addr, pkt); err != nil {
+		k.peers.note(id, cancelPeerDown, err)
 		srv.cancelDropped(cancelPeerDown, "cancel request dropped: peer unreachable", "peer_id", id, "peer_addr", addr, "err", err)
 		return true
 	}
+	k.peers.note(id, cancelToPeer, nil)
 	srv.metrics.cancelResults.WithLabelValues(cancelToPeer).Inc()
 	srv.log.Debug("cancel request forwarded to peer", "peer_id", id, "peer_addr", addr)
 	return true

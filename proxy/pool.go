@@ -104,7 +104,8 @@ type pooledServer struct {
 
 // waiter is one client waiting in a pool's queue.
 type waiter struct {
-	since int64 // monoNow at enqueue
+	since  int64  // monoNow at enqueue
+	client uint64 // the client's id (status)
 	// handed is set under the pool's lock when the waiter was given a
 	// result; ch then holds it.
 	handed bool
@@ -255,7 +256,7 @@ func (p *pool) acquire(ctx context.Context, client uint64) (*pooledServer, error
 		p.mu.Unlock()
 		return nil, err
 	}
-	w := &waiter{since: now, ch: make(chan waitResult, 1)}
+	w := &waiter{since: now, client: client, ch: make(chan waitResult, 1)}
 	p.waiters = append(p.waiters, w)
 	timeout := p.cfg.waitTimeout
 	n := p.startLoginsLocked(now)
@@ -594,6 +595,25 @@ func (p *pool) stats() poolStats {
 		s.longestWait = time.Duration(monoNow() - p.waiters[0].since)
 	}
 	return s
+}
+
+// limits returns the pool's size and reserve in force (status).
+func (p *pool) limits() (size, reserve int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg.size, p.cfg.reserveSize
+}
+
+// waitingClients returns the ids of the clients in the queue, head first
+// (status).
+func (p *pool) waitingClients() []uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]uint64, len(p.waiters))
+	for i, w := range p.waiters {
+		ids[i] = w.client
+	}
+	return ids
 }
 
 // dbSlots bounds the servers of one database across its pools

@@ -18,6 +18,17 @@ type Status struct {
 	// DDLEvents are the databases' DDL events (ddlevents.go), by name; empty
 	// without Config.DDLEventsDSN or before a session used a database.
 	DDLEvents []DDLEventsStatus `json:"ddl_events"`
+	// PoolMode is pool_mode: session or transaction.
+	PoolMode string `json:"pool_mode"`
+	// PeerID is the instance's peer_id in transaction mode (0: not peered).
+	PeerID int `json:"peer_id"`
+	// Pools are transaction mode's pools by database and user
+	// (poolstatus.go); empty in session mode.
+	Pools []PoolStatus `json:"pools"`
+	// Peers are the instances of peers in transaction mode and what became
+	// of the cancel requests forwarded to them (peerstatus.go); empty in
+	// session mode.
+	Peers []PeerStatus `json:"peers"`
 }
 
 // TableStatus is one TTL table's rule.
@@ -34,7 +45,7 @@ type SessionStatus struct {
 	ClientAddr string    `json:"client_addr"`
 	User       string    `json:"user"`
 	Database   string    `json:"database"`
-	State      string    `json:"state"` // startup, idle, active, idle in transaction, idle in transaction (aborted)
+	State      string    `json:"state"` // startup, idle, active, idle in transaction, idle in transaction (aborted), waiting (for a server, transaction mode)
 	Since      time.Time `json:"since"`
 	Statements uint64    `json:"statements"` // Query and Parse texts
 	Rejected   uint64    `json:"rejected"`
@@ -74,8 +85,22 @@ func (s *Server) Status() Status {
 		sessions = append(sessions, sess)
 	}
 	s.mu.Unlock()
+	st.PoolMode = s.cfg.PoolMode
+	if st.PoolMode == "" {
+		st.PoolMode = PoolModeSession
+	}
+	var waiting map[uint64]bool
+	st.Pools, waiting = s.poolStatus(sessions)
+	if s.cancelKeys != nil {
+		st.PeerID = s.cfg.PeerID
+	}
+	st.Peers = s.peerStatus()
 	for _, sess := range sessions {
-		st.Sessions = append(st.Sessions, sess.status())
+		ss := sess.status()
+		if waiting[ss.ID] && ss.State == "idle" {
+			ss.State = "waiting"
+		}
+		st.Sessions = append(st.Sessions, ss)
 	}
 	slices.SortFunc(st.Sessions, func(a, b SessionStatus) int { return a.Since.Compare(b.Since) })
 	st.DDLEvents = s.events.status()

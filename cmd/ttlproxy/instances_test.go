@@ -348,6 +348,7 @@ func TestInstancesCancelThroughPeer(t *testing.T) {
 pool_mode: transaction
 auth_file: %s
 default_pool_size: 2
+admin: {enable_status: true}
 peers:
   - {id: 1, host: 127.0.0.1, port: %d}
   - {id: 2, host: 127.0.0.1, port: %d}
@@ -409,6 +410,39 @@ peers:
 		t.Logf("a statement through %s was cancelled through %s in %s", ins[i].name, ins[1-i].name, ended.Sub(sent).Round(10*time.Microsecond))
 		if _, body := get(t, "http://"+ins[1-i].admin+"/metrics"); !strings.Contains(body, `ttlproxy_proxy_cancel_results_total{result="to_peer"} 1`) {
 			t.Errorf("%s's metrics do not count the forward", ins[1-i].name)
+		}
+	}
+	// ttlproxy status: each instance's pool holds its one client (idle,
+	// its server back in the pool), and its PEERS table the forward it
+	// made to the other instance.
+	for i, in := range ins {
+		var stOut, stErr bytes.Buffer
+		if code := run(ctx, []string{"status", "--admin", "http://" + in.admin}, &stOut, &stErr); code != 0 {
+			t.Fatalf("ttlproxy status of %s: %d %s", in.name, code, stErr.String())
+		}
+		out := stOut.String()
+		// The rows of the POOLS and PEERS tables by their first column.
+		rows := map[string][]string{}
+		for _, table := range strings.Split(out, "\n\n") {
+			if !strings.HasPrefix(table, "POOL DATABASE") && !strings.HasPrefix(table, "PEER ") {
+				continue
+			}
+			for _, line := range strings.Split(table, "\n")[1:] {
+				if f := strings.Fields(line); len(f) > 0 {
+					rows[f[0]] = f
+				}
+			}
+		}
+		other := strconv.Itoa(2 - i)
+		// POOL DATABASE USER MODE POOLS CLIENTS CL ACTIVE, WAITING, PINNED, SV ACTIVE, IDLE, LOGIN, LONGEST WAIT, SIZE
+		pool := strings.Join(rows["postgres"], " ")
+		// PEER ADDRESS LAST FORWARD RESULT FORWARDED FAILED
+		peer := rows[other]
+		if !strings.Contains(out, fmt.Sprintf("pool mode transaction, peer id %d", i+1)) ||
+			pool != "postgres postgres transaction 1 1 0 0 0 0 1 0 0s 2" ||
+			len(peer) != 6 || peer[1] != "127.0.0.1:"+strconv.Itoa(ports[1-i]) || peer[3] != "to_peer" || peer[4] != "1" || peer[5] != "0" ||
+			!strings.Contains(strings.Join(rows[strconv.Itoa(i+1)], " "), "(this instance) - 0 0") {
+			t.Errorf("ttlproxy status of %s:\n%s", in.name, out)
 		}
 	}
 }

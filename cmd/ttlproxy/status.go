@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -82,7 +83,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "ttlproxy status: %s: %v\n", req.URL, err)
 		return exitFailure
 	}
-	fmt.Fprintf(stdout, "configuration generation %d, sweeper running: %v\n\n", st.Generation, st.Sweeper.Running)
+	fmt.Fprintf(stdout, "configuration generation %d, sweeper running: %v", st.Generation, st.Sweeper.Running)
+	if st.PoolMode == proxy.PoolModeTransaction {
+		fmt.Fprintf(stdout, ", pool mode %s", st.PoolMode)
+		if st.PeerID != 0 {
+			fmt.Fprintf(stdout, ", peer id %d", st.PeerID)
+		}
+	}
+	fmt.Fprint(stdout, "\n\n")
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TABLE\tKIND\tEXPIRY\tDEFAULT TTL")
 	for _, t := range st.Tables {
@@ -97,6 +105,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			ss.Since.Format(time.RFC3339), ss.Statements, ss.Rejected, ss.Generation)
 	}
 	_ = tw.Flush()
+	if st.PoolMode == proxy.PoolModeTransaction {
+		fmt.Fprintln(stdout)
+		printPools(stdout, st.Pools)
+	}
+	if len(st.Peers) > 0 {
+		fmt.Fprintln(stdout)
+		printPeers(stdout, st.Peers)
+	}
 	if len(st.DDLEvents) > 0 {
 		fmt.Fprintln(stdout)
 		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -122,4 +138,43 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		_ = tw.Flush()
 	}
 	return exitOK
+}
+
+// printPools prints the POOLS table of transaction mode: per database and
+// user, the clients (logged in, holding a server, waiting, pinned), the
+// server connections (held, idle, being opened), the longest current wait
+// and each pool's size (+ its reserve).
+func printPools(w io.Writer, pools []proxy.PoolStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POOL DATABASE\tUSER\tMODE\tPOOLS\tCLIENTS\tCL ACTIVE\tCL WAITING\tCL PINNED\tSV ACTIVE\tSV IDLE\tSV LOGIN\tLONGEST WAIT\tPOOL SIZE")
+	for _, p := range pools {
+		size := strconv.Itoa(p.PoolSize)
+		if p.ReservePoolSize > 0 {
+			size += "+" + strconv.Itoa(p.ReservePoolSize)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", p.Database, p.User, p.Mode, p.Pools, p.Clients,
+			p.ClientsActive, p.ClientsWaiting, p.ClientsPinned, p.ServersActive, p.ServersIdle, p.ServersLogin,
+			p.LongestWait().Round(time.Millisecond), size)
+	}
+	_ = tw.Flush()
+}
+
+// printPeers prints the PEERS table: each configured instance and what
+// became of the last cancel request forwarded to it.
+func printPeers(w io.Writer, peers []proxy.PeerStatus) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tADDRESS\tLAST FORWARD\tRESULT\tFORWARDED\tFAILED\tERROR")
+	for _, p := range peers {
+		last, result := "-", p.LastResult
+		switch {
+		case p.Self:
+			last, result = "(this instance)", "-"
+		case !p.LastForward.IsZero():
+			last = p.LastForward.Format(time.RFC3339)
+		default:
+			result = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", p.ID, p.Addr, last, result, p.Forwarded, p.Failed, p.LastError)
+	}
+	_ = tw.Flush()
 }
