@@ -2,11 +2,14 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -160,6 +163,188 @@ func TestAlertRules(t *testing.T) {
 		cmd.Dir = "prometheus"
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// k8sObject is the part of a Kubernetes manifest TestKubernetesPooling
+// reads.
+type k8sObject struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	Data map[string]string `yaml:"data"`
+	Spec struct {
+		// Service (a map of labels) and StatefulSet (matchLabels)
+		ClusterIP                string         `yaml:"clusterIP"`
+		PublishNotReadyAddresses bool           `yaml:"publishNotReadyAddresses"`
+		Selector                 map[string]any `yaml:"selector"`
+		Ports                    []struct {
+			Name       string `yaml:"name"`
+			Port       int    `yaml:"port"`
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"`
+		// StatefulSet
+		ServiceName string `yaml:"serviceName"`
+		Replicas    int    `yaml:"replicas"`
+		Ordinals    struct {
+			Start int `yaml:"start"`
+		} `yaml:"ordinals"`
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec struct {
+				Containers []struct {
+					Args  []string `yaml:"args"`
+					Ports []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+					Env []struct {
+						Name      string `yaml:"name"`
+						ValueFrom struct {
+							FieldRef struct {
+								FieldPath string `yaml:"fieldPath"`
+							} `yaml:"fieldRef"`
+						} `yaml:"valueFrom"`
+					} `yaml:"env"`
+					VolumeMounts []struct {
+						Name      string `yaml:"name"`
+						MountPath string `yaml:"mountPath"`
+					} `yaml:"volumeMounts"`
+				} `yaml:"containers"`
+				Volumes []struct {
+					Name      string `yaml:"name"`
+					ConfigMap struct {
+						Name string `yaml:"name"`
+					} `yaml:"configMap"`
+				} `yaml:"volumes"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+// TestKubernetesPooling: the kit for transaction mode (kubernetes/pooling)
+// holds together: the StatefulSet's pods take their peer id from their
+// ordinal, which starts at 1; the ConfigMap's configuration loads, runs
+// pool_mode transaction and lists one peer per pod, by the pod's name
+// under the headless Service, on the port the pods listen on; the
+// Services select the pods and name ports they have.
+func TestKubernetesPooling(t *testing.T) {
+	objs := map[string]k8sObject{}
+	for _, f := range []string{"configmap.yaml", "statefulset.yaml", "service.yaml", "service-peers.yaml", "pdb.yaml"} {
+		var o k8sObject
+		if err := yaml.Unmarshal([]byte(read(t, filepath.Join("kubernetes/pooling", f))), &o); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if o.Metadata.Labels["app.kubernetes.io/name"] != "ttlproxy" {
+			t.Errorf("%s: labels %v", f, o.Metadata.Labels)
+		}
+		objs[f] = o
+	}
+	sts, cm := objs["statefulset.yaml"], objs["configmap.yaml"]
+	headless, lb := objs["service-peers.yaml"], objs["service.yaml"]
+	if sts.Kind != "StatefulSet" || cm.Kind != "ConfigMap" || headless.Kind != "Service" || lb.Kind != "Service" {
+		t.Fatalf("kinds: %s %s %s %s", sts.Kind, cm.Kind, headless.Kind, lb.Kind)
+	}
+
+	// The pods: their peer id is their ordinal, from 1.
+	if sts.Spec.Ordinals.Start != 1 || sts.Spec.Replicas < 2 {
+		t.Errorf("ordinals start at %d, %d replicas; want 1 and several", sts.Spec.Ordinals.Start, sts.Spec.Replicas)
+	}
+	if len(sts.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("%d containers", len(sts.Spec.Template.Spec.Containers))
+	}
+	c := sts.Spec.Template.Spec.Containers[0]
+	i := slices.Index(c.Args, "--peer-id")
+	if i < 0 || i+1 >= len(c.Args) || !strings.HasPrefix(c.Args[i+1], "$(") {
+		t.Fatalf("args %v lack --peer-id $(VAR)", c.Args)
+	}
+	peerVar := strings.TrimSuffix(strings.TrimPrefix(c.Args[i+1], "$("), ")")
+	found := false
+	for _, e := range c.Env {
+		if e.Name == peerVar {
+			found = e.ValueFrom.FieldRef.FieldPath == "metadata.labels['apps.kubernetes.io/pod-index']"
+		}
+	}
+	if !found {
+		t.Errorf("%s is not the pod-index label through the downward API: %+v", peerVar, c.Env)
+	}
+	podPorts := map[string]int{}
+	for _, p := range c.Ports {
+		podPorts[p.Name] = p.ContainerPort
+	}
+	labels := sts.Spec.Template.Metadata.Labels
+	if ml, _ := sts.Spec.Selector["matchLabels"].(map[string]any); len(ml) == 0 || fmt.Sprint(ml) != fmt.Sprint(labels) {
+		t.Errorf("the StatefulSet selects %v, its pods have %v", ml, labels)
+	}
+
+	// The configuration the pods read.
+	var cfgFile string
+	for _, m := range c.VolumeMounts {
+		if rest, ok := strings.CutPrefix("/etc/ttlproxy/ttlproxy.yaml", m.MountPath+"/"); ok && m.Name == "config" {
+			cfgFile = rest
+		}
+	}
+	if i := slices.Index(c.Args, "--config"); i < 0 || i+1 >= len(c.Args) || c.Args[i+1] != "/etc/ttlproxy/ttlproxy.yaml" || cfgFile == "" {
+		t.Errorf("args %v and mounts %+v: the configuration is not the ConfigMap's", c.Args, c.VolumeMounts)
+	}
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Name == "config" && v.ConfigMap.Name != cm.Metadata.Name {
+			t.Errorf("the config volume is ConfigMap %q, the kit's is %q", v.ConfigMap.Name, cm.Metadata.Name)
+		}
+	}
+	cfg, err := config.Parse([]byte(cm.Data[cfgFile]))
+	if err != nil {
+		t.Fatalf("kubernetes/pooling/configmap.yaml %s: %v", cfgFile, err)
+	}
+	if cfg.PoolMode != config.PoolModeTransaction || cfg.PeerID != 0 {
+		t.Errorf("pool_mode %q, peer_id %d: want transaction, and the id from --peer-id", cfg.PoolMode, cfg.PeerID)
+	}
+	port := func(addr string) int {
+		t.Helper()
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.Atoi(p)
+		return n
+	}
+	if port(cfg.Listen) != podPorts["postgres"] || port(cfg.AdminListen) != podPorts["admin"] {
+		t.Errorf("listen %s, admin_listen %s; the pod's ports %v", cfg.Listen, cfg.AdminListen, podPorts)
+	}
+	if len(cfg.Peers) != sts.Spec.Replicas {
+		t.Errorf("%d peers for %d replicas", len(cfg.Peers), sts.Spec.Replicas)
+	}
+	for i, p := range cfg.Peers {
+		id := sts.Spec.Ordinals.Start + i
+		host := fmt.Sprintf("%s-%d.%s", sts.Metadata.Name, id, headless.Metadata.Name)
+		if p.ID != id || p.Host != host || p.Port != podPorts["postgres"] {
+			t.Errorf("peers[%d] = %+v, want id %d at %s:%d", i, p, id, host, podPorts["postgres"])
+		}
+	}
+
+	// The Services: the headless one names the pods, the other balances.
+	if sts.Spec.ServiceName != headless.Metadata.Name || headless.Spec.ClusterIP != "None" || !headless.Spec.PublishNotReadyAddresses {
+		t.Errorf("serviceName %q; headless Service %q, clusterIP %q, publishNotReadyAddresses %v",
+			sts.Spec.ServiceName, headless.Metadata.Name, headless.Spec.ClusterIP, headless.Spec.PublishNotReadyAddresses)
+	}
+	if lb.Spec.ClusterIP == "None" || lb.Metadata.Name == headless.Metadata.Name {
+		t.Errorf("the clients' Service %q must balance", lb.Metadata.Name)
+	}
+	for _, svc := range []k8sObject{headless, lb} {
+		for k, v := range svc.Spec.Selector {
+			if labels[k] != v.(string) {
+				t.Errorf("Service %s selects %s=%s, the pods have %v", svc.Metadata.Name, k, v, labels)
+			}
+		}
+		for _, p := range svc.Spec.Ports {
+			if _, ok := podPorts[p.TargetPort]; !ok {
+				t.Errorf("Service %s port %s targets %q, which the pods do not name", svc.Metadata.Name, p.Name, p.TargetPort)
+			}
 		}
 	}
 }
