@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,17 +35,37 @@ type authSource interface {
 	close()
 }
 
-// fileSource is a loaded auth_file.
-type fileSource map[string]*authSecret
+// fileSource is a loaded auth_file, read again by a reload (PgBouncer
+// reads its auth_file again on RELOAD).
+type fileSource struct {
+	path  string
+	users atomic.Pointer[map[string]*authSecret]
+}
 
-func (f fileSource) lookup(_ context.Context, user, _ string) (*authUser, error) {
-	if s, ok := f[user]; ok {
+// newFileSource loads the auth_file at path (parseAuthFile's errors).
+func newFileSource(path string) (*fileSource, error) {
+	f := &fileSource{path: path}
+	return f, f.reload()
+}
+
+// reload reads the file again; on an error the users loaded before stay.
+func (f *fileSource) reload() error {
+	users, err := loadAuthFile(f.path)
+	if err != nil {
+		return err
+	}
+	f.users.Store(&users)
+	return nil
+}
+
+func (f *fileSource) lookup(_ context.Context, user, _ string) (*authUser, error) {
+	if s, ok := (*f.users.Load())[user]; ok {
 		return &authUser{secret: s}, nil
 	}
 	return nil, nil
 }
 
-func (fileSource) close() {}
+func (*fileSource) close() {}
 
 // DefaultAuthQuery is the auth_query run when none is configured: the
 // function ttlproxy install --auth-query creates, with the client's user as

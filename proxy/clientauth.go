@@ -111,11 +111,11 @@ func newClientAuth(cfg authConfig) (*clientAuth, error) {
 	case cfg.Query != "" && cfg.DSN == "":
 		return nil, errors.New("auth_query: needs auth_dsn, the login that runs it")
 	case cfg.File != "":
-		users, err := loadAuthFile(cfg.File)
+		f, err := newFileSource(cfg.File)
 		if err != nil {
 			return nil, fmt.Errorf("auth_file: %w", err)
 		}
-		a.source = fileSource(users)
+		a.source = f
 	case cfg.DSN != "":
 		q, err := newQuerySource(cfg.DSN, cfg.Query)
 		if err != nil {
@@ -127,6 +127,19 @@ func newClientAuth(cfg authConfig) (*clientAuth, error) {
 	}
 	_, _ = rand.Read(a.mockSecret[:])
 	return a, nil
+}
+
+// reload reads the auth_file again, when there is one; on an error
+// (`auth_file: …`) the users loaded before stay in force.
+func (a *clientAuth) reload() error {
+	f, ok := a.source.(*fileSource)
+	if !ok {
+		return nil
+	}
+	if err := f.reload(); err != nil {
+		return fmt.Errorf("auth_file: %w", err)
+	}
+	return nil
 }
 
 // Close releases the auth query's connections; a no-op otherwise.

@@ -629,3 +629,67 @@ func FuzzClientAuth(f *testing.F) {
 		<-done
 	})
 }
+
+// TestClientAuthFileReload: a reload reads the auth_file again (a user
+// added logs in, one removed no longer does); a file that does not load
+// fails the reload and leaves the users loaded before.
+func TestClientAuthFileReload(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "userlist.txt")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`"alice" "alice-pw"` + "\n")
+	a, err := newClientAuth(authConfig{Type: authPlain, File: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := startAuthListener(t, a)
+	login := func(user, password, want string) {
+		t.Helper()
+		if code := connectAs(t, addr, user, password); code != want {
+			t.Fatalf("%s: SQLSTATE %q, want %q", user, code, want)
+		}
+	}
+	login("alice", "alice-pw", "")
+	login("bob", "bob-pw", codeInvalidPassword)
+	write(`"bob" "bob-pw"` + "\n")
+	if err := a.reload(); err != nil {
+		t.Fatal(err)
+	}
+	login("bob", "bob-pw", "")
+	login("alice", "alice-pw", codeInvalidPassword)
+	write(`"carol" unquoted` + "\n")
+	if err := a.reload(); err == nil || !strings.HasPrefix(err.Error(), "auth_file: ") {
+		t.Fatalf("reload of a broken file: %v", err)
+	}
+	login("bob", "bob-pw", "")
+}
+
+// TestServerReloadReadsAuthFile: Server.Reload reads the auth_file again
+// and fails, changing nothing, when it does not load.
+func TestServerReloadReadsAuthFile(t *testing.T) {
+	path := writeServerAuthFile(t)
+	p := startProxy(t, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: path}})
+	conn := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
+	mustExec(t, conn, "SELECT 1")
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("not a userlist\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err == nil || !strings.HasPrefix(err.Error(), "auth_file: ") {
+		t.Fatalf("reload with a broken auth_file: %v", err)
+	}
+	p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol) // the users loaded before
+	if err := os.WriteFile(path, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err != nil {
+		t.Fatal(err)
+	}
+}

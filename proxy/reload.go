@@ -73,7 +73,8 @@ type Reload struct {
 }
 
 // Reload replaces the rules and limits for every session's next statement,
-// without dropping a connection. It returns the error Config would give for
+// without dropping a connection, and reads the auth_file again for the next
+// client logins. It returns the error Config would give for
 // the same values, and then changes nothing.
 func (s *Server) Reload(r Reload) error {
 	if r.Rewriter == nil {
@@ -89,6 +90,12 @@ func (s *Server) Reload(r Reload) error {
 	}
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
+	if s.auth != nil {
+		// First: a file that does not load fails the whole reload.
+		if err := s.auth.reload(); err != nil {
+			return err
+		}
+	}
 	old := s.set.Load()
 	next := newRuleSet(&cfg, old.gen+1)
 	s.metrics.retire(old.rw)
