@@ -675,7 +675,7 @@ func TestServerReloadReadsAuthFile(t *testing.T) {
 	p := startProxy(t, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: path}})
 	conn := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
 	mustExec(t, conn, "SELECT 1")
-	good, err := os.ReadFile(path)
+	good, err := os.ReadFile(path) //nolint:gosec // G304: the test's own temporary file
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -686,7 +686,7 @@ func TestServerReloadReadsAuthFile(t *testing.T) {
 		t.Fatalf("reload with a broken auth_file: %v", err)
 	}
 	p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol) // the users loaded before
-	if err := os.WriteFile(path, good, 0o600); err != nil {
+	if err := os.WriteFile(path, good, 0o600); err != nil {   //nolint:gosec // G703: the test's own temporary file
 		t.Fatal(err)
 	}
 	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err != nil {
