@@ -1,22 +1,21 @@
 package rewrite
 
 import (
-	"strings"
-
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// Expiring columns (ttl.Rule.Columns, docs/design/column-ttl.md): until the
-// rewriter reads and writes them, a statement that names an expiring column
-// of a table it references, in any way, is refused (SQLSTATE 0A000) instead
-// of being served the expired value. The check is blind to scope, which
-// errs toward refusing: a column reference of that name is refused whatever
-// relation it belongs to, a name that is the table's or its alias is taken
-// for a whole-row reference. It reads names and structure only, never
-// literals, so shapes share its outcome.
+// Expiring columns (ttl.Rule.Columns, docs/design/column-ttl.md): a
+// statement that names an expiring column of a table it references, in any
+// way the reads of colread.go do not rewrite, is refused (SQLSTATE 0A000)
+// instead of being served the expired value. The check is blind to scope,
+// which errs toward refusing: a column reference of that name is refused
+// whatever relation it belongs to, a name that is the table's or its alias
+// is taken for a whole-row reference. It reads names and structure only,
+// never literals (the recognition of the proxy's own expressions says when
+// it does, walker.matchText), so shapes share its outcome.
 //
 // What counts as naming the column:
 //   - a column reference whose last name is the column (`c`, `t.c`,
@@ -177,8 +176,8 @@ type columnCheck struct {
 	// stars are the unqualified `*` of target and RETURNING lists over
 	// FROM items without such a table: they carry no expiring column.
 	stars map[*pg.ColumnRef]bool
-	// read are the references rewritten to the value's expression
-	// (readTargets).
+	// read are the references the reads of colread.go rewrote to the
+	// value's expression or left under a live or expired condition.
 	read map[*pg.ColumnRef]bool
 }
 
@@ -267,7 +266,7 @@ func (c *columnCheck) visit(n any) {
 	switch x := n.(type) {
 	case *pg.SelectStmt:
 		c.allowStars(x.TargetList, x.FromClause...)
-		c.readTargets(x)
+		c.readSelect(x)
 	case *pg.InsertStmt:
 		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
 		r := c.refs[x.Relation]
@@ -294,9 +293,15 @@ func (c *columnCheck) visit(n any) {
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
 		if r := c.refs[x.Relation]; r != nil {
 			c.targets(r, x.TargetList, "UPDATE … SET")
+			if c.w.err == nil && len(x.FromClause) == 0 {
+				c.readWrite(x.Relation, x.TargetList, x.WhereClause)
+			}
 		}
 	case *pg.DeleteStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.UsingClause...)...)
+		if len(x.UsingClause) == 0 {
+			c.readWrite(x.Relation, nil, x.WhereClause)
+		}
 	case *pg.MergeStmt:
 		r := c.refs[x.Relation]
 		if r == nil {
@@ -374,11 +379,15 @@ func (c *columnCheck) columnRef(cr *pg.ColumnRef) {
 		}
 		return
 	}
-	name := f[len(f)-1].GetString_().GetSval()
-	if r := c.columns[name]; r != nil {
-		c.fail(r, name, "the reference "+columnRefText(f))
-		return
+	// Any of the names: `c.f` and `t.c.f` may select a field of the
+	// column.
+	for _, n := range f {
+		if r := c.columns[n.GetString_().GetSval()]; r != nil {
+			c.fail(r, n.GetString_().GetSval(), "the reference "+columnRefText(f))
+			return
+		}
 	}
+	name := f[len(f)-1].GetString_().GetSval()
 	if r := c.names[name]; r != nil {
 		c.fail(r, r.Columns[0].Column, "the whole-row reference "+columnRefText(f))
 	}
@@ -428,62 +437,6 @@ func columnRefText(f []*pg.Node) string {
 	return s
 }
 
-// readTargets rewrites the target list of sel, a SELECT whose FROM is one
-// table with expiring columns, where an entry is a bare reference to an
-// expiring column (`c`, `t.c` with t the table's name or alias, with or
-// without AS): the reference becomes the value's expression
-// (ttl.ColumnRule.ValueExpr), named as the column was unless the entry
-// names itself, so that the RowDescription keeps the name, type and type
-// modifier. The type comes from the catalog; without it the reference is
-// left to be refused. Every other reference is still refused.
-func (c *columnCheck) readTargets(sel *pg.SelectStmt) {
-	if sel.Op != pg.SetOperation_SETOP_NONE || len(sel.FromClause) != 1 {
-		return
-	}
-	rv := sel.FromClause[0].GetRangeVar()
-	r := c.refs[rv]
-	if r == nil {
-		return
-	}
-	cols := c.w.columns(r)
-	qual := rv.Relname
-	if rv.Alias != nil {
-		qual = rv.Alias.Aliasname
-	}
-	for _, n := range sel.TargetList {
-		rt := n.GetResTarget()
-		cr := rt.GetVal().GetColumnRef()
-		if cr == nil {
-			continue
-		}
-		var name string
-		switch f := cr.Fields; len(f) {
-		case 1:
-			name = f[0].GetString_().GetSval()
-		case 2:
-			if f[0].GetString_().GetSval() == qual {
-				name = f[1].GetString_().GetSval()
-			}
-		}
-		cr2 := r.ExpiringColumn(name)
-		typ := columnType(cols, name)
-		if cr2 == nil || typ == "" {
-			continue
-		}
-		ts := c.w.tokens()
-		i := ts.at(int(cr.Location))
-		if i < 0 {
-			continue
-		}
-		text := cr2.ValueExpr(r, ttl.QuoteIdent(qual), typ)
-		if rt.Name == "" {
-			text += " AS " + ttl.QuoteIdent(name)
-		}
-		c.w.replace(ts[i].start, ts[ts.nameEnd(i)-1].end, text)
-		c.read[cr] = true
-	}
-}
-
 // columnType returns the type of the column name among cols, or "".
 func columnType(cols []Column, name string) string {
 	for _, col := range cols {
@@ -495,14 +448,13 @@ func columnType(cols []Column, name string) string {
 }
 
 // isValueExpr reports that ce is, byte for byte, the value's expression
-// readTargets writes for an expiring column of a table the statement
+// the reads write (colread.go) for an expiring column of a table the statement
 // references, so that rewriting a rewritten statement keeps it.
 func (c *columnCheck) isValueExpr(ce *pg.CaseExpr) bool {
 	at := int(ce.Location)
 	if at < 0 || at >= len(c.w.sql) {
 		return false
 	}
-	rest := c.w.sql[at:]
 	for rv, r := range c.refs {
 		cols := c.w.columns(r)
 		qual := rv.Relname
@@ -511,7 +463,7 @@ func (c *columnCheck) isValueExpr(ce *pg.CaseExpr) bool {
 		}
 		for i := range r.Columns {
 			typ := columnType(cols, r.Columns[i].Column)
-			if typ != "" && strings.HasPrefix(rest, r.Columns[i].ValueExpr(r, ttl.QuoteIdent(qual), typ)) {
+			if typ != "" && c.w.matchText(at, r.Columns[i].ValueExpr(r, ttl.QuoteIdent(qual), typ)) {
 				return true
 			}
 		}

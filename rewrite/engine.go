@@ -274,6 +274,7 @@ func (rw *Rewriter) rewriteParsed(sql string, s *Session, lits []literal, lexed 
 			return p
 		}
 	}
+	p.literal = p.literal || w.literal
 	p.res.SQL = sql
 	if len(w.edits) > 0 {
 		out, e := splice(sql, w.edits, len(tree.Stmts))

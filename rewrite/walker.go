@@ -48,6 +48,8 @@ type walker struct {
 	// unqualified lists the (schema, view) of views expanded without an
 	// alias, whose schema-qualified column references unqualify edits.
 	unqualified [][2]string
+	// literal: the walk read the text of a literal (matchText).
+	literal bool
 }
 
 // newWalker returns a walker for sql; lits, when known, are its literals.
@@ -115,6 +117,34 @@ func (w *walker) fail(e *Error) {
 
 func (w *walker) insert(at int, text string) {
 	w.edits = append(w.edits, edit{start: at, end: at, text: text, seq: len(w.edits)})
+}
+
+// insertLast inserts text at at after every insertion made there by
+// insert, before or after it: the live condition put in front of a
+// predicate goes inside the bracket the walk opens at the same offset
+// around the whole WHERE clause (whereLive).
+func (w *walker) insertLast(at int, text string) {
+	w.edits = append(w.edits, edit{start: at, end: at, text: text, seq: lateSeq + len(w.edits)})
+}
+
+// lateSeq orders insertLast's edits after insert's at one offset.
+const lateSeq = 1 << 30
+
+// matchText reports whether the text at offset at starts with want, text
+// the proxy writes (a value's expression or condition). When want holds a
+// literal (an interval, a Unix time constant) and the text matches up to
+// it, the outcome depends on a literal of the text, and the walk says so
+// (walker.literal): statements of the same shape may differ there.
+func (w *walker) matchText(at int, want string) bool {
+	got := w.sql[at:]
+	k := 0
+	for k < len(got) && k < len(want) && got[k] == want[k] {
+		k++
+	}
+	if lits, _ := lexLiterals(want); len(lits) > 0 && k >= lits[0].start {
+		w.literal = true
+	}
+	return k == len(want)
 }
 
 func (w *walker) replace(start, end int, text string) {

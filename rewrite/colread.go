@@ -1,0 +1,625 @@
+package rewrite
+
+import (
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// Reads of expiring columns at a query level whose one FROM item is their
+// table (docs/design/column-ttl.md §2 and §3): the SELECT of the table
+// alone, and the UPDATE or DELETE of it without FROM or USING. Every
+// reference to an expiring column there, unqualified or qualified by the
+// table's name or alias, in the target list, WHERE, HAVING, or the values
+// of an UPDATE's SET list, is rewritten; references elsewhere (GROUP BY,
+// ORDER BY, WINDOW, other levels) are left to be refused by the column
+// check.
+//
+// A value reads V, the value's expression (ttl.ColumnRule.ValueExpr): the
+// value while live, NULL once expired. A predicate is rewritten so that an
+// index on the column still serves it (§3), by position:
+//
+//   - In a filter position (WHERE, HAVING, an aggregate's FILTER, a
+//     searched CASE's WHEN, and the arguments of AND and OR there, where
+//     NULL and FALSE both reject), an atom in which the column stands in a
+//     null-rejecting position (strictRoot) becomes `live AND atom`: FALSE
+//     once the value has expired, where the atom over V is NULL or FALSE,
+//     and the atom itself while the value lives. The live condition goes
+//     in front of the atom, binding tighter than the OR around it and
+//     looser than anything inside it, so the atom's end need not be found.
+//   - `c IS NULL` becomes `(c IS NULL OR expired)` and `c IS NOT NULL`
+//     `(c IS NOT NULL AND live)` in any position: both are two-valued, as
+//     expired is (ttl.Rule.ExpiredCondition is the negation of a live
+//     condition that is never NULL).
+//   - Everywhere else (under NOT, IS TRUE, a comparison of booleans, a
+//     target list, a non-strict atom: coalesce, IS DISTINCT FROM, unknown
+//     functions) the reference becomes V.
+//
+// Guards. An argument of AND that is the column's live condition, or of OR
+// that is its expired condition, decides the whole AND (OR) once the value
+// has expired; while it lives the stored value is the value. The column's
+// other references among the arguments are therefore left as they are, in
+// any position. This is what keeps the proxy's own output, rewritten again,
+// as it is (idempotence), together with the recognition of V
+// (isValueExpr).
+
+// colLevel is one query level whose FROM is one table with expiring
+// columns.
+type colLevel struct {
+	c *columnCheck
+	r *ttl.Rule
+	// name is how the level qualifies the table (its alias, else its
+	// name), qual the same quoted.
+	name, qual string
+	cols       []Column
+	// wrapped are the references rewritten to V.
+	wrapped map[*pg.ColumnRef]bool
+}
+
+// guards are the expiring columns whose references an enclosing guard (or
+// the live condition put in front of an atom) covers.
+type guards map[string]bool
+
+func (g guards) with(cols ...string) guards {
+	if len(cols) == 0 {
+		return g
+	}
+	out := make(guards, len(g)+len(cols))
+	for k := range g {
+		out[k] = true
+	}
+	for _, c := range cols {
+		out[c] = true
+	}
+	return out
+}
+
+// level returns the level over rv, or nil when rv is no table with
+// expiring columns.
+func (c *columnCheck) level(rv *pg.RangeVar) *colLevel {
+	r := c.refs[rv]
+	if r == nil {
+		return nil
+	}
+	name := rv.Relname
+	if rv.Alias != nil {
+		name = rv.Alias.Aliasname
+	}
+	return &colLevel{c: c, r: r, name: name, qual: ttl.QuoteIdent(name), cols: c.w.columns(r), wrapped: map[*pg.ColumnRef]bool{}}
+}
+
+// readSelect rewrites the reads of a SELECT whose FROM is one table with
+// expiring columns.
+func (c *columnCheck) readSelect(sel *pg.SelectStmt) {
+	if sel.Op != pg.SetOperation_SETOP_NONE || len(sel.FromClause) != 1 {
+		return
+	}
+	from := sel.FromClause[0]
+	// The proxy's filter join adds no column: a rewritten statement,
+	// rewritten again, is still a read of the table alone.
+	for j := from.GetJoinExpr(); j != nil && isFilterJoin(j); j = from.GetJoinExpr() {
+		from = j.Larg
+	}
+	l := c.level(from.GetRangeVar())
+	if l == nil {
+		return
+	}
+	l.targets(sel.TargetList)
+	l.filter(sel.WhereClause, nil)
+	l.filter(sel.HavingClause, nil)
+}
+
+// readWrite rewrites the reads of an UPDATE (set holds its SET list) or
+// DELETE of rv with no other FROM item: WHERE and the values of SET.
+func (c *columnCheck) readWrite(rv *pg.RangeVar, set []*pg.Node, where *pg.Node) {
+	l := c.level(rv)
+	if l == nil {
+		return
+	}
+	for _, n := range set {
+		rt := n.GetResTarget()
+		if m := rt.GetVal().GetMultiAssignRef(); m != nil {
+			if !isRepeatedSource(m) {
+				l.value(m.Source, nil)
+			}
+			continue
+		}
+		l.value(rt.GetVal(), nil)
+		for _, ind := range rt.GetIndirection() {
+			l.value(ind, nil)
+		}
+	}
+	l.filter(where, nil)
+}
+
+// mine returns the column rule of cr when it is a reference of this level
+// to an expiring column: `c` or `q.c` with q the level's qualifier.
+func (l *colLevel) mine(cr *pg.ColumnRef) *ttl.ColumnRule {
+	var name string
+	switch f := cr.Fields; len(f) {
+	case 1:
+		name = f[0].GetString_().GetSval()
+	case 2:
+		if f[0].GetString_().GetSval() == l.name {
+			name = f[1].GetString_().GetSval()
+		}
+	}
+	if name == "" {
+		return nil
+	}
+	return l.r.ExpiringColumn(name)
+}
+
+// targets rewrites a target list. An entry without a name of its own whose
+// name PostgreSQL would take from a reference now rewritten to V (`c`,
+// `c::text`, `c[1]`, a CASE whose ELSE is `c`) gets `AS "c"`: V alone
+// would be named "case".
+func (l *colLevel) targets(list []*pg.Node) {
+	for _, n := range list {
+		rt := n.GetResTarget()
+		if rt == nil || rt.Val == nil {
+			continue
+		}
+		l.value(rt.Val, nil)
+		if rt.Name != "" || l.c.w.err != nil {
+			continue
+		}
+		ref, _ := nameSource(rt.Val)
+		if ref == nil || !l.wrapped[ref] {
+			continue
+		}
+		ts := l.c.w.tokens()
+		i := ts.at(int(rt.Location))
+		if i < 0 {
+			l.c.w.fail(internalError("cannot locate a target list entry"))
+			return
+		}
+		stop := ts.scanTop(i, len(l.c.w.sql), func(j int) bool {
+			return ts[j].kind == pg.Token_ASCII_44 || endsTargetList(ts, j)
+		})
+		limit := len(l.c.w.sql)
+		if stop < len(ts) {
+			limit = ts[stop].start
+		}
+		last := ts.lastBefore(i, limit)
+		if last < 0 {
+			l.c.w.fail(internalError("cannot locate the end of a target list entry"))
+			return
+		}
+		l.c.w.insert(ts[last].end, " AS "+ttl.QuoteIdent(ref.Fields[len(ref.Fields)-1].GetString_().GetSval()))
+	}
+}
+
+// nameSource ports the part of PostgreSQL's FigureColnameInternal
+// (src/backend/parser/parse_target.c) that decides whether an entry is
+// named after a column: it returns that column reference, or nil, and the
+// strength of the name (2: a column, function or keyword; 1: a type name
+// or "case"; 0: none).
+func nameSource(n *pg.Node) (*pg.ColumnRef, int) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_ColumnRef:
+		f := x.ColumnRef.Fields
+		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
+			return x.ColumnRef, 2
+		}
+	case *pg.Node_AIndirection:
+		ind := x.AIndirection.Indirection
+		if len(ind) > 0 && ind[len(ind)-1].GetString_() != nil {
+			return nil, 2
+		}
+		return nameSource(x.AIndirection.Arg)
+	case *pg.Node_TypeCast:
+		if ref, s := nameSource(x.TypeCast.Arg); s > 1 {
+			return ref, s
+		}
+		return nil, 1
+	case *pg.Node_CollateClause:
+		return nameSource(x.CollateClause.Arg)
+	case *pg.Node_CaseExpr:
+		if ref, s := nameSource(x.CaseExpr.Defresult); s > 1 {
+			return ref, s
+		}
+		return nil, 1
+	case *pg.Node_AExpr:
+		if x.AExpr.Kind == pg.A_Expr_Kind_AEXPR_NULLIF {
+			return nil, 2
+		}
+	case *pg.Node_FuncCall, *pg.Node_GroupingFunc, *pg.Node_SubLink, *pg.Node_AArrayExpr, *pg.Node_RowExpr,
+		*pg.Node_CoalesceExpr, *pg.Node_MinMaxExpr, *pg.Node_SqlvalueFunction, *pg.Node_XmlExpr, *pg.Node_XmlSerialize:
+		// Named after the function or keyword (a subquery after its own
+		// first entry, whose name its own level keeps).
+		return nil, 2
+	}
+	return nil, 0
+}
+
+// filter rewrites an expression in a filter position under the guards g.
+func (l *colLevel) filter(n *pg.Node, g guards) {
+	if n == nil || n.Node == nil || l.c.w.err != nil {
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_BoolExpr:
+		if x.BoolExpr.Boolop != pg.BoolExprType_NOT_EXPR {
+			l.boolArgs(x.BoolExpr, g, true)
+			return
+		}
+	case *pg.Node_NullTest:
+		if l.nullTest(x.NullTest, g) {
+			return
+		}
+	}
+	// An atom.
+	var cols []string
+	seen := map[string]bool{}
+	l.strictRoot(n, func(col *ttl.ColumnRule) {
+		if !g[col.Column] && !seen[col.Column] {
+			seen[col.Column] = true
+			cols = append(cols, col.Column)
+		}
+	})
+	if len(cols) > 0 {
+		start := l.atomStart(n)
+		if start < 0 {
+			return
+		}
+		var b strings.Builder
+		for _, name := range cols {
+			e := l.r.ExpiringColumn(name).Expiry(l.r)
+			b.WriteString(e.LiveCondition(l.qual, "now()"))
+			b.WriteString(" AND ")
+		}
+		l.c.w.insertLast(l.c.w.tokens()[start].start, b.String())
+		g = g.with(cols...)
+	}
+	l.value(n, g)
+}
+
+// boolArgs rewrites the arguments of AND or OR, in a filter position when
+// filter is set, recognising the guards among them.
+func (l *colLevel) boolArgs(b *pg.BoolExpr, g guards, filter bool) {
+	guard := map[*pg.Node]bool{}
+	var cols []string
+	for _, arg := range b.Args {
+		if col := l.guardOf(arg, b.Boolop); col != "" {
+			guard[arg] = true
+			cols = append(cols, col)
+		}
+	}
+	g = g.with(cols...)
+	for _, arg := range b.Args {
+		switch {
+		case guard[arg]:
+			// The expiry columns it reads are not expiring columns
+			// (ttl.Rule.Validate).
+		case filter:
+			l.filter(arg, g)
+		default:
+			l.value(arg, g)
+		}
+	}
+}
+
+// guardOf returns the expiring column whose live condition (op AND) or
+// expired condition (op OR) arg is, or "".
+func (l *colLevel) guardOf(arg *pg.Node, op pg.BoolExprType) string {
+	// A live condition is an OR, an expired condition its NOT.
+	shape := pg.BoolExprType_OR_EXPR
+	if op == pg.BoolExprType_OR_EXPR {
+		shape = pg.BoolExprType_NOT_EXPR
+	}
+	if be := arg.GetBoolExpr(); be == nil || be.Boolop != shape {
+		return ""
+	}
+	lo, hi := locRange(arg)
+	ts := l.c.w.tokens()
+	s := ts.at(lo)
+	if s < 1 || ts[s-1].kind != pg.Token_ASCII_40 {
+		return ""
+	}
+	at := ts[s-1].start
+	for i := range l.r.Columns {
+		e := l.r.Columns[i].Expiry(l.r)
+		want := e.LiveCondition(l.qual, "now()")
+		if op == pg.BoolExprType_OR_EXPR {
+			want = e.ExpiredCondition(l.qual, "now()")
+		}
+		if hi < at+len(want) && l.c.w.matchText(at, want) {
+			return l.r.Columns[i].Column
+		}
+	}
+	return ""
+}
+
+// nullTest rewrites `c IS [NOT] NULL` of a column of this level and
+// reports whether nt was one.
+func (l *colLevel) nullTest(nt *pg.NullTest, g guards) bool {
+	cr := nt.Arg.GetColumnRef()
+	if cr == nil || nt.Argisrow {
+		return false
+	}
+	col := l.mine(cr)
+	if col == nil {
+		return false
+	}
+	l.c.read[cr] = true
+	if g[col.Column] {
+		return true
+	}
+	ts := l.c.w.tokens()
+	start, end := ts.at(int(cr.Location)), ts.at(int(nt.Location))
+	switch ts.kind(end) {
+	case pg.Token_IS:
+		end++
+		if ts.kind(end) == pg.Token_NOT {
+			end++
+		}
+		if ts.kind(end) != pg.Token_NULL_P {
+			end = -1
+		}
+	case pg.Token_ISNULL, pg.Token_NOTNULL:
+	default:
+		end = -1
+	}
+	if start < 0 || end < 0 {
+		l.c.w.fail(internalError("cannot locate IS NULL"))
+		return true
+	}
+	e := col.Expiry(l.r)
+	tail := " OR " + e.ExpiredCondition(l.qual, "now()") + ")"
+	if nt.Nulltesttype == pg.NullTestType_IS_NOT_NULL {
+		tail = " AND " + e.LiveCondition(l.qual, "now()") + ")"
+	}
+	l.c.w.insert(ts[start].start, "(")
+	l.c.w.insert(ts[end].end, tail)
+	return true
+}
+
+// value rewrites an expression in a value position under the guards g.
+func (l *colLevel) value(n *pg.Node, g guards) {
+	if n == nil || n.Node == nil || l.c.w.err != nil {
+		return
+	}
+	switch x := n.Node.(type) {
+	case *pg.Node_ColumnRef:
+		l.ref(x.ColumnRef, g)
+		return
+	case *pg.Node_SelectStmt:
+		return // a level of its own
+	case *pg.Node_BoolExpr:
+		if x.BoolExpr.Boolop != pg.BoolExprType_NOT_EXPR {
+			l.boolArgs(x.BoolExpr, g, false)
+			return
+		}
+	case *pg.Node_NullTest:
+		if l.nullTest(x.NullTest, g) {
+			return
+		}
+	case *pg.Node_CaseExpr:
+		ce := x.CaseExpr
+		if l.c.isValueExpr(ce) {
+			return
+		}
+		l.value(ce.Arg, g)
+		for _, w := range ce.Args {
+			cw := w.GetCaseWhen()
+			if ce.Arg != nil {
+				l.value(cw.GetExpr(), g) // CASE x WHEN v: a value compared with x
+			} else {
+				l.filter(cw.GetExpr(), g)
+			}
+			l.value(cw.GetResult(), g)
+		}
+		l.value(ce.Defresult, g)
+		return
+	case *pg.Node_FuncCall:
+		fc := x.FuncCall
+		if !caseFold(fc) {
+			// An aggregate's or a window function's arguments are read in
+			// other rows than the one a guard tests (first_value(c) OVER
+			// …), and the raw tree does not tell aggregates from other
+			// functions.
+			g = nil
+		}
+		for _, a := range fc.Args {
+			l.value(a, g)
+		}
+		for _, a := range fc.AggOrder {
+			l.value(a, g)
+		}
+		if fc.Over != nil {
+			l.children(fc.Over.ProtoReflect(), g)
+		}
+		l.filter(fc.AggFilter, g)
+		return
+	}
+	l.children(n.ProtoReflect(), g)
+}
+
+// children rewrites the expressions directly below m as values.
+func (l *colLevel) children(m protoreflect.Message, g guards) {
+	root := m.Interface()
+	walkMessages(m, func(c protoreflect.Message) bool {
+		v := c.Interface()
+		if v == root {
+			return true
+		}
+		if n, ok := v.(*pg.Node); ok {
+			l.value(n, g)
+			return false
+		}
+		return true
+	})
+}
+
+// ref rewrites a reference of this level to an expiring column to V,
+// unless a guard covers it. Without the column's type from the catalog it
+// is left to be refused.
+func (l *colLevel) ref(cr *pg.ColumnRef, g guards) {
+	col := l.mine(cr)
+	if col == nil {
+		return
+	}
+	if g[col.Column] {
+		l.c.read[cr] = true
+		return
+	}
+	typ := columnType(l.cols, col.Column)
+	if typ == "" {
+		return
+	}
+	ts := l.c.w.tokens()
+	i := ts.at(int(cr.Location))
+	if i < 0 {
+		return
+	}
+	end := ts.nameEnd(i)
+	text := col.ValueExpr(l.r, l.qual, typ)
+	if ts.kind(end) == pg.Token_ASCII_91 {
+		text = "(" + text + ")" // CASE … END[1] does not parse
+	}
+	l.c.w.replace(ts[i].start, ts[end-1].end, text)
+	l.c.read[cr] = true
+	l.wrapped[cr] = true
+}
+
+// strictOps are the operators taken as strict (a NULL operand makes them
+// NULL): the comparisons, pattern matches and containment operators of the
+// built-in types. An operator of a user's type that is not strict makes
+// the rewrite reject rows the V form would keep, never the other way.
+var strictOps = map[string]bool{
+	"=": true, "<>": true, "<": true, ">": true, "<=": true, ">=": true,
+	"~~": true, "!~~": true, "~~*": true, "!~~*": true, "~": true, "!~": true, "~*": true, "!~*": true,
+	"@>": true, "<@": true, "&&": true, "<<": true, ">>": true, "<<=": true, ">>=": true,
+}
+
+// strictOp reports an operator name of strictOps, unqualified or in
+// pg_catalog.
+func strictOp(name []*pg.Node) bool {
+	switch len(name) {
+	case 1:
+		return strictOps[name[0].GetString_().GetSval()]
+	case 2:
+		return name[0].GetString_().GetSval() == "pg_catalog" && strictOps[name[1].GetString_().GetSval()]
+	}
+	return false
+}
+
+// strictRoot calls fn for each expiring column of this level that stands
+// in a null-rejecting position of the atom n: a NULL there makes n NULL or
+// FALSE, never TRUE.
+func (l *colLevel) strictRoot(n *pg.Node, fn func(*ttl.ColumnRule)) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_ColumnRef:
+		l.strictChain(n, fn) // a boolean column
+	case *pg.Node_AExpr:
+		a := x.AExpr
+		switch a.Kind {
+		case pg.A_Expr_Kind_AEXPR_OP:
+			if strictOp(a.Name) {
+				l.strictChain(a.Lexpr, fn)
+				l.strictChain(a.Rexpr, fn)
+			}
+		case pg.A_Expr_Kind_AEXPR_LIKE, pg.A_Expr_Kind_AEXPR_ILIKE:
+			l.strictChain(a.Lexpr, fn)
+			l.strictChain(a.Rexpr, fn)
+		case pg.A_Expr_Kind_AEXPR_OP_ANY:
+			// Over an empty array the result is FALSE, which rejects too.
+			if strictOp(a.Name) {
+				l.strictChain(a.Lexpr, fn)
+			}
+		case pg.A_Expr_Kind_AEXPR_IN, pg.A_Expr_Kind_AEXPR_SIMILAR,
+			pg.A_Expr_Kind_AEXPR_BETWEEN, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN,
+			pg.A_Expr_Kind_AEXPR_BETWEEN_SYM, pg.A_Expr_Kind_AEXPR_NOT_BETWEEN_SYM:
+			// Strict in the tested value only: `2 IN (c, 2)` is TRUE and
+			// `10 BETWEEN c AND 5` FALSE with c NULL.
+			l.strictChain(a.Lexpr, fn)
+		}
+		// AEXPR_OP_ALL is TRUE over an empty array; DISTINCT, NOT
+		// DISTINCT and NULLIF are not strict.
+	case *pg.Node_SubLink:
+		if x.SubLink.SubLinkType == pg.SubLinkType_ANY_SUBLINK {
+			l.strictChain(x.SubLink.Testexpr, fn)
+		}
+	}
+}
+
+// strictChain calls fn for the expiring column of this level that n is,
+// or that n reaches through expressions NULL on a NULL input: COLLATE and
+// lower() and upper(), which an expression index may serve.
+func (l *colLevel) strictChain(n *pg.Node, fn func(*ttl.ColumnRule)) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_ColumnRef:
+		if col := l.mine(x.ColumnRef); col != nil {
+			fn(col)
+		}
+	case *pg.Node_CollateClause:
+		l.strictChain(x.CollateClause.Arg, fn)
+	case *pg.Node_FuncCall:
+		if caseFold(x.FuncCall) {
+			l.strictChain(x.FuncCall.Args[0], fn)
+		}
+	}
+}
+
+// caseFold reports a plain call of lower() or upper() on one argument.
+func caseFold(fc *pg.FuncCall) bool {
+	if len(fc.Args) != 1 || len(fc.Funcname) != 1 || fc.AggFilter != nil || fc.Over != nil || fc.AggStar ||
+		fc.AggDistinct || fc.FuncVariadic || len(fc.AggOrder) != 0 || fc.AggWithinGroup {
+		return false
+	}
+	switch fc.Funcname[0].GetString_().GetSval() {
+	case "lower", "upper":
+		return true
+	}
+	return false
+}
+
+// atomStart returns the index of the first token of the atom n, or -1
+// after failing. The tree has no node for brackets: a "(" just before the
+// atom's first node belongs to the atom when a node of the atom follows
+// its ")" (`(c) = 1`), and encloses it otherwise.
+func (l *colLevel) atomStart(n *pg.Node) int {
+	lo, hi := locRange(n)
+	ts := l.c.w.tokens()
+	s := ts.at(lo)
+	if lo < 0 || s < 0 {
+		l.c.w.fail(internalError("cannot locate a predicate"))
+		return -1
+	}
+	for s > 0 && ts[s-1].kind == pg.Token_ASCII_40 {
+		q := ts.match(s - 1)
+		if q < 0 {
+			l.c.w.fail(internalError("unbalanced brackets"))
+			return -1
+		}
+		if ts[q].start > hi {
+			break
+		}
+		s--
+	}
+	return s
+}
+
+// locRange returns the smallest and the largest location of the nodes
+// under n (-1, -1 without any).
+func locRange(n *pg.Node) (lo, hi int) {
+	lo, hi = -1, -1
+	walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
+		if fd := m.Descriptor().Fields().ByName("location"); fd != nil && fd.Kind() == protoreflect.Int32Kind {
+			if at := int(m.Get(fd).Int()); at >= 0 {
+				if lo < 0 || at < lo {
+					lo = at
+				}
+				if at > hi {
+					hi = at
+				}
+			}
+		}
+		return true
+	})
+	return lo, hi
+}
