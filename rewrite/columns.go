@@ -26,8 +26,11 @@ import (
 //     it): they carry every column;
 //   - NATURAL and USING joins of the column; a column alias list over the
 //     table (it renames the column);
-//   - writes: an INSERT, MERGE INSERT or COPY without a column list, a
-//     column list, SET target or ON CONFLICT inference naming the column;
+//   - writes other than those colwrite.go stamps (INSERT, UPDATE without
+//     FROM): MERGE INSERT or COPY without a column list, a MERGE, COPY or
+//     UPDATE … FROM column or SET target, ON CONFLICT inference or DO
+//     UPDATE SET naming the column, an INSERT without a column list whose
+//     columns the catalog cannot give;
 //   - a view that reads the table, directly or through other views: its
 //     definition runs inside the server.
 //
@@ -273,11 +276,6 @@ func (c *columnCheck) visit(n any) {
 		if r == nil {
 			return
 		}
-		if len(x.Cols) == 0 && x.SelectStmt != nil {
-			c.fail(r, r.Columns[0].Column, "INSERT without a column list")
-			return
-		}
-		c.targets(r, x.Cols, "the column list of INSERT")
 		if oc := x.OnConflictClause; oc != nil {
 			if oc.Infer != nil {
 				for _, e := range oc.Infer.IndexElems {
@@ -288,14 +286,20 @@ func (c *columnCheck) visit(n any) {
 				}
 			}
 			c.targets(r, oc.TargetList, "ON CONFLICT DO UPDATE SET")
+			if c.w.err != nil {
+				return
+			}
 		}
+		c.writeInsert(r, x)
 	case *pg.UpdateStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
 		if r := c.refs[x.Relation]; r != nil {
-			c.targets(r, x.TargetList, "UPDATE … SET")
-			if c.w.err == nil && len(x.FromClause) == 0 {
-				c.readWrite(x.Relation, x.TargetList, x.WhereClause)
+			if len(x.FromClause) > 0 {
+				c.targets(r, x.TargetList, "UPDATE … SET … FROM")
+				return
 			}
+			c.readWrite(x.Relation, x.TargetList, x.WhereClause)
+			c.writeUpdate(r, x)
 		}
 	case *pg.DeleteStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.UsingClause...)...)

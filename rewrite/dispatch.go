@@ -22,6 +22,7 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 		return
 	}
 	w.construct = constructName(raw.Stmt)
+	w.stmtEnd = end
 	w.expiringColumns(raw.Stmt)
 	if w.err != nil {
 		return

@@ -261,7 +261,7 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *ttl.R
 	if w.err != nil {
 		return
 	}
-	if !w.stampColumn(rule, col, colsClose, after-1, plan.width, "INSERT") {
+	if !w.stampColumn(rule, col, colsClose, after-1, plan.width, "INSERT", w.listed[ins]) {
 		return
 	}
 	for _, at := range plan.appendAt {
@@ -276,9 +276,11 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *ttl.R
 // stampColumn adds the stamp column col to an INSERT's column list whose
 // closing bracket is token colsClose or, without a list (colsClose -1),
 // inserts the list implicitColumns gives for width values per row after token
-// before. It reports whether the stamp value is still to be added to the
-// values: false when they already reach the stamp column, or on failure.
-func (w *walker) stampColumn(rule *ttl.Rule, col string, colsClose, before, width int, form string) bool {
+// before; when listed, the stamps of expiring columns have inserted that
+// list already (colwrite.go), and col goes into it. It reports whether the
+// stamp value is still to be added to the values: false when they already
+// reach the stamp column, or on failure.
+func (w *walker) stampColumn(rule *ttl.Rule, col string, colsClose, before, width int, form string, listed bool) bool {
 	ts := w.tokens()
 	if colsClose >= 0 {
 		w.insert(ts[colsClose-1].end, ", "+ttl.QuoteIdent(col))
@@ -287,6 +289,10 @@ func (w *walker) stampColumn(rule *ttl.Rule, col string, colsClose, before, widt
 	list, given := w.implicitColumns(rule, col, width, form)
 	if w.err != nil || given {
 		return false
+	}
+	if listed {
+		w.insert(ts[before].end, ", "+ttl.QuoteIdent(col))
+		return true
 	}
 	w.insert(ts[before].end, list)
 	return true

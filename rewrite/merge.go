@@ -194,7 +194,7 @@ func (w *walker) mergeInsert(c *pg.MergeWhenClause, rule *ttl.Rule, col, value s
 		w.fail(internalError("cannot locate VALUES in MERGE"))
 		return
 	}
-	if w.stampColumn(rule, col, colsClose, i, len(c.Values), "MERGE … INSERT") {
+	if w.stampColumn(rule, col, colsClose, i, len(c.Values), "MERGE … INSERT", false) {
 		w.insert(ts[last-1].end, ", "+value)
 	}
 }

@@ -50,11 +50,17 @@ type walker struct {
 	unqualified [][2]string
 	// literal: the walk read the text of a literal (matchText).
 	literal bool
+	// stmtEnd is the offset where the top-level statement being walked
+	// ends.
+	stmtEnd int
+	// listed marks INSERTs without a column list that the stamps of
+	// expiring columns gave one (colwrite.go).
+	listed map[*pg.InsertStmt]bool
 }
 
 // newWalker returns a walker for sql; lits, when known, are its literals.
 func newWalker(rw *Rewriter, sql string, s *Session, lits []literal) *walker {
-	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql, lits)}
+	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, listed: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql, lits)}
 }
 
 // nextAlias returns one more than the largest N of a _ttl_N in sql outside

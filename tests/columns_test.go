@@ -97,8 +97,8 @@ func TestExpiringColumnRead(t *testing.T) {
 			`SELECT o FROM orders o`,
 			`SELECT o.client_ip FROM orders o JOIN orders p ON p.id = o.id`,
 			`SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM orders p WHERE p.client_ip = o.client_ip)`,
-			`UPDATE orders SET note = 1 WHERE id = 1`,
-			`INSERT INTO orders (id, client_ip) VALUES (9, 'x')`,
+			`UPDATE orders SET note = 1 FROM orders p WHERE p.id = orders.id`,
+			`INSERT INTO orders (id, client_ip) VALUES (9, 'x') ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip`,
 		} {
 			_, err := conn.Exec(ctx, refused)
 			if got := sqlstate(err); got != "0A000" {

@@ -1,0 +1,218 @@
+package rewrite
+
+import (
+	"strings"
+
+	pg "github.com/pganalyze/pg_query_go/v6"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// Writes of expiring columns (docs/design/column-ttl.md §4). An INSERT
+// with a column list (or, from the catalog, one of VALUES rows without)
+// and an UPDATE without FROM may write an expiring column. For a column
+// with an expiry column of its own and a default_ttl, a statement that
+// writes the value and not its expiry gets the expiry stamped:
+// now() + default_ttl in the expiry column's type, or NULL where the value
+// written is the literal NULL (a cleared value has no expiry). Any other
+// value is stamped unconditionally: a NULL with an expiry reads NULL
+// either way, and testing the value would evaluate it twice. With
+// refresh_on_update, an UPDATE that writes neither moves a live, non-NULL
+// value's expiry. Derived columns and columns without default_ttl are
+// written as they are: the application gives the expiry.
+
+// stampValue is the expiry stamped for a value of col written now.
+func stampValue(r *ttl.Rule, col *ttl.ColumnRule) string {
+	e := col.Expiry(r)
+	return e.ExpiryValue(col.DefaultTTL)
+}
+
+// isNullConst reports the literal NULL, cast or not.
+func isNullConst(n *pg.Node) bool {
+	for n.GetTypeCast() != nil {
+		n = n.GetTypeCast().Arg
+	}
+	ac := n.GetAConst()
+	return ac != nil && ac.Isnull
+}
+
+// colStamp is one expiry an INSERT stamps: the column rule and the
+// position of its value among the values written.
+type colStamp struct {
+	col *ttl.ColumnRule
+	at  int
+}
+
+// writeInsert checks and stamps the INSERT x into r's table.
+func (c *columnCheck) writeInsert(r *ttl.Rule, x *pg.InsertStmt) {
+	sel := x.SelectStmt.GetSelectStmt()
+	if x.SelectStmt == nil {
+		return // DEFAULT VALUES
+	}
+	var written []string
+	if len(x.Cols) > 0 {
+		for _, n := range x.Cols {
+			written = append(written, n.GetResTarget().GetName())
+		}
+	} else {
+		// Positional values: the catalog's columns, as many as a VALUES
+		// row holds; the width of a query is not known.
+		cols := c.w.columns(r)
+		if cols == nil || sel == nil || !isPlainValues(sel) || len(sel.ValuesLists[0].GetList().GetItems()) > len(cols) {
+			c.fail(r, r.Columns[0].Column, "INSERT without a column list")
+			return
+		}
+		for _, col := range cols[:len(sel.ValuesLists[0].GetList().GetItems())] {
+			written = append(written, col.Name)
+		}
+	}
+	var stamps []colStamp
+	for i := range r.Columns {
+		col := &r.Columns[i]
+		at := indexOf(written, col.Column)
+		if at < 0 || col.ExpiresAtColumn == "" || col.DefaultTTL <= 0 || indexOf(written, col.ExpiresAtColumn) >= 0 {
+			continue
+		}
+		stamps = append(stamps, colStamp{col, at})
+	}
+	if len(stamps) == 0 {
+		return
+	}
+	w := c.w
+	ts := w.tokens()
+	after := w.targetEnd(x.Relation)
+	if w.err != nil {
+		return
+	}
+	colsClose, i, ok := ts.insertColumns(after, len(x.Cols) > 0)
+	if !ok || sel == nil {
+		w.fail(internalError("cannot locate the column list"))
+		return
+	}
+	var names strings.Builder
+	for _, s := range stamps {
+		names.WriteString(", " + ttl.QuoteIdent(s.col.ExpiresAtColumn))
+	}
+	if colsClose >= 0 {
+		w.insert(ts[colsClose-1].end, names.String())
+	} else {
+		// The list goes where the row stamp's would (stampColumn), which
+		// adds its column inside it.
+		at := ts[after-1].end
+		quoted := make([]string, len(written))
+		for k, name := range written {
+			quoted[k] = ttl.QuoteIdent(name)
+		}
+		w.insert(at, " ("+strings.Join(quoted, ", ")+names.String())
+		w.insertLast(at, ")")
+		w.listed[x] = true
+	}
+	plan := w.planSource(sel, i, w.stmtEnd)
+	if w.err != nil {
+		return
+	}
+	if plan.wrapFrom >= 0 {
+		var vals strings.Builder
+		for _, s := range stamps {
+			vals.WriteString(", " + stampValue(r, s.col))
+		}
+		// Inside the row stamp's wrap, if any: its value comes after these
+		// in the column list too.
+		w.insertLast(plan.wrapFrom, "SELECT *"+vals.String()+" FROM (")
+		w.insert(plan.wrapTo, ") AS _ttl_src")
+		return
+	}
+	for k, at := range plan.appendAt {
+		var vals strings.Builder
+		for _, s := range stamps {
+			v := stampValue(r, s.col)
+			if isPlainValues(sel) && k < len(sel.ValuesLists) {
+				if items := sel.ValuesLists[k].GetList().GetItems(); s.at < len(items) && isNullConst(items[s.at]) {
+					v = "NULL"
+				}
+			}
+			vals.WriteString(", " + v)
+		}
+		w.insert(at, vals.String())
+	}
+}
+
+// isPlainValues reports a VALUES list planSource appends to row by row.
+func isPlainValues(sel *pg.SelectStmt) bool {
+	return len(sel.ValuesLists) > 0 && sel.Op == pg.SetOperation_SETOP_NONE && sel.WithClause == nil &&
+		len(sel.SortClause) == 0 && sel.LimitCount == nil && sel.LimitOffset == nil && len(sel.LockingClause) == 0
+}
+
+func indexOf(list []string, s string) int {
+	for i, x := range list {
+		if x == s {
+			return i
+		}
+	}
+	return -1
+}
+
+// writeUpdate stamps or refreshes the expiries of the UPDATE x of r's
+// table, whose reads readWrite has rewritten: a SET that writes a value
+// and not its expiry gets `, c_exp = <stamp>`, one that writes neither,
+// with refresh_on_update, `, c_exp = CASE WHEN <c IS NOT NULL AND live>
+// THEN <stamp> ELSE c_exp END` (the old row's value and expiry).
+func (c *columnCheck) writeUpdate(r *ttl.Rule, x *pg.UpdateStmt) {
+	qual := qualifier(x.Relation)
+	var add strings.Builder
+	for i := range r.Columns {
+		col := &r.Columns[i]
+		if col.ExpiresAtColumn == "" || col.DefaultTTL <= 0 || setsColumn(x.TargetList, col.ExpiresAtColumn) {
+			continue
+		}
+		exp := ttl.QuoteIdent(col.ExpiresAtColumn)
+		var sets []*pg.ResTarget
+		for _, n := range x.TargetList {
+			if rt := n.GetResTarget(); rt.GetName() == col.Column {
+				sets = append(sets, rt)
+			}
+		}
+		switch {
+		case len(sets) == 1 && len(sets[0].Indirection) == 0 && isNullConst(sets[0].Val):
+			add.WriteString(", " + exp + " = NULL")
+		case len(sets) > 0:
+			add.WriteString(", " + exp + " = " + stampValue(r, col))
+		case col.RefreshOnUpdate:
+			e := col.Expiry(r)
+			add.WriteString(", " + exp + " = CASE WHEN " + qual + "." + ttl.QuoteIdent(col.Column) + " IS NOT NULL AND " +
+				e.LiveCondition(qual, "now()") + " THEN " + stampValue(r, col) + " ELSE " + qual + "." + exp + " END")
+		}
+	}
+	if add.Len() == 0 {
+		return
+	}
+	w := c.w
+	ts := w.tokens()
+	set := w.targetEnd(x.Relation)
+	if w.err != nil {
+		return
+	}
+	if ts.kind(set) != pg.Token_SET {
+		w.fail(internalError("cannot locate SET"))
+		return
+	}
+	stop := ts.scanTop(set+1, len(w.sql), func(j int) bool {
+		switch k := ts[j].kind; k {
+		case pg.Token_WHERE, pg.Token_RETURNING, pg.Token_ASCII_59:
+			return true
+		case pg.Token_FROM:
+			return ts.kind(j-1) != pg.Token_DISTINCT
+		}
+		return false
+	})
+	limit := len(w.sql)
+	if stop < len(ts) {
+		limit = ts[stop].start
+	}
+	last := ts.lastBefore(set+1, limit)
+	if last <= set {
+		w.fail(internalError("cannot locate the SET list"))
+		return
+	}
+	w.insert(ts[last].end, add.String())
+}
