@@ -541,8 +541,9 @@ func (l *colLevel) strictRoot(n *pg.Node, fn func(*ttl.ColumnRule)) {
 		// AEXPR_OP_ALL is TRUE over an empty array; DISTINCT, NOT
 		// DISTINCT and NULLIF are not strict.
 	case *pg.Node_SubLink:
-		if x.SubLink.SubLinkType == pg.SubLinkType_ANY_SUBLINK {
-			l.strictChain(x.SubLink.Testexpr, fn)
+		// `IN (SELECT …)` has no operator name until parse analysis.
+		if sl := x.SubLink; sl.SubLinkType == pg.SubLinkType_ANY_SUBLINK && (len(sl.OperName) == 0 || strictOp(sl.OperName)) {
+			l.strictChain(sl.Testexpr, fn)
 		}
 	}
 }

@@ -127,6 +127,8 @@ func TestExpiringColumnPredicates(t *testing.T) {
 			`SELECT name FROM users WHERE id IN (SELECT user_id ` + from + ` WHERE ` + o.noteLive() + ` AND note = $1)`},
 		{"in subquery of the column", `SELECT id FROM orders WHERE note IN (SELECT name FROM users)`,
 			`SELECT id ` + from + ` WHERE ` + o.noteLive() + ` AND note IN (SELECT name FROM users)`},
+		{"any of a subquery", `SELECT id FROM orders WHERE note = ANY (SELECT name FROM users) AND note > ALL (SELECT name FROM users)`,
+			`SELECT id ` + from + ` WHERE ` + o.noteLive() + ` AND note = ANY (SELECT name FROM users) AND ` + o.noteV() + ` > ALL (SELECT name FROM users)`},
 		{"update where", `UPDATE orders SET status = 'x' WHERE note = 'a' OR note IS NULL`,
 			`UPDATE orders SET status = 'x' WHERE (` + o.noteLive() + ` AND note = 'a' OR (note IS NULL OR ` + o.noteExpired() + `)) AND ` + live(`"orders"`)},
 		{"update set reads the value", `UPDATE orders o SET status = o.note WHERE client_ip = $1`,

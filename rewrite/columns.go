@@ -26,11 +26,11 @@ import (
 //     it): they carry every column;
 //   - NATURAL and USING joins of the column; a column alias list over the
 //     table (it renames the column);
-//   - writes other than those colwrite.go stamps (INSERT, UPDATE without
-//     FROM): MERGE INSERT or COPY without a column list, a MERGE, COPY or
-//     UPDATE … FROM column or SET target, ON CONFLICT inference or DO
-//     UPDATE SET naming the column, an INSERT without a column list whose
-//     columns the catalog cannot give;
+//   - writes other than those colwrite.go stamps (INSERT with ON CONFLICT
+//     DO UPDATE, UPDATE without FROM): MERGE INSERT or COPY without a
+//     column list, a MERGE, COPY or UPDATE … FROM column or SET target, ON
+//     CONFLICT inference naming the column, an INSERT without a column
+//     list whose columns the catalog cannot give;
 //   - a view that reads the table, directly or through other views: its
 //     definition runs inside the server.
 //
@@ -285,12 +285,9 @@ func (c *columnCheck) visit(n any) {
 					}
 				}
 			}
-			c.targets(r, oc.TargetList, "ON CONFLICT DO UPDATE SET")
-			if c.w.err != nil {
-				return
-			}
 		}
 		c.writeInsert(r, x)
+		c.writeConflict(r, x)
 	case *pg.UpdateStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
 		if r := c.refs[x.Relation]; r != nil {

@@ -112,7 +112,7 @@ func TestExpiringColumnsRefused(t *testing.T) {
 		{"update set with from", `UPDATE orders SET client_ip = u.ip FROM users u WHERE u.id = orders.id`, "", ip},
 		{"insert without column list", `INSERT INTO orders VALUES (1, 'new')`, "", []string{"public.orders", "INSERT without a column list"}},
 		{"insert select without column list", `INSERT INTO orders SELECT * FROM staging`, "", ip},
-		{"on conflict set", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip`, "", ip},
+		{"on conflict set from another table", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT u.ip FROM users u WHERE u.id = orders.client_ip)`, "", ip},
 		{"on conflict inference", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (client_ip) DO NOTHING`, "", ip},
 		{"merge update", `MERGE INTO orders o USING staging s ON o.id = s.id WHEN MATCHED THEN UPDATE SET note = s.note`, "", note},
 		{"merge insert without column list", `MERGE INTO orders o USING staging s ON o.id = s.id WHEN NOT MATCHED THEN INSERT VALUES (s.id)`, "", ip},

@@ -4,21 +4,23 @@ import (
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // Writes of expiring columns (docs/design/column-ttl.md §4). An INSERT
-// with a column list (or, from the catalog, one of VALUES rows without)
-// and an UPDATE without FROM may write an expiring column. For a column
+// with a column list (or, from the catalog, one of VALUES rows without),
+// its ON CONFLICT DO UPDATE, and an UPDATE without FROM may write an
+// expiring column. For a column
 // with an expiry column of its own and a default_ttl, a statement that
 // writes the value and not its expiry gets the expiry stamped:
 // now() + default_ttl in the expiry column's type, or NULL where the value
 // written is the literal NULL (a cleared value has no expiry). Any other
 // value is stamped unconditionally: a NULL with an expiry reads NULL
 // either way, and testing the value would evaluate it twice. With
-// refresh_on_update, an UPDATE that writes neither moves a live, non-NULL
-// value's expiry. Derived columns and columns without default_ttl are
+// refresh_on_update, an UPDATE (or DO UPDATE) that writes neither moves a
+// live, non-NULL value's expiry. Derived columns and columns without default_ttl are
 // written as they are: the application gives the expiry.
 
 // stampValue is the expiry stamped for a value of col written now.
@@ -153,21 +155,40 @@ func indexOf(list []string, s string) int {
 }
 
 // writeUpdate stamps or refreshes the expiries of the UPDATE x of r's
-// table, whose reads readWrite has rewritten: a SET that writes a value
-// and not its expiry gets `, c_exp = <stamp>`, one that writes neither,
-// with refresh_on_update, `, c_exp = CASE WHEN <c IS NOT NULL AND live>
-// THEN <stamp> ELSE c_exp END` (the old row's value and expiry).
+// table, whose reads readWrite has rewritten.
 func (c *columnCheck) writeUpdate(r *ttl.Rule, x *pg.UpdateStmt) {
-	qual := qualifier(x.Relation)
+	add := setStamps(r, x.TargetList, qualifier(x.Relation))
+	if add == "" {
+		return
+	}
+	w := c.w
+	set := w.targetEnd(x.Relation)
+	if w.err != nil {
+		return
+	}
+	if w.tokens().kind(set) != pg.Token_SET {
+		w.fail(internalError("cannot locate SET"))
+		return
+	}
+	c.appendSet(set, add)
+}
+
+// setStamps returns what a SET list targets of a write to r's table
+// (visible under qual) gets appended: for a value written and not its
+// expiry, `, c_exp = <stamp>` (NULL for the literal NULL written once
+// without a subscript); for neither, with refresh_on_update, `, c_exp =
+// CASE WHEN <c IS NOT NULL AND live> THEN <stamp> ELSE c_exp END` (the old
+// row's value and expiry).
+func setStamps(r *ttl.Rule, targets []*pg.Node, qual string) string {
 	var add strings.Builder
 	for i := range r.Columns {
 		col := &r.Columns[i]
-		if col.ExpiresAtColumn == "" || col.DefaultTTL <= 0 || setsColumn(x.TargetList, col.ExpiresAtColumn) {
+		if col.ExpiresAtColumn == "" || col.DefaultTTL <= 0 || setsColumn(targets, col.ExpiresAtColumn) {
 			continue
 		}
 		exp := ttl.QuoteIdent(col.ExpiresAtColumn)
 		var sets []*pg.ResTarget
-		for _, n := range x.TargetList {
+		for _, n := range targets {
 			if rt := n.GetResTarget(); rt.GetName() == col.Column {
 				sets = append(sets, rt)
 			}
@@ -183,19 +204,15 @@ func (c *columnCheck) writeUpdate(r *ttl.Rule, x *pg.UpdateStmt) {
 				e.LiveCondition(qual, "now()") + " THEN " + stampValue(r, col) + " ELSE " + qual + "." + exp + " END")
 		}
 	}
-	if add.Len() == 0 {
-		return
-	}
+	return add.String()
+}
+
+// appendSet appends text to the SET list whose SET is token set: before a
+// WHERE, FROM or RETURNING at its level, or the end of the statement or of
+// the brackets around it.
+func (c *columnCheck) appendSet(set int, text string) {
 	w := c.w
 	ts := w.tokens()
-	set := w.targetEnd(x.Relation)
-	if w.err != nil {
-		return
-	}
-	if ts.kind(set) != pg.Token_SET {
-		w.fail(internalError("cannot locate SET"))
-		return
-	}
 	stop := ts.scanTop(set+1, len(w.sql), func(j int) bool {
 		switch k := ts[j].kind; k {
 		case pg.Token_WHERE, pg.Token_RETURNING, pg.Token_ASCII_59:
@@ -214,5 +231,38 @@ func (c *columnCheck) writeUpdate(r *ttl.Rule, x *pg.UpdateStmt) {
 		w.fail(internalError("cannot locate the SET list"))
 		return
 	}
-	w.insert(ts[last].end, add.String())
+	w.insert(ts[last].end, text)
+}
+
+// writeConflict reads and stamps the DO UPDATE of the INSERT x into r's
+// table: its SET values and WHERE read the stored value (the target's
+// name or alias, or no qualifier) as an UPDATE's do, EXCLUDED's is the
+// value proposed and is left as it is; the SET list is stamped or
+// refreshed as an UPDATE's.
+func (c *columnCheck) writeConflict(r *ttl.Rule, x *pg.InsertStmt) {
+	oc := x.OnConflictClause
+	if oc == nil || oc.Action != pg.OnConflictAction_ONCONFLICT_UPDATE {
+		return
+	}
+	for _, n := range append(append([]*pg.Node(nil), oc.TargetList...), oc.WhereClause) {
+		if n == nil {
+			continue
+		}
+		walkMessages(n.ProtoReflect(), func(m protoreflect.Message) bool {
+			if cr, ok := m.Interface().(*pg.ColumnRef); ok && len(cr.Fields) == 2 && cr.Fields[0].GetString_().GetSval() == "excluded" {
+				c.read[cr] = true
+			}
+			return true
+		})
+	}
+	c.readWrite(x.Relation, oc.TargetList, oc.WhereClause)
+	add := setStamps(r, oc.TargetList, qualifier(x.Relation))
+	if add == "" || c.w.err != nil {
+		return
+	}
+	set := c.w.doUpdateSet(oc, len(c.w.sql))
+	if set < 0 {
+		return
+	}
+	c.appendSet(set, add)
 }

@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,11 @@ func TestExpiringColumnWrites(t *testing.T) {
 			`UPDATE orders SET client_ip = '10.0.0.1', client_ip_expires_at = NULL WHERE ` + rowLive},
 		{"update refreshes", `UPDATE orders SET status = 'x' WHERE id = $1`,
 			`UPDATE orders SET status = 'x', ` + refresh + ` WHERE (id = $1) AND ` + rowLive},
+		{"on conflict", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1') ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip`,
+			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `) ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip, "client_ip_expires_at" = ` + cstamp + ` WHERE ` + rowLive},
+		{"on conflict reads and refreshes", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = o.note || EXCLUDED.status WHERE o.client_ip IS NULL RETURNING id`,
+			`INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = ` + colText{`"o"`}.noteV() + ` || EXCLUDED.status, ` +
+				strings.ReplaceAll(refresh, `"orders"`, `"o"`) + ` WHERE ((o.client_ip IS NULL OR ` + colText{`"o"`}.ipExpired() + `)) AND ` + live(`"o"`) + ` RETURNING id`},
 		{"in a cte", `WITH u AS (UPDATE orders SET status = 'x' RETURNING id) SELECT * FROM u`,
 			`WITH u AS (UPDATE orders SET status = 'x', ` + refresh + ` WHERE ` + rowLive + ` RETURNING id) SELECT * FROM u`},
 	} {
@@ -84,7 +90,7 @@ func TestExpiringColumnWrites(t *testing.T) {
 	}
 	for _, c := range []rejCase{
 		{"insert select without a column list", `INSERT INTO orders SELECT * FROM orders_2026`, "", []string{"INSERT without a column list"}},
-		{"on conflict set", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1') ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip`, "", []string{"client_ip"}},
+		{"on conflict set reading another level", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT name FROM users WHERE ip = o.client_ip)`, "", []string{"client_ip"}},
 		{"merge", `MERGE INTO orders o USING staging s ON o.id = s.id WHEN MATCHED THEN UPDATE SET client_ip = s.ip`, "", []string{"client_ip"}},
 		{"update from", `UPDATE orders SET client_ip = u.ip FROM users u WHERE u.id = orders.id`, "", []string{"client_ip"}},
 		{"returning", `UPDATE orders SET client_ip = NULL RETURNING client_ip`, "", []string{"client_ip"}},

@@ -32,7 +32,7 @@ var colPredAtoms = []string{
 	`'v1' IN ({c}, 'x')`, `{c} IS NULL`, `{c} IS NOT NULL`, `({c}) ISNULL`, `{c} IS DISTINCT FROM 'v1'`,
 	`{c} IS NOT DISTINCT FROM 'v1'`, `coalesce({c}, 'z') = 'z'`, `lower({c}) = 'v1'`, `upper({c}) COLLATE "C" = 'V1'`,
 	`{c} = {c}`, `({c}) = 'v1'`, `nullif({c}, 'v1') IS NULL`,
-	`{d} > 4`, `{d} + 1 = 6`, `{d}::text = '5'`, `{c} || {d}::text = 'v15'`, `{d} = (SELECT 5)`, `{d} IN (SELECT 5)`,
+	`{d} > 4`, `{d} + 1 = 6`, `{d}::text = '5'`, `{c} || {d}::text = 'v15'`, `{d} = (SELECT 5)`, `{d} IN (SELECT 5)`, `{d} < ANY (SELECT 6)`, `{d} <> ALL (SELECT 6 WHERE false)`,
 	`({c} = 'v1') IS NOT TRUE`, `({c} = 'v1') IS UNKNOWN`, `({c} = 'v1') = false`, `({c} IS NULL) = true`,
 	`{c} IS NULL AND {d} IS NOT NULL`, `{c} = 'v1' OR {d} = 5`, `NOT ({c} = 'v1' AND {d} IS NULL)`,
 	`CASE WHEN {c} = 'v1' THEN {d} > 4 ELSE {d} IS NULL END`, `CASE {c} WHEN 'v1' THEN true WHEN 'v2' THEN NULL END`,

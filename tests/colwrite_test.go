@@ -15,7 +15,7 @@ import (
 // the row's own stamp; an INSERT without a column list is stamped from
 // the catalog's columns; `SET c = c || 'x'` reads an expired value as
 // NULL; refresh_on_update moves a live value's expiry and leaves an
-// expired one expired.
+// expired one expired; ON CONFLICT DO UPDATE alike.
 func TestExpiringColumnWrites(t *testing.T) {
 	rules := []ttl.Rule{{Table: "t", DefaultTTL: 24 * time.Hour, Columns: []ttl.ColumnRule{
 		{Column: "c", ExpiresAtColumn: "c_exp", DefaultTTL: time.Hour, RefreshOnUpdate: true},
@@ -86,10 +86,22 @@ func TestExpiringColumnWrites(t *testing.T) {
 	exec(`UPDATE t SET d = 2, c_exp = now() + interval '3 minutes' WHERE id = 3`)
 	check(3, "b", "3")
 
+	// An upsert reads the stored value through V, EXCLUDED's as it is, and
+	// stamps or refreshes as an UPDATE does.
+	if _, err := direct.Exec(ctx, `INSERT INTO t (id, c, c_exp, created_at, expires_at) VALUES (8, 'old', now() - interval '1 second', now(), now() + interval '1 day');
+		UPDATE t SET c_exp = now() + interval '2 minutes' WHERE id = 3`); err != nil {
+		t.Fatal(err)
+	}
+	exec(`INSERT INTO t (id, c) VALUES (8, 'new') ON CONFLICT (id) DO UPDATE SET c = EXCLUDED.c || '+' || coalesce(t.c, '?')`)
+	check(8, "new+?", "60")
+	exec(`INSERT INTO t (id) VALUES (3) ON CONFLICT (id) DO UPDATE SET d = 9`)
+	check(3, "b", "60")
+
 	// What is not handled yet is refused.
 	for _, q := range []string{
 		`INSERT INTO t SELECT 9, 'q'`,
-		`INSERT INTO t (id, c) VALUES (1, 'a') ON CONFLICT (id) DO UPDATE SET c = EXCLUDED.c`,
+		`INSERT INTO t (id, c) VALUES (1, 'a') ON CONFLICT (c) DO NOTHING`,
+		`MERGE INTO t USING (SELECT 1 AS id) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET c = 'm'`,
 		`UPDATE t SET c = 'a' RETURNING c`,
 	} {
 		if _, err := conn.Exec(ctx, q); sqlstate(err) != "0A000" {
