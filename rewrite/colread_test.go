@@ -202,8 +202,22 @@ func TestExpiringColumnPredicateShapes(t *testing.T) {
 			`SELECT id, ` + o.noteV() + ` AS "note" ` + from + ` WHERE ` + o.noteLive() + ` AND note = ` + lit +
 				` AND (client_ip IS NULL OR ` + o.ipExpired() + `) OR NOT ` + o.ipV() + ` = ` + lit})
 	}
+	// Writes too: the NULL that clears an expiry is a keyword, not a
+	// literal, so it makes a shape of its own.
+	r := &columnRules()[len(columnRules())-1]
+	ip := r.ExpiringColumn("client_ip")
+	e := ip.Expiry(r)
+	cstamp := e.ExpiryValue(ip.DefaultTTL)
+	for _, lit := range []string{"'10.0.0.1'", "'10.0.0.2'", "'10.0.0.3'"} {
+		checkRewrite(t, rw, s, rwCase{"insert shape " + lit,
+			`INSERT INTO orders (id, client_ip) VALUES (1, ` + lit + `), (2, NULL)`,
+			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") VALUES (1, ` + lit + `, ` + cstamp + `), (2, NULL, NULL)`})
+		checkRewrite(t, rw, s, rwCase{"update shape " + lit,
+			`UPDATE orders SET client_ip = ` + lit + ` WHERE client_ip = ` + lit,
+			`UPDATE orders SET client_ip = ` + lit + `, "client_ip_expires_at" = ` + cstamp + ` WHERE (` + o.ipLive() + ` AND client_ip = ` + lit + `) AND ` + live(`"orders"`)})
+	}
 	after := rw.Stats()
-	if after.ShapeHits < before.ShapeHits+2 || after.ShapeMismatches != 0 {
+	if after.ShapeHits < before.ShapeHits+4 || after.ShapeMismatches != 0 {
 		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
 	}
 	// The recognised guard of a derived column holds an interval literal:
