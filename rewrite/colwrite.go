@@ -57,14 +57,15 @@ func (c *columnCheck) writeInsert(r *ttl.Rule, x *pg.InsertStmt) {
 			written = append(written, n.GetResTarget().GetName())
 		}
 	} else {
-		// Positional values: the catalog's columns, as many as a VALUES
-		// row holds; the width of a query is not known.
+		// Positional values: the catalog's columns, as many as a row
+		// holds.
 		cols := c.w.columns(r)
-		if cols == nil || sel == nil || !isPlainValues(sel) || len(sel.ValuesLists[0].GetList().GetItems()) > len(cols) {
+		width := insertWidth(sel)
+		if cols == nil || width < 0 || width > len(cols) {
 			c.fail(r, r.Columns[0].Column, "INSERT without a column list")
 			return
 		}
-		for _, col := range cols[:len(sel.ValuesLists[0].GetList().GetItems())] {
+		for _, col := range cols[:width] {
 			written = append(written, col.Name)
 		}
 	}
@@ -137,6 +138,31 @@ func (c *columnCheck) writeInsert(r *ttl.Rule, x *pg.InsertStmt) {
 		}
 		w.insert(at, vals.String())
 	}
+}
+
+// insertWidth returns the number of values in each row of an INSERT's
+// source, or -1 when the text does not say (`*`, no source).
+func insertWidth(sel *pg.SelectStmt) int {
+	if sel == nil {
+		return -1
+	}
+	leaves := selectLeaves(sel, nil)
+	if len(leaves) == 0 {
+		return -1
+	}
+	l := leaves[0]
+	if len(l.ValuesLists) > 0 {
+		return len(l.ValuesLists[0].GetList().GetItems())
+	}
+	for _, t := range l.TargetList {
+		if hasStar(t.GetResTarget()) {
+			return -1
+		}
+	}
+	if len(l.TargetList) == 0 {
+		return -1
+	}
+	return len(l.TargetList)
 }
 
 // isPlainValues reports a VALUES list planSource appends to row by row.

@@ -51,6 +51,8 @@ func TestExpiringColumnWrites(t *testing.T) {
 		{"insert without a column list, from the catalog", `INSERT INTO orders VALUES (1, 'new', '10.0.0.1')`,
 			`INSERT INTO orders ("id", "status", "client_ip", "client_ip_expires_at") VALUES (1, 'new', '10.0.0.1', ` + cstamp + `)`},
 		{"insert without a column list short of the column", `INSERT INTO orders VALUES (1, 'new')`, ``},
+		{"insert of a query without a column list", `INSERT INTO orders SELECT id, 'new', ip FROM users UNION ALL SELECT 2, 'x', NULL`,
+			`INSERT INTO orders ("id", "status", "client_ip", "client_ip_expires_at") SELECT id, 'new', ip, ` + cstamp + ` FROM users UNION ALL SELECT 2, 'x', NULL, ` + cstamp},
 		{"update", `UPDATE orders SET client_ip = '10.0.0.1' WHERE id = 1`,
 			`UPDATE orders SET client_ip = '10.0.0.1', "client_ip_expires_at" = ` + cstamp + ` WHERE (id = 1) AND ` + rowLive},
 		{"update clears", `UPDATE orders SET client_ip = NULL`,
@@ -89,7 +91,8 @@ func TestExpiringColumnWrites(t *testing.T) {
 		checkRewrite(t, rwRow, s, c)
 	}
 	for _, c := range []rejCase{
-		{"insert select without a column list", `INSERT INTO orders SELECT * FROM orders_2026`, "", []string{"INSERT without a column list"}},
+		{"insert of a star without a column list", `INSERT INTO orders SELECT * FROM orders_2026`, "", []string{"INSERT without a column list"}},
+		{"insert of more values than columns", `INSERT INTO orders VALUES (1, 2, 3, 4, 5, 6, 7, 8)`, "", []string{"INSERT without a column list"}},
 		{"on conflict set reading another level", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT name FROM users WHERE ip = o.client_ip)`, "", []string{"client_ip"}},
 		{"merge", `MERGE INTO orders o USING staging s ON o.id = s.id WHEN MATCHED THEN UPDATE SET client_ip = s.ip`, "", []string{"client_ip"}},
 		{"update from", `UPDATE orders SET client_ip = u.ip FROM users u WHERE u.id = orders.id`, "", []string{"client_ip"}},
