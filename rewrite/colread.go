@@ -11,11 +11,12 @@ import (
 
 // Reads of expiring columns at a query level whose one FROM item is their
 // table (docs/design/column-ttl.md §2 and §3): the SELECT of the table
-// alone, and the UPDATE or DELETE of it without FROM or USING. Every
+// alone (the proxy's filter join aside), the UPDATE or DELETE of it
+// without FROM or USING, and the DO UPDATE of an INSERT into it. Every
 // reference to an expiring column there, unqualified or qualified by the
 // table's name or alias, in the target list, WHERE, HAVING, or the values
-// of an UPDATE's SET list, is rewritten; references elsewhere (GROUP BY,
-// ORDER BY, WINDOW, other levels) are left to be refused by the column
+// of a SET list, is rewritten; references elsewhere (GROUP BY, ORDER BY,
+// WINDOW, RETURNING, other levels) are left to be refused by the column
 // check.
 //
 // A value reads V, the value's expression (ttl.ColumnRule.ValueExpr): the
@@ -42,9 +43,11 @@ import (
 // that is its expired condition, decides the whole AND (OR) once the value
 // has expired; while it lives the stored value is the value. The column's
 // other references among the arguments are therefore left as they are, in
-// any position. This is what keeps the proxy's own output, rewritten again,
-// as it is (idempotence), together with the recognition of V
-// (isValueExpr).
+// any position, and so are those of an atom the live condition was put in
+// front of. This is what keeps the proxy's own output, rewritten again, as
+// it is (idempotence), together with the recognition of V (isValueExpr).
+// A guard does not reach into a function call's arguments: an aggregate or
+// window function reads them in other rows than the one the guard tests.
 
 // colLevel is one query level whose FROM is one table with expiring
 // columns.
