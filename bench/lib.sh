@@ -148,3 +148,13 @@ psql_q() { psql -X -q -h 127.0.0.1 -p "$PGPORT" -U postgres -v ON_ERROR_STOP=1 "
 
 # median prints the median of its numeric arguments.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
+# http_req PORT METHOD PATH prints the response (status line, headers,
+# body) of an HTTP/1.0 request to 127.0.0.1:PORT.
+http_req() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" &&
+			printf '%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n' "$2" "$3" >&3 &&
+			cat <&3
+	)
+}

@@ -53,8 +53,10 @@
 #      average and stddev, the p99 of its per-transaction log (-l), and the
 #      most server connections of the target seen in pg_stat_activity
 #      (sampled every 0.5 s; each target's clients have an application_name
-#      of their own). The proxy's pool wait time is not reported: it has no
-#      pool metrics yet. pgbench's -T counts from before the clients
+#      of their own), and for ttlproxy the p99 of its pool wait
+#      (ttlproxy_proxy_pool_wait_seconds: the histogram's change over the
+#      run, scraped from /metrics; the upper bound of the bucket holding
+#      it, in ms). pgbench's -T counts from before the clients
 #      connect, which takes seconds here: tps is pgbench's "without initial
 #      connection time", over what is left of the run.
 #
@@ -165,8 +167,25 @@ LIVE="(expires_at IS NULL OR expires_at >= now())"
 printf '\\set aid random(1, 100000 * :scale)\nSELECT abalance FROM pgbench_accounts WHERE aid = :aid AND %s;\n' \
 	"$LIVE" >"$WORK/select-only-filtered.sql"
 
-declare -A T_PORT T_PID T_LOG
+declare -A T_PORT T_PID T_LOG T_ADMIN
 T_PORT[direct]=$PGPORT
+
+# wait_buckets TARGET: ttlproxy's pool wait histogram, "le count" a line
+# (cumulative, as /metrics gives it); nothing for other targets.
+wait_buckets() {
+	[ -n "${T_ADMIN[$1]:-}" ] || return 0
+	http_req "${T_ADMIN[$1]}" GET /metrics 2>/dev/null |
+		awk -F'[{}" ]+' '/^ttlproxy_proxy_pool_wait_seconds_bucket/ { for (i = 1; i <= NF; i++) if ($i ~ /^le=/) le = $(i + 1); print le, $NF }' ||
+		true
+}
+
+# wait_p99 BEFORE AFTER: the upper bound, in ms, of the bucket holding the
+# 99th percentile of the waits observed between two wait_buckets.
+wait_p99() {
+	paste -d' ' "$1" "$2" | awk '{ le[NR] = $1; n[NR] = $4 - $2 } END {
+		total = n[NR]; if (total <= 0) exit
+		for (i = 1; i <= NR; i++) if (n[i] >= 0.99 * total) { if (le[i] == "+Inf") print "inf"; else printf "%.3f", le[i] * 1000; exit } }'
+}
 
 # start_ttlproxy NAME POOL_MODE AUTH_TYPE
 start_ttlproxy() {
@@ -193,6 +212,7 @@ YAML
 	T_PID[$name]=$!
 	PIDS+=("${T_PID[$name]}")
 	T_PORT[$name]=$port T_LOG[$name]=$WORK/$name.log
+	[ "$mode" != transaction ] || T_ADMIN[$name]=$admin
 	wait_port "$port" "$name"
 }
 
@@ -259,7 +279,7 @@ ROWS=(
 )
 
 RAW=$WORK/raw.tsv
-printf 'round\trow\ttarget\ttps\tconn_ms\tlat_ms\tstddev_ms\tp99_ms\ttx\tfailed\taborted\tcpu_us_per_tx\tservers\tstmts_per_tx\tresets_per_tx\n' >"$RAW"
+printf 'round\trow\ttarget\ttps\tconn_ms\tlat_ms\tstddev_ms\tp99_ms\ttx\tfailed\taborted\tcpu_us_per_tx\tservers\tstmts_per_tx\tresets_per_tx\twait_p99_ms\n' >"$RAW"
 declare -A FAILED
 ANY_FAILED=
 
@@ -288,6 +308,7 @@ run() {
 	esac
 	appname=pooling-$id-$t
 	if [ "$id" = many ]; then
+		wait_buckets "$t" >"$out.wait0"
 		lg=(-l --log-prefix="$WORK/runs/r$round-$id-$t.tx")
 		: >"$out.servers"
 		count_servers "$appname" "$out.servers" &
@@ -304,7 +325,11 @@ run() {
 		kill "$sampler" 2>/dev/null || true
 		wait "$sampler" 2>/dev/null || true
 	fi
-	local tx failed aborted tps conn lat sd p99='' cpu='' servers=''
+	local tx failed aborted tps conn lat sd p99='' cpu='' servers='' waitp99=''
+	if [ "$id" = many ] && [ -n "${T_ADMIN[$t]:-}" ]; then
+		wait_buckets "$t" >"$out.wait1"
+		waitp99=$(wait_p99 "$out.wait0" "$out.wait1")
+	fi
 	tx=$(awk -F': *' '/^number of transactions actually processed:/ { split($2, a, "/"); print a[1] }' "$out")
 	failed=$(awk -F': *' '/^number of failed transactions:/ { split($2, a, " "); print a[1] }' "$out")
 	aborted=$(grep -c 'client [0-9]* aborted' "$out" || true)
@@ -344,8 +369,8 @@ run() {
 		rm -f "$WORK/runs/r$round-$id-$t.tx".*
 		servers=$(sort -n "$out.servers" | tail -n 1)
 	fi
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$id" "$t" "$tps" "$conn" "$lat" "$sd" "$p99" \
-		"$tx" "${failed:-0}" "$aborted" "$cpu" "$servers" "$stmts" "$resets" >>"$RAW"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$round" "$id" "$t" "$tps" "$conn" "$lat" "$sd" "$p99" \
+		"$tx" "${failed:-0}" "$aborted" "$cpu" "$servers" "$stmts" "$resets" "$waitp99" >>"$RAW"
 	printf '[round %s/%s] %-26s %-9s tps %9.1f  connection %s ms  latency %s ms%s%s\n' "$round" "$ROUNDS" "$label" "$t" \
 		"$tps" "${conn:-?}" "${lat:-?}" "${cpu:+  CPU $cpu us/tx}" "${p99:+  p99 $p99 ms  servers $servers}" >&2
 	log "  server statements/tx $stmts, of which RESET ROLE; RESET ALL $resets"
@@ -442,7 +467,7 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 		fi
 		row "$name" "$(fmt %.0f "$(med many "$t" 4)")" "$(total many "$t" 10)" "$(total many "$t" 11)" \
 			"$(fmt %.3f "$(med many "$t" 6)")" "$(fmt %.3f "$(med many "$t" 7)")" "$(fmt %.3f "$(med many "$t" 8)")" \
-			"$(fmt %.0f "$(med many "$t" 5)")" "$(fmt %.0f "$(med many "$t" 13)")" "$([ "$t" = txn-scram ] && echo 'not exposed' || echo –)"
+			"$(fmt %.0f "$(med many "$t" 5)")" "$(fmt %.0f "$(med many "$t" 13)")" "$([ "$t" = txn-scram ] && fmt %.3f "$(med many "$t" 16)" || echo –)"
 	done
 	echo
 	echo "Statements the server ran per pgbench transaction (pg_stat_statements, database bench; RESET: the proxy's RESET ROLE; RESET ALL before a server serves another client, counted twice in statements):"
