@@ -79,6 +79,10 @@ type Config struct {
 	// IdleSessionTimeout closes clients idle outside a transaction block
 	// for longer (SQLSTATE 57P05); 0: never.
 	IdleSessionTimeout time.Duration
+	// IdleTransactionTimeout closes clients idle inside a transaction
+	// block for longer (SQLSTATE 25P03; PgBouncer's
+	// idle_transaction_timeout); 0: never.
+	IdleTransactionTimeout time.Duration
 	// CatalogTTL bounds how old a session's catalog snapshot (the TTL
 	// tables' columns and keys, the views and functions that read them)
 	// gets before it is read again; 0: proxy.DefaultCatalogTTL.
@@ -268,7 +272,7 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "listen_reuseport", "upstream", "admin_listen", "admin", "tls", "upstream_tls", "upstream_tcp", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper",
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "idle_transaction_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper",
 		"pool_mode", "auth_type", "auth_file", "auth_query", "auth_dsn",
 		"default_pool_size", "min_pool_size", "reserve_pool_size", "reserve_pool_timeout", "max_db_connections",
 		"server_lifetime", "server_idle_timeout", "server_connect_timeout", "server_login_retry", "query_wait_timeout",
@@ -354,6 +358,11 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 	}
 	if v, ok := f["idle_session_timeout"]; ok {
 		if cfg.IdleSessionTimeout, err = v.positiveDuration(); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := f["idle_transaction_timeout"]; ok {
+		if cfg.IdleTransactionTimeout, err = v.positiveDuration(); err != nil {
 			return nil, err
 		}
 	}

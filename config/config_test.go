@@ -26,6 +26,7 @@ upstream_tcp: {keepalives: true, keepalives_idle: 20s, keepalives_interval: 5s, 
 limits: {max_statement_bytes: 2048, max_nesting_depth: 50, max_message_bytes: 4096, max_client_connections: 500}
 client_login_timeout: 15s
 idle_session_timeout: 10m
+idle_transaction_timeout: 30s
 dial_timeout: 3s
 shutdown_timeout: 20s
 catalog_ttl: 5s
@@ -89,25 +90,26 @@ sweeper:
 		t.Fatal(err)
 	}
 	want := &Config{
-		Listen:             "0.0.0.0:7432",
-		Upstream:           "db.internal:5433",
-		AdminListen:        ":9999",
-		Admin:              Admin{WebConfigFile: "/etc/ttl/web.yml", EnableStatus: true, BearerTokenFile: "/etc/ttl/admin-token"}, //nolint:gosec // a file name, not a credential
-		TLS:                &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
-		BypassRoles:        []string{"ttl_admin", "Migrator"},
-		TrustedFunctions:   []string{"report.count_all", "MixedCase", "audit_count"},
-		UpstreamTLS:        &UpstreamTLS{SSLMode: "verify-full", SSLRootCert: "/etc/ttl/root.pem"},
-		UpstreamTCP:        UpstreamTCP{KeepalivesIdle: 20 * time.Second, KeepalivesInterval: 5 * time.Second, KeepalivesCount: 4, TCPUserTimeout: new(40 * time.Second)},
-		Limits:             Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096, MaxClientConnections: 500},
-		ClientLoginTimeout: 15 * time.Second,
-		IdleSessionTimeout: 10 * time.Minute,
-		DialTimeout:        3 * time.Second,
-		ShutdownTimeout:    20 * time.Second,
-		CatalogTTL:         5 * time.Second,
-		GOMAXPROCS:         1,
-		DDLEventsDSN:       "postgres://ttl_catalog@127.0.0.1:5432/app",
-		PoolMode:           PoolModeTransaction,
-		Auth:               Auth{Type: "md5", Query: "SELECT username, password FROM pgbouncer.get_auth($1)", DSN: "postgres://ttl_auth@127.0.0.1:5432/app"},
+		Listen:                 "0.0.0.0:7432",
+		Upstream:               "db.internal:5433",
+		AdminListen:            ":9999",
+		Admin:                  Admin{WebConfigFile: "/etc/ttl/web.yml", EnableStatus: true, BearerTokenFile: "/etc/ttl/admin-token"}, //nolint:gosec // a file name, not a credential
+		TLS:                    &TLS{CertFile: "/etc/ttl/cert.pem", KeyFile: "/etc/ttl/key.pem"},
+		BypassRoles:            []string{"ttl_admin", "Migrator"},
+		TrustedFunctions:       []string{"report.count_all", "MixedCase", "audit_count"},
+		UpstreamTLS:            &UpstreamTLS{SSLMode: "verify-full", SSLRootCert: "/etc/ttl/root.pem"},
+		UpstreamTCP:            UpstreamTCP{KeepalivesIdle: 20 * time.Second, KeepalivesInterval: 5 * time.Second, KeepalivesCount: 4, TCPUserTimeout: new(40 * time.Second)},
+		Limits:                 Limits{MaxStatementBytes: 2048, MaxNestingDepth: 50, MaxMessageBytes: 4096, MaxClientConnections: 500},
+		ClientLoginTimeout:     15 * time.Second,
+		IdleSessionTimeout:     10 * time.Minute,
+		IdleTransactionTimeout: 30 * time.Second,
+		DialTimeout:            3 * time.Second,
+		ShutdownTimeout:        20 * time.Second,
+		CatalogTTL:             5 * time.Second,
+		GOMAXPROCS:             1,
+		DDLEventsDSN:           "postgres://ttl_catalog@127.0.0.1:5432/app",
+		PoolMode:               PoolModeTransaction,
+		Auth:                   Auth{Type: "md5", Query: "SELECT username, password FROM pgbouncer.get_auth($1)", DSN: "postgres://ttl_auth@127.0.0.1:5432/app"},
 		Pool: Pool{DefaultPoolSize: 10, MinPoolSize: 2, ReservePoolSize: 3, ReservePoolTimeout: 2 * time.Second, MaxDBConnections: 40,
 			ServerLifetime: 30 * time.Minute, ServerIdleTimeout: new(time.Duration), ServerConnectTimeout: 5 * time.Second,
 			ServerLoginRetry: new(time.Second), QueryWaitTimeout: new(time.Minute), MaxPinnedConnections: 4},

@@ -40,6 +40,9 @@ func (s *clientConn) clientToServer() error {
 				return errShutdown
 			}
 			if isTimeout(err) && l.owesNothing() {
+				if st := l.txStatus.Load(); st == 'T' || st == 'E' {
+					return s.idleInTxTimedOut()
+				}
 				return s.idleTimedOut()
 			}
 			return s.clientEnded(err, true)
@@ -254,6 +257,16 @@ func (s *clientConn) idleTimedOut() error {
 	s.srv.metrics.idleTimeouts.Inc()
 	s.log.Info("closing client: idle session timeout", "timeout", s.rs.Load().idleSessionTimeout)
 	s.endWithFatal(codeIdleSessionTimeout, "terminating connection due to idle-session timeout")
+	return errIdleTimeout
+}
+
+// idleInTxTimedOut closes a client idle inside a transaction block for
+// longer than IdleTransactionTimeout; its server connection is closed, so
+// the transaction rolls back.
+func (s *clientConn) idleInTxTimedOut() error {
+	s.srv.metrics.idleTxTimeouts.Inc()
+	s.log.Info("closing client: idle in transaction timeout", "timeout", s.rs.Load().idleTxTimeout)
+	s.endWithFatal(codeIdleInTxTimeout, "terminating connection due to idle-in-transaction timeout")
 	return errIdleTimeout
 }
 

@@ -122,6 +122,12 @@ type Config struct {
 	// while its session is idle outside a transaction block (SQLSTATE
 	// 57P05, as the server's idle_session_timeout). 0 means never.
 	IdleSessionTimeout time.Duration
+	// IdleTransactionTimeout closes a client that sends nothing for this
+	// long while its session is idle inside a transaction block (SQLSTATE
+	// 25P03, as the server's idle_in_transaction_session_timeout;
+	// PgBouncer's idle_transaction_timeout): in transaction mode such a
+	// client holds a server connection of the pool. 0 means never.
+	IdleTransactionTimeout time.Duration
 	// CatalogTTL is how long a database's catalog snapshot (columns and keys
 	// of the TTL tables, the views and functions that read them) is reused
 	// by new sessions and kept by a session before it takes a younger one
@@ -315,8 +321,8 @@ func (c *Config) setDefaults() error {
 	if c.ClientLoginTimeout <= 0 {
 		c.ClientLoginTimeout = DefaultClientLoginTimeout
 	}
-	if c.MaxClientConnections < 0 || c.IdleSessionTimeout < 0 {
-		return errors.New("proxy: MaxClientConnections and IdleSessionTimeout must not be negative")
+	if c.MaxClientConnections < 0 || c.IdleSessionTimeout < 0 || c.IdleTransactionTimeout < 0 {
+		return errors.New("proxy: MaxClientConnections, IdleSessionTimeout and IdleTransactionTimeout must not be negative")
 	}
 	// The rewriter follows SET ROLE in a text with the same roles.
 	if a, b := slices.Sorted(slices.Values(c.BypassRoles)), slices.Sorted(slices.Values(c.Rewriter.Options().BypassRoles)); !slices.Equal(slices.Compact(a), slices.Compact(b)) {

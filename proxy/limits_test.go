@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"net"
 	"strings"
@@ -84,6 +85,56 @@ func TestIdleSessionTimeout(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(p.srv.metrics.idleTimeouts); got != float64(len(modes)) {
 		t.Errorf("idle timeout metric %v, want %d", got, len(modes))
+	}
+}
+
+// TestIdleTransactionTimeout: a client idle inside a transaction block for
+// longer than IdleTransactionTimeout is closed with 25P03 and its
+// transaction rolls back; a client idle outside one, or in a block but
+// busy, is not.
+func TestIdleTransactionTimeout(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, "CREATE TABLE idle_tx (id int)")
+	p := startProxy(t, Config{IdleTransactionTimeout: 300 * time.Millisecond})
+	for i, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			idle := p.connect(t, db, m.mode)
+			mustExec(t, idle, "SELECT 1")
+			inTx := p.connect(t, db, m.mode)
+			mustExec(t, inTx, "BEGIN")
+			mustExec(t, inTx, "INSERT INTO idle_tx VALUES (1)")
+			busy := p.connect(t, db, m.mode)
+			mustExec(t, busy, "BEGIN")
+			done := make(chan error, 1)
+			go func() {
+				_, err := busy.Exec(context.Background(), "SELECT pg_sleep(1)")
+				done <- err
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for testutil.ToFloat64(p.srv.metrics.idleTxTimeouts) < float64(i+1) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no idle-in-transaction timeout after 10s (metric %v, want %d)", testutil.ToFloat64(p.srv.metrics.idleTxTimeouts), i+1)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if _, err := inTx.Exec(testContext(t), "COMMIT"); err == nil {
+				t.Fatal("a client idle in a transaction was not closed")
+			} else if code := pgCode(err); code != "" && code != codeIdleInTxTimeout {
+				t.Fatalf("idle client: %v, want SQLSTATE %s or a closed connection", err, codeIdleInTxTimeout)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("a busy client in a block: %v", err)
+			}
+			mustExec(t, busy, "COMMIT")
+			mustExec(t, idle, "SELECT 1")
+			if n := queryString(t, directConn(t, db), "SELECT count(*) FROM idle_tx"); n != "0" {
+				t.Fatalf("%s rows of the timed-out transaction committed", n)
+			}
+		})
+	}
+	if got := testutil.ToFloat64(p.srv.metrics.idleTxTimeouts); got != float64(len(modes)) {
+		t.Errorf("idle-in-transaction timeout metric %v, want %d", got, len(modes))
 	}
 }
 

@@ -170,6 +170,19 @@ func (l *link) idleExpired(now int64, timeout time.Duration) bool {
 	return at != 0 && now-at >= int64(timeout)
 }
 
+// idleInTxExpired is idleExpired inside a transaction block (a transaction
+// status of T or E).
+func (l *link) idleInTxExpired(now int64, timeout time.Duration) bool {
+	if timeout <= 0 || !l.owesNothing() {
+		return false
+	}
+	if st := l.txStatus.Load(); st != 'T' && st != 'E' {
+		return false
+	}
+	at := l.idleAt.Load()
+	return at != 0 && now-at >= int64(timeout)
+}
+
 // handoff is how the client pump waits for, and borrows, what the server
 // pump reads from the server: the link's queue for the proxy's own answers.
 type handoff struct {

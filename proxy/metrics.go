@@ -27,10 +27,11 @@ type metrics struct {
 	acceptErrors           *prometheus.CounterVec
 	rejections             *prometheus.CounterVec
 	// retired sums the shape counters of the rewriters a reload replaced.
-	retiredMu     sync.Mutex
-	retired       rewrite.Stats
-	loginTimeouts prometheus.Counter
-	idleTimeouts  prometheus.Counter
+	retiredMu      sync.Mutex
+	retired        rewrite.Stats
+	loginTimeouts  prometheus.Counter
+	idleTimeouts   prometheus.Counter
+	idleTxTimeouts prometheus.Counter
 	// DDL events (ddlevents.go), by database.
 	ddlFlowing *prometheus.GaugeVec
 	ddlEvents  *prometheus.CounterVec
@@ -62,7 +63,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 	timeouts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name: "client_timeouts_total",
-		Help: "Clients closed by a timeout: login (client_login_timeout) or idle_session (idle_session_timeout).",
+		Help: "Clients closed by a timeout: login (client_login_timeout), idle_session (idle_session_timeout) or idle_transaction (idle_transaction_timeout).",
 	}, []string{"reason"})
 	m := &metrics{
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -80,8 +81,9 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Name: "accept_errors_total",
 			Help: "Transient errors accepting client connections, retried after a backoff, by reason: emfile (process out of file descriptors), enfile (system out of file descriptors), enobufs, enomem, timeout.",
 		}, []string{"reason"}),
-		loginTimeouts: timeouts.WithLabelValues("login"),
-		idleTimeouts:  timeouts.WithLabelValues("idle_session"),
+		loginTimeouts:  timeouts.WithLabelValues("login"),
+		idleTimeouts:   timeouts.WithLabelValues("idle_session"),
+		idleTxTimeouts: timeouts.WithLabelValues("idle_transaction"),
 		clientConnections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "client_connections",

@@ -36,6 +36,7 @@ type ruleSet struct {
 	maxClientConnections int
 	clientLoginTimeout   time.Duration
 	idleSessionTimeout   time.Duration
+	idleTxTimeout        time.Duration
 }
 
 // newRuleSet builds the set for cfg (defaults applied).
@@ -51,6 +52,7 @@ func newRuleSet(cfg *Config, gen uint64) *ruleSet {
 		maxClientConnections: cfg.MaxClientConnections,
 		clientLoginTimeout:   cfg.ClientLoginTimeout,
 		idleSessionTimeout:   cfg.IdleSessionTimeout,
+		idleTxTimeout:        cfg.IdleTransactionTimeout,
 	}
 	for _, r := range cfg.BypassRoles {
 		rs.bypass[r] = true
@@ -64,12 +66,13 @@ func newRuleSet(cfg *Config, gen uint64) *ruleSet {
 type Reload struct {
 	// Rewriter is the new rewriter (rules, trusted functions, statement
 	// limits); required.
-	Rewriter             *rewrite.Rewriter
-	BypassRoles          []string
-	MaxMessageBytes      int
-	MaxClientConnections int
-	ClientLoginTimeout   time.Duration
-	IdleSessionTimeout   time.Duration
+	Rewriter               *rewrite.Rewriter
+	BypassRoles            []string
+	MaxMessageBytes        int
+	MaxClientConnections   int
+	ClientLoginTimeout     time.Duration
+	IdleSessionTimeout     time.Duration
+	IdleTransactionTimeout time.Duration
 }
 
 // Reload replaces the rules and limits for every session's next statement,
@@ -85,6 +88,7 @@ func (s *Server) Reload(r Reload) error {
 	cfg.BypassRoles = r.BypassRoles
 	cfg.MaxMessageBytes, cfg.MaxClientConnections = r.MaxMessageBytes, r.MaxClientConnections
 	cfg.ClientLoginTimeout, cfg.IdleSessionTimeout = r.ClientLoginTimeout, r.IdleSessionTimeout
+	cfg.IdleTransactionTimeout = r.IdleTransactionTimeout
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}

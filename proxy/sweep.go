@@ -13,7 +13,8 @@ import (
 //     finds the sessions idle outside a transaction block for longer than
 //     the timeout and sets their client's read deadline in the past, and
 //     clientToServer, whose read then fails, closes the session
-//     (idleTimedOut). A session that became busy after the sweep looked at
+//     (idleTimedOut). IdleTransactionTimeout the same way, for sessions
+//     idle inside a transaction block. A session that became busy after the sweep looked at
 //     it reads on (clientReader), so the race costs nothing but a retried
 //     read. A session is closed up to a quarter of the timeout late (at most
 //     half a second), as PgBouncer's janitor, which runs once a second, does.
@@ -36,10 +37,15 @@ func idleSweepPeriod(timeout time.Duration) time.Duration {
 	return min(max(timeout/4, minIdleSweep), maxSweepPeriod)
 }
 
+// sweepPeriod is the sweep's period for the set's idle timeouts.
+func (rs *ruleSet) sweepPeriod() time.Duration {
+	return min(idleSweepPeriod(rs.idleSessionTimeout), idleSweepPeriod(rs.idleTxTimeout))
+}
+
 // sweepSessions runs the sweep until ctx is done; the timeout is read again
 // at every round (a reload may change it).
 func (s *Server) sweepSessions(ctx context.Context) {
-	t := time.NewTimer(idleSweepPeriod(s.set.Load().idleSessionTimeout))
+	t := time.NewTimer(s.set.Load().sweepPeriod())
 	defer t.Stop()
 	var idle, all []*clientConn
 	for {
@@ -48,13 +54,13 @@ func (s *Server) sweepSessions(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		timeout := s.set.Load().idleSessionTimeout
+		rs := s.set.Load()
 		now := monoNow()
 		idle, all = idle[:0], all[:0]
 		s.mu.Lock()
 		for sess := range s.sessions {
 			all = append(all, sess)
-			if sess.link.idleExpired(now, timeout) {
+			if sess.link.idleExpired(now, rs.idleSessionTimeout) || sess.link.idleInTxExpired(now, rs.idleTxTimeout) {
 				idle = append(idle, sess)
 			}
 		}
@@ -70,7 +76,7 @@ func (s *Server) sweepSessions(ctx context.Context) {
 		}
 		clear(all)
 		clear(idle)
-		t.Reset(idleSweepPeriod(timeout))
+		t.Reset(rs.sweepPeriod())
 	}
 }
 
@@ -115,7 +121,9 @@ func (c clientReader) Read(b []byte) (int, error) {
 
 // timedOut reports that a read deadline of the client's is meant: the
 // session is closing (the login timeout), or it is idle for longer than
-// IdleSessionTimeout.
+// IdleSessionTimeout, or IdleTransactionTimeout inside a block.
 func (s *clientConn) timedOut() bool {
-	return isClosed(s.link.pending.Load()) || s.link.idleExpired(monoNow(), s.rs.Load().idleSessionTimeout)
+	rs, now := s.rs.Load(), monoNow()
+	return isClosed(s.link.pending.Load()) || s.link.idleExpired(now, rs.idleSessionTimeout) ||
+		s.link.idleInTxExpired(now, rs.idleTxTimeout)
 }

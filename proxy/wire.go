@@ -46,6 +46,7 @@ const (
 	codeInsufficientResources = sqlstate.InsufficientResources
 	codeQueryCanceled         = sqlstate.QueryCanceled
 	codeIdleSessionTimeout    = sqlstate.IdleSessionTimeout
+	codeIdleInTxTimeout       = sqlstate.IdleInTransactionSessionTimeout
 )
 
 // writeError marks an error from writing to the peer, as opposed to reading

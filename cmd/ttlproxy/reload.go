@@ -130,12 +130,13 @@ func (s *stack) reload() (err error) {
 	}
 	s.access.Store(access)
 	if err := s.proxy.Reload(proxy.Reload{
-		Rewriter:             rw,
-		BypassRoles:          cfg.BypassRoles,
-		MaxMessageBytes:      cfg.Limits.MaxMessageBytes,
-		MaxClientConnections: cfg.Limits.MaxClientConnections,
-		ClientLoginTimeout:   cfg.ClientLoginTimeout,
-		IdleSessionTimeout:   cfg.IdleSessionTimeout,
+		Rewriter:               rw,
+		BypassRoles:            cfg.BypassRoles,
+		MaxMessageBytes:        cfg.Limits.MaxMessageBytes,
+		MaxClientConnections:   cfg.Limits.MaxClientConnections,
+		ClientLoginTimeout:     cfg.ClientLoginTimeout,
+		IdleSessionTimeout:     cfg.IdleSessionTimeout,
+		IdleTransactionTimeout: cfg.IdleTransactionTimeout,
 	}); err != nil {
 		return err
 	}

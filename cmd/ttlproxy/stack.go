@@ -212,11 +212,12 @@ func newStack(cfg *config.Config, log *slog.Logger) (*stack, error) {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		MaxMessageBytes: cfg.Limits.MaxMessageBytes,
 
-		MaxClientConnections: cfg.Limits.MaxClientConnections,
-		ClientLoginTimeout:   cfg.ClientLoginTimeout,
-		IdleSessionTimeout:   cfg.IdleSessionTimeout,
-		CatalogTTL:           cfg.CatalogTTL,
-		DDLEventsDSN:         cfg.DDLEventsLogin(),
+		MaxClientConnections:   cfg.Limits.MaxClientConnections,
+		ClientLoginTimeout:     cfg.ClientLoginTimeout,
+		IdleSessionTimeout:     cfg.IdleSessionTimeout,
+		IdleTransactionTimeout: cfg.IdleTransactionTimeout,
+		CatalogTTL:             cfg.CatalogTTL,
+		DDLEventsDSN:           cfg.DDLEventsLogin(),
 
 		PoolMode: cfg.PoolMode,
 		Auth:     proxy.AuthConfig{Type: cfg.Auth.Type, File: cfg.Auth.File, Query: cfg.Auth.Query, DSN: cfg.Auth.DSN},

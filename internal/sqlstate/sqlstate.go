@@ -57,6 +57,9 @@ const (
 	LockNotAvailable = pgerrcode.LockNotAvailable
 )
 
+// Class 25: invalid transaction state.
+const IdleInTransactionSessionTimeout = pgerrcode.IdleInTransactionSessionTimeout
+
 // Class 57: operator intervention.
 const (
 	QueryCanceled      = pgerrcode.QueryCanceled
