@@ -166,6 +166,9 @@ func (l *colLevel) targets(list []*pg.Node) {
 		if rt == nil || rt.Val == nil {
 			continue
 		}
+		if cr := rt.Val.GetColumnRef(); cr != nil && l.star(cr) {
+			continue
+		}
 		l.value(rt.Val, nil)
 		if rt.Name != "" || l.c.w.err != nil {
 			continue
@@ -194,6 +197,43 @@ func (l *colLevel) targets(list []*pg.Node) {
 		}
 		l.c.w.insert(ts[last].end, " AS "+ttl.QuoteIdent(ref.Fields[len(ref.Fields)-1].GetString_().GetSval()))
 	}
+}
+
+// star expands `*` or `q.*` (q the level's qualifier) in a target or
+// RETURNING list into the catalog's columns, in their order, each expiring
+// column as `V AS "c"` and the others as `q."a"`, and reports whether cr
+// was such a `*`. Without the catalog's columns it is left to be refused.
+func (l *colLevel) star(cr *pg.ColumnRef) bool {
+	f := cr.Fields
+	if len(f) == 0 || f[len(f)-1].GetAStar() == nil {
+		return false
+	}
+	if len(f) > 2 || (len(f) == 2 && f[0].GetString_().GetSval() != l.name) {
+		return false
+	}
+	if len(l.cols) == 0 {
+		return true
+	}
+	ts := l.c.w.tokens()
+	i := ts.at(int(cr.Location))
+	if i < 0 || ts.kind(ts.nameEnd(i)-1) != pg.Token_ASCII_42 {
+		return false // TABLE t: no `*` in the text, refused
+	}
+	end := ts.nameEnd(i)
+	var b strings.Builder
+	for k, col := range l.cols {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		if e := l.r.ExpiringColumn(col.Name); e != nil {
+			b.WriteString(e.ValueExpr(l.r, l.qual, col.Type) + " AS " + ttl.QuoteIdent(col.Name))
+			continue
+		}
+		b.WriteString(l.qual + "." + ttl.QuoteIdent(col.Name))
+	}
+	l.c.w.replace(ts[i].start, ts[end-1].end, b.String())
+	l.c.read[cr] = true
+	return true
 }
 
 // nameSource ports the part of PostgreSQL's FigureColnameInternal

@@ -91,7 +91,7 @@ func TestExpiringColumnRead(t *testing.T) {
 		}
 
 		for _, refused := range []string{
-			`SELECT * FROM orders`,
+			`SELECT * FROM orders o JOIN orders p ON p.id = o.id`,
 			`SELECT id FROM orders ORDER BY client_ip`,
 			`SELECT client_ip FROM orders GROUP BY client_ip`,
 			`SELECT o FROM orders o`,

@@ -1,0 +1,149 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// scopeCase is a statement through the proxy and the reference read
+// directly from ref, a copy of the table's live rows with the expired
+// values NULL: the two give the same rows, and the statement gives the
+// RowDescription (names, type OIDs and modifiers) it gives run directly.
+type scopeCase struct {
+	q, ref string
+}
+
+// TestExpiringColumnScope: through the proxy, `*`, RETURNING, ORDER BY,
+// GROUP BY, DISTINCT ON and COPY TO of a table with expiring columns read
+// an expired value as NULL and a live one as it is, with the names and
+// types of a direct read; statements of one shape with other literals
+// share the rewrite; forms still outside the rewrite are refused. Both
+// query protocols.
+func TestExpiringColumnScope(t *testing.T) {
+	rules := []ttl.Rule{{Table: "orders", Columns: []ttl.ColumnRule{
+		{Column: "client_ip", ExpiresAtColumn: "ip_expires_at"},
+		{Column: "note", BaseColumn: "created_at", ExpireAfter: time.Hour},
+	}}}
+	s := newStack(t, stackOptions{rules: rules, setup: []string{
+		`CREATE TABLE orders (id int PRIMARY KEY, client_ip varchar(20), ip_expires_at timestamptz,
+			dropped int, note numeric(10,2), created_at timestamptz, expires_at timestamptz)`,
+		`ALTER TABLE orders DROP COLUMN dropped`,
+		// 1: both values live; 2: both expired; 3: values that never
+		// expire (NULL expiry); 4: NULL values; 5: an expired row; 6 and 7
+		// share 1's and 2's values.
+		`INSERT INTO orders VALUES
+			(1, '10.0.0.1', now() + interval '1 day', 1.50, now(), NULL),
+			(2, '10.0.0.2', now() - interval '1 second', 2.50, now() - interval '2 hours', NULL),
+			(3, '10.0.0.3', NULL, 3.50, NULL, NULL),
+			(4, NULL, now() + interval '1 day', NULL, now(), NULL),
+			(5, '10.0.0.5', NULL, 5.50, now(), now() - interval '1 second'),
+			(6, '10.0.0.1', now() + interval '1 day', 1.50, now(), NULL),
+			(7, '10.0.0.2', now() - interval '1 second', 2.50, now() - interval '2 hours', NULL)`,
+		`CREATE TABLE ref AS SELECT id,
+			CASE WHEN ip_expires_at IS NULL OR ip_expires_at >= now() THEN client_ip END AS client_ip, ip_expires_at,
+			CASE WHEN created_at IS NULL OR created_at + interval '1 hour' >= now() THEN note END AS note,
+			created_at, expires_at
+			FROM orders WHERE expires_at IS NULL OR expires_at >= now()`,
+	}})
+	ctx := context.Background()
+	direct := s.connect(s.direct)
+
+	cases := []scopeCase{
+		{`SELECT * FROM orders ORDER BY id`, `SELECT * FROM ref ORDER BY id`},
+		{`SELECT o.*, o.id + 1 FROM orders o WHERE o.id < 4 ORDER BY id`, `SELECT o.*, o.id + 1 FROM ref o WHERE o.id < 4 ORDER BY id`},
+		{`SELECT id FROM orders WHERE EXISTS (SELECT * FROM orders WHERE client_ip = '10.0.0.2') ORDER BY 1`,
+			`SELECT id FROM ref WHERE EXISTS (SELECT * FROM ref WHERE client_ip = '10.0.0.2') ORDER BY 1`},
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, c := range cases {
+			checkScope(t, mode, conn, direct, c)
+		}
+		// Other literals: the shape's rewrite with this statement's own.
+		for _, lit := range []string{"1", "2", "3", "4"} {
+			checkScope(t, mode, conn, direct, scopeCase{`SELECT * FROM orders WHERE id = ` + lit, `SELECT * FROM ref WHERE id = ` + lit})
+		}
+		for _, refused := range []string{
+			`SELECT * FROM orders o JOIN orders p ON p.id = o.id`,
+			`SELECT row_to_json(o.*) FROM orders o`,
+		} {
+			_, err := conn.Exec(ctx, refused)
+			if got := sqlstate(err); got != "0A000" {
+				t.Errorf("mode %v: %s: SQLSTATE %q (%v), want 0A000", mode, refused, got, err)
+			}
+		}
+	}
+}
+
+// checkScope runs c through conn and directly, inside transactions rolled
+// back, and compares the RowDescriptions and the rows (sorted unless the
+// statement orders them).
+func checkScope(t *testing.T, mode pgx.QueryExecMode, conn, direct *pgx.Conn, c scopeCase) {
+	t.Helper()
+	gotF, got, err := scopeRows(conn, c.q)
+	if err != nil {
+		t.Errorf("mode %v: %s: %v", mode, c.q, err)
+		return
+	}
+	wantF, _, err := scopeRows(direct, c.q)
+	if err != nil {
+		t.Fatalf("%s directly: %v", c.q, err)
+	}
+	_, want, err := scopeRows(direct, c.ref)
+	if err != nil {
+		t.Fatalf("%s: %v", c.ref, err)
+	}
+	if len(gotF) != len(wantF) {
+		t.Errorf("mode %v: %s: %d fields, direct %d", mode, c.q, len(gotF), len(wantF))
+		return
+	}
+	for i, f := range gotF {
+		d := wantF[i]
+		if f.Name != d.Name || f.DataTypeOID != d.DataTypeOID || f.TypeModifier != d.TypeModifier {
+			t.Errorf("mode %v: %s: field %d = %s oid %d typmod %d, direct %s oid %d typmod %d",
+				mode, c.q, i, f.Name, f.DataTypeOID, f.TypeModifier, d.Name, d.DataTypeOID, d.TypeModifier)
+		}
+	}
+	if !strings.Contains(strings.ToUpper(c.q), "ORDER BY") {
+		sort.Strings(got)
+		sort.Strings(want)
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("mode %v: %s:\n got  %v\n want %v", mode, c.q, got, want)
+	}
+}
+
+// scopeRows returns the RowDescription and the rows of q, each row its
+// values printed, run in a transaction rolled back.
+func scopeRows(conn *pgx.Conn, q string) ([]pgconn.FieldDescription, []string, error) {
+	ctx := context.Background()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := tx.Query(ctx, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, fmt.Sprint(vals))
+	}
+	fields := append([]pgconn.FieldDescription(nil), rows.FieldDescriptions()...)
+	return fields, out, rows.Err()
+}
