@@ -12,12 +12,13 @@ import (
 // Reads of expiring columns at a query level whose one FROM item is their
 // table (docs/design/column-ttl.md §2 and §3): the SELECT of the table
 // alone (the proxy's filter join aside), the UPDATE or DELETE of it
-// without FROM or USING, and the DO UPDATE of an INSERT into it. Every
-// reference to an expiring column there, unqualified or qualified by the
-// table's name or alias, in the target list, WHERE, HAVING, or the values
-// of a SET list, is rewritten; references elsewhere (GROUP BY, ORDER BY,
-// WINDOW, RETURNING, other levels) are left to be refused by the column
-// check.
+// without FROM or USING, the DO UPDATE of an INSERT into it, and the
+// RETURNING of those writes and of the INSERT. Every reference to an
+// expiring column there, unqualified or qualified by the table's name or
+// alias, in the target list (`*` and `t.*` expanded from the catalog),
+// WHERE, HAVING, RETURNING, or the values of a SET list, is rewritten;
+// references elsewhere (GROUP BY, ORDER BY, WINDOW, other levels) are
+// left to be refused by the column check.
 //
 // A value reads V, the value's expression (ttl.ColumnRule.ValueExpr): the
 // value while live, NULL once expired. A predicate is rewritten so that an
@@ -136,6 +137,19 @@ func (c *columnCheck) readWrite(rv *pg.RangeVar, set []*pg.Node, where *pg.Node)
 		}
 	}
 	l.filter(where, nil)
+}
+
+// returning rewrites the RETURNING list of an INSERT into rv, or of an
+// UPDATE or DELETE of rv with no other FROM item, as a target list: its
+// references read the new row (the old one for DELETE), whose expiry is
+// the one the row holds after the write, stamped or not.
+func (c *columnCheck) returning(rv *pg.RangeVar, list []*pg.Node) {
+	if len(list) == 0 {
+		return
+	}
+	if l := c.level(rv); l != nil {
+		l.targets(list)
+	}
 }
 
 // mine returns the column rule of cr when it is a reference of this level

@@ -65,3 +65,53 @@ func TestExpiringColumnStar(t *testing.T) {
 		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
 	}
 }
+
+// TestExpiringColumnReturning: RETURNING of an INSERT into the table, and
+// of an UPDATE or DELETE of it without other FROM items, reads V over the
+// row written (the one deleted), `*` expanded; with other FROM items it
+// stays refused.
+func TestExpiringColumnReturning(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	o := colText{`"orders"`}
+	a := colText{`"o"`}
+	r := &columnRules()[len(columnRules())-1]
+	ip := r.ExpiringColumn("client_ip")
+	e := ip.Expiry(r)
+	cstamp := e.ExpiryValue(ip.DefaultTTL)
+	where := `WHERE (id = 1) AND ` + live(`"orders"`)
+	cases := []rwCase{
+		{"update", `UPDATE orders SET status = 'x' WHERE id = 1 RETURNING client_ip, note AS n`,
+			`UPDATE orders SET status = 'x' ` + where + ` RETURNING ` + o.ipV() + ` AS "client_ip", ` + o.noteV() + ` AS n`},
+		{"update of the value, star", `UPDATE orders SET client_ip = '10.0.0.9' WHERE id = 1 RETURNING *`,
+			`UPDATE orders SET client_ip = '10.0.0.9', "client_ip_expires_at" = ` + cstamp + ` ` + where + ` RETURNING ` + starCols(`"orders"`)},
+		{"delete", `DELETE FROM orders WHERE id = 1 RETURNING id, note::text`,
+			`DELETE FROM orders ` + where + ` RETURNING id, ` + o.noteV() + `::text AS "note"`},
+		{"insert", `INSERT INTO orders AS o (id, client_ip) VALUES (1, '10.0.0.1') RETURNING o.*`,
+			`INSERT INTO orders AS o (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `) RETURNING ` + starCols(`"o"`)},
+		{"insert, do update", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = 'y' RETURNING note`,
+			`INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = 'y' WHERE ` + live(`"orders"`) + ` RETURNING ` + o.noteV() + ` AS "note"`},
+		{"in a cte", `WITH d AS (DELETE FROM orders o RETURNING o.client_ip) SELECT * FROM d`,
+			`WITH d AS (DELETE FROM orders o WHERE ` + live(`"o"`) + ` RETURNING ` + a.ipV() + ` AS "client_ip") SELECT * FROM d`},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, s, c)
+		checkStable(t, rw, s, c)
+	}
+	for _, c := range []rejCase{
+		{"update from", `UPDATE orders SET status = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note`, "", []string{"note"}},
+		{"delete using", `DELETE FROM orders USING users u WHERE u.id = orders.id RETURNING *`, "", []string{"client_ip"}},
+		{"a whole row", `DELETE FROM orders RETURNING orders`, "", []string{"whole-row"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, s, c)
+	}
+	before := rw.Stats()
+	for _, lit := range []string{"1", "22", "333", "4444"} {
+		checkRewrite(t, rw, s, rwCase{"shape " + lit, `DELETE FROM orders WHERE id = ` + lit + ` RETURNING note`,
+			`DELETE FROM orders WHERE (id = ` + lit + `) AND ` + live(`"orders"`) + ` RETURNING ` + o.noteV() + ` AS "note"`})
+	}
+	if after := rw.Stats(); after.ShapeHits < before.ShapeHits+2 || after.ShapeMismatches != 0 {
+		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
+	}
+}

@@ -288,6 +288,7 @@ func (c *columnCheck) visit(n any) {
 		}
 		c.writeInsert(r, x)
 		c.writeConflict(r, x)
+		c.returning(x.Relation, x.ReturningList)
 	case *pg.UpdateStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
 		if r := c.refs[x.Relation]; r != nil {
@@ -297,11 +298,13 @@ func (c *columnCheck) visit(n any) {
 			}
 			c.readWrite(x.Relation, x.TargetList, x.WhereClause)
 			c.writeUpdate(r, x)
+			c.returning(x.Relation, x.ReturningList)
 		}
 	case *pg.DeleteStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.UsingClause...)...)
 		if len(x.UsingClause) == 0 {
 			c.readWrite(x.Relation, nil, x.WhereClause)
+			c.returning(x.Relation, x.ReturningList)
 		}
 	case *pg.MergeStmt:
 		r := c.refs[x.Relation]

@@ -96,7 +96,7 @@ func TestExpiringColumnWrites(t *testing.T) {
 		{"on conflict set reading another level", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT name FROM users WHERE ip = o.client_ip)`, "", []string{"client_ip"}},
 		{"merge", `MERGE INTO orders o USING staging s ON o.id = s.id WHEN MATCHED THEN UPDATE SET client_ip = s.ip`, "", []string{"client_ip"}},
 		{"update from", `UPDATE orders SET client_ip = u.ip FROM users u WHERE u.id = orders.id`, "", []string{"client_ip"}},
-		{"returning", `UPDATE orders SET client_ip = NULL RETURNING client_ip`, "", []string{"client_ip"}},
+		{"returning of update from", `UPDATE orders SET status = u.name FROM users u WHERE u.id = orders.id RETURNING client_ip`, "", []string{"client_ip"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)

@@ -62,6 +62,14 @@ func TestExpiringColumnScope(t *testing.T) {
 		{`SELECT o.*, o.id + 1 FROM orders o WHERE o.id < 4 ORDER BY id`, `SELECT o.*, o.id + 1 FROM ref o WHERE o.id < 4 ORDER BY id`},
 		{`SELECT id FROM orders WHERE EXISTS (SELECT * FROM orders WHERE client_ip = '10.0.0.2') ORDER BY 1`,
 			`SELECT id FROM ref WHERE EXISTS (SELECT * FROM ref WHERE client_ip = '10.0.0.2') ORDER BY 1`},
+		// RETURNING: the row written, the one deleted.
+		{`UPDATE orders SET id = id WHERE id IN (1, 2, 3, 4, 5) RETURNING *`, `SELECT * FROM ref WHERE id IN (1, 2, 3, 4, 5)`},
+		{`DELETE FROM orders o WHERE id < 6 RETURNING id, o.client_ip, note AS n, note::text`, `SELECT id, client_ip, note AS n, note::text FROM ref WHERE id < 6`},
+		{`UPDATE orders SET client_ip = '10.9.9.9' WHERE id = 2 RETURNING client_ip`, `SELECT NULL::varchar(20) AS client_ip`},
+		{`UPDATE orders SET client_ip = '10.9.9.9', ip_expires_at = '2100-01-01' WHERE id = 2 RETURNING client_ip`, `SELECT '10.9.9.9'::varchar(20)`},
+		{`INSERT INTO orders (id, client_ip, ip_expires_at, note, created_at) VALUES (8, '10.0.0.8', '2000-01-01', 8.5, '2100-01-01') RETURNING *`,
+			`SELECT 8, NULL::varchar(20), '2000-01-01'::timestamptz, 8.50::numeric(10,2), '2100-01-01'::timestamptz, NULL::timestamptz`},
+		{`WITH d AS (DELETE FROM orders WHERE id = 7 RETURNING note, client_ip) SELECT * FROM d`, `SELECT note, client_ip FROM ref WHERE id = 7`},
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		conn := s.connectMode(mode)
@@ -71,10 +79,13 @@ func TestExpiringColumnScope(t *testing.T) {
 		// Other literals: the shape's rewrite with this statement's own.
 		for _, lit := range []string{"1", "2", "3", "4"} {
 			checkScope(t, mode, conn, direct, scopeCase{`SELECT * FROM orders WHERE id = ` + lit, `SELECT * FROM ref WHERE id = ` + lit})
+			checkScope(t, mode, conn, direct, scopeCase{`DELETE FROM orders WHERE id = ` + lit + ` RETURNING note`, `SELECT note FROM ref WHERE id = ` + lit})
 		}
 		for _, refused := range []string{
 			`SELECT * FROM orders o JOIN orders p ON p.id = o.id`,
 			`SELECT row_to_json(o.*) FROM orders o`,
+			`UPDATE orders SET note = 1 FROM orders p WHERE p.id = orders.id RETURNING orders.client_ip`,
+			`DELETE FROM orders RETURNING orders`,
 		} {
 			_, err := conn.Exec(ctx, refused)
 			if got := sqlstate(err); got != "0A000" {

@@ -15,7 +15,8 @@ import (
 // the row's own stamp; an INSERT without a column list is stamped from
 // the catalog's columns; `SET c = c || 'x'` reads an expired value as
 // NULL; refresh_on_update moves a live value's expiry and leaves an
-// expired one expired; ON CONFLICT DO UPDATE alike.
+// expired one expired; ON CONFLICT DO UPDATE alike; RETURNING reads the
+// row written under the expiry it holds after the write.
 func TestExpiringColumnWrites(t *testing.T) {
 	rules := []ttl.Rule{{Table: "t", DefaultTTL: 24 * time.Hour, Columns: []ttl.ColumnRule{
 		{Column: "c", ExpiresAtColumn: "c_exp", DefaultTTL: time.Hour, RefreshOnUpdate: true},
@@ -99,12 +100,26 @@ func TestExpiringColumnWrites(t *testing.T) {
 	exec(`INSERT INTO t (id) VALUES (3) ON CONFLICT (id) DO UPDATE SET d = 9`)
 	check(3, "b", "60")
 
+	// RETURNING reads the row written, under the expiry it holds after the
+	// write: given and past, or stamped.
+	for _, c := range []struct{ q, want string }{
+		{`INSERT INTO t (id, c, c_exp) VALUES (31, 'z', now() - interval '1 second') RETURNING c`, "NULL"},
+		{`UPDATE t SET d = 1 WHERE id = 31 RETURNING c`, "NULL"},
+		{`UPDATE t SET c = 'r' WHERE id = 31 RETURNING c`, "r"},
+		{`DELETE FROM t WHERE id = 31 RETURNING c`, "r"},
+	} {
+		var got *string
+		if err := conn.QueryRow(ctx, c.q).Scan(&got); err != nil || str(got) != c.want {
+			t.Errorf("%s: %s, %v; want %s", c.q, str(got), err, c.want)
+		}
+	}
+
 	// What is not handled yet is refused.
 	for _, q := range []string{
 		`INSERT INTO t SELECT * FROM generate_series(20, 21)`,
 		`INSERT INTO t (id, c) VALUES (1, 'a') ON CONFLICT (c) DO NOTHING`,
 		`MERGE INTO t USING (SELECT 1 AS id) s ON t.id = s.id WHEN MATCHED THEN UPDATE SET c = 'm'`,
-		`UPDATE t SET c = 'a' RETURNING c`,
+		`UPDATE t SET d = 1 FROM (SELECT 1 AS id) s WHERE s.id = t.id RETURNING t.c`,
 	} {
 		if _, err := conn.Exec(ctx, q); sqlstate(err) != "0A000" {
 			t.Errorf("%s: %v, want 0A000", q, err)
