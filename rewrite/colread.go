@@ -59,6 +59,8 @@ type colLevel struct {
 	// name), qual the same quoted.
 	name, qual string
 	cols       []Column
+	// pure makes every reference read V, predicates too: after grouping.
+	pure bool
 	// wrapped are the references rewritten to V.
 	wrapped map[*pg.ColumnRef]bool
 }
@@ -111,9 +113,154 @@ func (c *columnCheck) readSelect(sel *pg.SelectStmt) {
 	if l == nil {
 		return
 	}
-	l.targets(sel.TargetList)
 	l.filter(sel.WhereClause, nil)
+	// After grouping, a column is read only inside the grouped
+	// expression: the GROUP BY items read V, and every reference of the
+	// levels after it (target list, HAVING, ORDER BY, windows) reads V
+	// too, so that PostgreSQL matches it with the GROUP BY's.
+	l.pure = len(sel.GroupClause) > 0
+	l.targets(sel.TargetList)
+	for _, n := range sel.GroupClause {
+		l.value(n, nil)
+	}
 	l.filter(sel.HavingClause, nil)
+	for _, n := range sel.WindowClause {
+		l.children(n.ProtoReflect(), nil)
+	}
+	outputs, known := l.outputNames(sel.TargetList)
+	for _, n := range sel.DistinctClause {
+		l.sortKey(n, outputs, known)
+	}
+	for _, n := range sel.SortClause {
+		if sb := n.GetSortBy(); sb != nil {
+			l.sortKey(sb.Node, outputs, known)
+			continue
+		}
+		l.value(n, nil)
+	}
+}
+
+// sortKey rewrites an ORDER BY or DISTINCT ON item. A bare name that
+// names an output column (outputs, all of them known) is that column,
+// whose own reads the target list has rewritten (PostgreSQL's SQL-92 rule
+// for these clauses); when some output names are not known it is left to
+// be refused. Any other item is an expression over the input columns.
+func (l *colLevel) sortKey(n *pg.Node, outputs map[string]bool, known bool) {
+	if cr := n.GetColumnRef(); cr != nil && len(cr.Fields) == 1 && cr.Fields[0].GetString_() != nil {
+		name := cr.Fields[0].GetString_().GetSval()
+		if outputs[name] {
+			l.c.read[cr] = true
+			return
+		}
+		if !known && l.mine(cr) != nil {
+			return
+		}
+	}
+	l.value(n, nil)
+}
+
+// outputNames returns the names of the output columns of a target list,
+// as PostgreSQL gives them (FigureColname), and whether every name is
+// known: a scalar subquery's entry is named by its own level.
+func (l *colLevel) outputNames(list []*pg.Node) (map[string]bool, bool) {
+	out, known := map[string]bool{}, true
+	for _, n := range list {
+		rt := n.GetResTarget()
+		if rt == nil {
+			continue
+		}
+		if rt.Name != "" {
+			out[rt.Name] = true
+			continue
+		}
+		if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
+			for _, col := range l.cols {
+				out[col.Name] = true
+			}
+			continue
+		}
+		name, ok := figureName(rt.Val)
+		if !ok {
+			known = false
+		}
+		out[name] = true
+	}
+	return out, known
+}
+
+// figureName ports PostgreSQL's FigureColname
+// (src/backend/parser/parse_target.c): the name of a target entry without
+// AS, and false when it is a scalar subquery's (named by its own first
+// entry).
+func figureName(n *pg.Node) (string, bool) {
+	name, strength, ok := figureNameInternal(n)
+	if strength == 0 {
+		return "?column?", ok
+	}
+	return name, ok
+}
+
+func figureNameInternal(n *pg.Node) (string, int, bool) {
+	switch x := n.GetNode().(type) {
+	case *pg.Node_ColumnRef:
+		f := x.ColumnRef.Fields
+		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
+			return f[len(f)-1].GetString_().GetSval(), 2, true
+		}
+	case *pg.Node_AIndirection:
+		ind := x.AIndirection.Indirection
+		if len(ind) > 0 && ind[len(ind)-1].GetString_() != nil {
+			return ind[len(ind)-1].GetString_().GetSval(), 2, true
+		}
+		return figureNameInternal(x.AIndirection.Arg)
+	case *pg.Node_FuncCall:
+		f := x.FuncCall.Funcname
+		if len(f) > 0 {
+			return f[len(f)-1].GetString_().GetSval(), 2, true
+		}
+	case *pg.Node_AExpr:
+		if x.AExpr.Kind == pg.A_Expr_Kind_AEXPR_NULLIF {
+			return "nullif", 2, true
+		}
+	case *pg.Node_TypeCast:
+		if name, s, ok := figureNameInternal(x.TypeCast.Arg); s > 0 || !ok {
+			return name, s, ok
+		}
+		if tn := x.TypeCast.TypeName; tn != nil && len(tn.Names) > 0 {
+			return tn.Names[len(tn.Names)-1].GetString_().GetSval(), 1, true
+		}
+	case *pg.Node_CollateClause:
+		return figureNameInternal(x.CollateClause.Arg)
+	case *pg.Node_CaseExpr:
+		if name, s, ok := figureNameInternal(x.CaseExpr.Defresult); s > 1 || !ok {
+			return name, s, ok
+		}
+		return "case", 1, true
+	case *pg.Node_AArrayExpr:
+		return "array", 2, true
+	case *pg.Node_RowExpr:
+		return "row", 2, true
+	case *pg.Node_CoalesceExpr:
+		return "coalesce", 2, true
+	case *pg.Node_MinMaxExpr:
+		if x.MinMaxExpr.Op == pg.MinMaxOp_IS_GREATEST {
+			return "greatest", 2, true
+		}
+		return "least", 2, true
+	case *pg.Node_SubLink:
+		switch x.SubLink.SubLinkType {
+		case pg.SubLinkType_EXISTS_SUBLINK:
+			return "exists", 2, true
+		case pg.SubLinkType_ARRAY_SUBLINK:
+			return "array", 2, true
+		case pg.SubLinkType_EXPR_SUBLINK, pg.SubLinkType_MULTIEXPR_SUBLINK:
+			return "", 0, false
+		}
+	case *pg.Node_SqlvalueFunction, *pg.Node_XmlExpr, *pg.Node_XmlSerialize, *pg.Node_GroupingFunc:
+		// Named after a keyword: not ported, the name is unknown.
+		return "", 0, false
+	}
+	return "", 0, true
 }
 
 // readWrite rewrites the reads of an UPDATE (set holds its SET list) or
@@ -298,6 +445,10 @@ func (l *colLevel) filter(n *pg.Node, g guards) {
 	if n == nil || n.Node == nil || l.c.w.err != nil {
 		return
 	}
+	if l.pure {
+		l.value(n, g)
+		return
+	}
 	switch x := n.Node.(type) {
 	case *pg.Node_BoolExpr:
 		if x.BoolExpr.Boolop != pg.BoolExprType_NOT_EXPR {
@@ -399,7 +550,7 @@ func (l *colLevel) nullTest(nt *pg.NullTest, g guards) bool {
 		return false
 	}
 	col := l.mine(cr)
-	if col == nil {
+	if col == nil || l.pure {
 		return false
 	}
 	l.c.read[cr] = true

@@ -115,3 +115,61 @@ func TestExpiringColumnReturning(t *testing.T) {
 		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
 	}
 }
+
+// TestExpiringColumnOrderGroup: ORDER BY, GROUP BY, DISTINCT ON, WINDOW
+// and aggregate arguments read V; a bare ORDER BY or DISTINCT ON name of
+// an output column is that column; after GROUP BY every reference reads
+// V (predicates too), the same expression as the GROUP BY item.
+func TestExpiringColumnOrderGroup(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	o := colText{`"orders"`}
+	a := colText{`"o"`}
+	from := `FROM ` + join("orders", `"orders"`, 0)
+	fromO := `FROM ` + join("orders o", `"o"`, 0)
+	cases := []rwCase{
+		{"order by", `SELECT id FROM orders WHERE note = 'x' ORDER BY note DESC, client_ip || 'x' NULLS FIRST`,
+			`SELECT id ` + from + ` WHERE ` + o.noteLive() + ` AND note = 'x' ORDER BY ` + o.noteV() + ` DESC, ` + o.ipV() + ` || 'x' NULLS FIRST`},
+		{"order by an output column", `SELECT note, id AS client_ip FROM orders ORDER BY note, client_ip`,
+			`SELECT ` + o.noteV() + ` AS "note", id AS client_ip ` + from + ` ORDER BY note, client_ip`},
+		{"order by the star's output", `SELECT * FROM orders o ORDER BY note, o.client_ip`,
+			`SELECT ` + starCols(`"o"`) + ` ` + fromO + ` ORDER BY note, ` + a.ipV()},
+		{"order by an aggregate", `SELECT status FROM orders GROUP BY status ORDER BY max(note)`,
+			`SELECT status ` + from + ` GROUP BY status ORDER BY max(` + o.noteV() + `)`},
+		{"group by", `SELECT note, count(*) FROM orders WHERE client_ip = '10.0.0.1' GROUP BY note HAVING note IS NOT NULL ORDER BY 1`,
+			`SELECT ` + o.noteV() + ` AS "note", count(*) ` + from + ` WHERE ` + o.ipLive() + ` AND client_ip = '10.0.0.1' GROUP BY ` + o.noteV() +
+				` HAVING ` + o.noteV() + ` IS NOT NULL ORDER BY 1`},
+		{"predicates after group by", `SELECT o.client_ip = '10.0.0.1' AS b, CASE WHEN client_ip IS NULL THEN 0 END AS k FROM orders o GROUP BY o.client_ip, rollup (note)`,
+			`SELECT ` + a.ipV() + ` = '10.0.0.1' AS b, CASE WHEN ` + a.ipV() + ` IS NULL THEN 0 END AS k ` + fromO + ` GROUP BY ` + a.ipV() + `, rollup (` + a.noteV() + `)`},
+		{"aggregate arguments", `SELECT count(DISTINCT client_ip), string_agg(note::text, ',' ORDER BY note) FROM orders`,
+			`SELECT count(DISTINCT ` + o.ipV() + `), string_agg(` + o.noteV() + `::text, ',' ORDER BY ` + o.noteV() + `) ` + from},
+		{"distinct on", `SELECT DISTINCT ON (note, client_ip::text) id FROM orders ORDER BY note, client_ip::text, id`,
+			`SELECT DISTINCT ON (` + o.noteV() + `, ` + o.ipV() + `::text) id ` + from + ` ORDER BY ` + o.noteV() + `, ` + o.ipV() + `::text, id`},
+		{"distinct on an output column", `SELECT DISTINCT ON (note) note, id FROM orders`,
+			`SELECT DISTINCT ON (note) ` + o.noteV() + ` AS "note", id ` + from},
+		{"window", `SELECT id, rank() OVER w FROM orders WINDOW w AS (PARTITION BY client_ip ORDER BY note)`,
+			`SELECT id, rank() OVER w ` + from + ` WINDOW w AS (PARTITION BY ` + o.ipV() + ` ORDER BY ` + o.noteV() + `)`},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, s, c)
+		checkStable(t, rw, s, c)
+	}
+	for _, c := range []rejCase{
+		{"an output name the proxy cannot figure", `SELECT (SELECT 1) , id FROM orders ORDER BY note`, "", []string{"note"}},
+		{"order by of a set operation", `SELECT id FROM orders UNION SELECT id FROM orders ORDER BY note`, "", []string{"note"}},
+		{"order by of a join", `SELECT o.id FROM orders o JOIN users u ON u.id = o.id ORDER BY o.note`, "", []string{"note"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, s, c)
+	}
+	// Without the catalog, V cannot be written.
+	checkReject(t, rw, nil, rejCase{"without the catalog", `SELECT id FROM orders ORDER BY note`, sqlstate.FeatureNotSupported, []string{"note"}})
+	before := rw.Stats()
+	for _, lit := range []string{"'a'", "'bb'", "'ccc'", "'dddd'"} {
+		checkRewrite(t, rw, s, rwCase{"shape " + lit, `SELECT note, count(*) FROM orders WHERE status = ` + lit + ` GROUP BY note ORDER BY note`,
+			`SELECT ` + o.noteV() + ` AS "note", count(*) ` + from + ` WHERE status = ` + lit + ` GROUP BY ` + o.noteV() + ` ORDER BY note`})
+	}
+	if after := rw.Stats(); after.ShapeHits < before.ShapeHits+2 || after.ShapeMismatches != 0 {
+		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
+	}
+}

@@ -53,6 +53,7 @@ func TestExpiringColumnScope(t *testing.T) {
 			CASE WHEN created_at IS NULL OR created_at + interval '1 hour' >= now() THEN note END AS note,
 			created_at, expires_at
 			FROM orders WHERE expires_at IS NULL OR expires_at >= now()`,
+		`ALTER TABLE ref ADD PRIMARY KEY (id)`,
 	}})
 	ctx := context.Background()
 	direct := s.connect(s.direct)
@@ -70,6 +71,19 @@ func TestExpiringColumnScope(t *testing.T) {
 		{`INSERT INTO orders (id, client_ip, ip_expires_at, note, created_at) VALUES (8, '10.0.0.8', '2000-01-01', 8.5, '2100-01-01') RETURNING *`,
 			`SELECT 8, NULL::varchar(20), '2000-01-01'::timestamptz, 8.50::numeric(10,2), '2100-01-01'::timestamptz, NULL::timestamptz`},
 		{`WITH d AS (DELETE FROM orders WHERE id = 7 RETURNING note, client_ip) SELECT * FROM d`, `SELECT note, client_ip FROM ref WHERE id = 7`},
+		// ORDER BY, GROUP BY, DISTINCT ON, aggregates, windows.
+		{`SELECT id, client_ip FROM orders ORDER BY client_ip NULLS FIRST, id`, `SELECT id, client_ip FROM ref ORDER BY client_ip NULLS FIRST, id`},
+		{`SELECT * FROM orders o ORDER BY note DESC, o.id`, `SELECT * FROM ref o ORDER BY note DESC, o.id`},
+		{`SELECT note, count(*) FROM orders GROUP BY note ORDER BY note NULLS LAST`, `SELECT note, count(*) FROM ref GROUP BY note ORDER BY note NULLS LAST`},
+		{`SELECT client_ip IS NULL AS gone, count(*) FROM orders GROUP BY client_ip HAVING client_ip IS NULL OR client_ip = '10.0.0.1' ORDER BY 2, 1`,
+			`SELECT client_ip IS NULL AS gone, count(*) FROM ref GROUP BY client_ip HAVING client_ip IS NULL OR client_ip = '10.0.0.1' ORDER BY 2, 1`},
+		{`SELECT id, client_ip FROM orders GROUP BY id ORDER BY id`, `SELECT id, client_ip FROM ref GROUP BY id ORDER BY id`},
+		{`SELECT DISTINCT ON (note) note, id FROM orders ORDER BY note, id`, `SELECT DISTINCT ON (note) note, id FROM ref ORDER BY note, id`},
+		{`SELECT DISTINCT client_ip FROM orders ORDER BY client_ip`, `SELECT DISTINCT client_ip FROM ref ORDER BY client_ip`},
+		{`SELECT count(DISTINCT client_ip), max(note), string_agg(client_ip, ',' ORDER BY client_ip) FROM orders`,
+			`SELECT count(DISTINCT client_ip), max(note), string_agg(client_ip, ',' ORDER BY client_ip) FROM ref`},
+		{`SELECT id, rank() OVER (PARTITION BY client_ip ORDER BY note), sum(note) OVER w FROM orders WINDOW w AS (ORDER BY note, id) ORDER BY id`,
+			`SELECT id, rank() OVER (PARTITION BY client_ip ORDER BY note), sum(note) OVER w FROM ref WINDOW w AS (ORDER BY note, id) ORDER BY id`},
 	}
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
 		conn := s.connectMode(mode)
@@ -80,6 +94,8 @@ func TestExpiringColumnScope(t *testing.T) {
 		for _, lit := range []string{"1", "2", "3", "4"} {
 			checkScope(t, mode, conn, direct, scopeCase{`SELECT * FROM orders WHERE id = ` + lit, `SELECT * FROM ref WHERE id = ` + lit})
 			checkScope(t, mode, conn, direct, scopeCase{`DELETE FROM orders WHERE id = ` + lit + ` RETURNING note`, `SELECT note FROM ref WHERE id = ` + lit})
+			checkScope(t, mode, conn, direct, scopeCase{`SELECT note, count(*) FROM orders WHERE id <> ` + lit + ` GROUP BY note ORDER BY note`,
+				`SELECT note, count(*) FROM ref WHERE id <> ` + lit + ` GROUP BY note ORDER BY note`})
 		}
 		for _, refused := range []string{
 			`SELECT * FROM orders o JOIN orders p ON p.id = o.id`,

@@ -92,8 +92,8 @@ func TestExpiringColumnRead(t *testing.T) {
 
 		for _, refused := range []string{
 			`SELECT * FROM orders o JOIN orders p ON p.id = o.id`,
-			`SELECT id FROM orders ORDER BY client_ip`,
-			`SELECT client_ip FROM orders GROUP BY client_ip`,
+			`SELECT o.id FROM orders o JOIN orders p ON p.id = o.id ORDER BY o.client_ip`,
+			`SELECT (SELECT 1), id FROM orders GROUP BY id ORDER BY client_ip`,
 			`SELECT o FROM orders o`,
 			`SELECT o.client_ip FROM orders o JOIN orders p ON p.id = o.id`,
 			`SELECT id FROM orders o WHERE EXISTS (SELECT 1 FROM orders p WHERE p.client_ip = o.client_ip)`,
