@@ -173,3 +173,56 @@ func TestExpiringColumnOrderGroup(t *testing.T) {
 		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
 	}
 }
+
+// TestExpiringColumnCopy: COPY t TO and COPY t (cols) TO of the table
+// become a query of its live rows whose expiring columns read V under
+// their names, from the catalog; COPY (query) TO has its query read as
+// any; COPY FROM naming the column, and COPY TO without the catalog, stay
+// refused.
+func TestExpiringColumnCopy(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	o := colText{`"orders"`}
+	from := `FROM ` + join("orders", `"orders"`, 0)
+	where := ` WHERE ` + live(`"orders"`)
+	cases := []rwCase{
+		{"copy to", `COPY orders TO STDOUT`, `COPY (SELECT ` + starCols(`"orders"`) + ` FROM orders` + where + `) TO STDOUT`},
+		{"copy of columns", `COPY public.orders (id, note) TO STDOUT WITH (FORMAT csv, HEADER)`,
+			`COPY (SELECT "orders"."id", ` + o.noteV() + ` AS "note" FROM public.orders` + where + `) TO STDOUT WITH (FORMAT csv, HEADER)`},
+		{"copy of other columns", `COPY orders (id, status) TO STDOUT`,
+			`COPY (SELECT id, status FROM orders` + where + `) TO STDOUT`},
+		{"copy of a query", `COPY (SELECT * FROM orders WHERE note = 'x' ORDER BY client_ip) TO STDOUT`,
+			`COPY (SELECT ` + starCols(`"orders"`) + ` ` + from + ` WHERE ` + o.noteLive() + ` AND note = 'x' ORDER BY client_ip) TO STDOUT`},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, s, c)
+		checkStable(t, rw, s, c)
+	}
+	// Without the catalog, a list without the column is read as it is.
+	checkRewrite(t, rw, nil, cases[2])
+	for _, c := range []rejCase{
+		{"copy from", `COPY orders (id, note) FROM STDIN`, "", []string{"note"}},
+		{"copy from without a list", `COPY orders FROM STDIN`, "", []string{"client_ip"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, s, c)
+	}
+	for _, c := range []rejCase{
+		{"copy to without the catalog", `COPY orders TO STDOUT`, "", []string{"client_ip"}},
+		{"copy of the column without the catalog", `COPY orders (id, note) TO STDOUT`, "", []string{"note"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, nil, c)
+	}
+	// COPY is cached by its exact text (literalBlind): each text,
+	// rewritten twice, keeps its own literal.
+	for i := 0; i < 2; i++ {
+		for _, lit := range []string{"'a'", "'bb'", "'ccc'"} {
+			checkRewrite(t, rw, s, rwCase{"literal " + lit, `COPY (SELECT note FROM orders WHERE status = ` + lit + `) TO STDOUT`,
+				`COPY (SELECT ` + o.noteV() + ` AS "note" ` + from + ` WHERE status = ` + lit + `) TO STDOUT`})
+		}
+	}
+	if m := rw.Stats().ShapeMismatches; m != 0 {
+		t.Errorf("shape mismatches %d, want 0", m)
+	}
+}

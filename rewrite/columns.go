@@ -30,7 +30,9 @@ import (
 //     DO UPDATE, UPDATE without FROM): MERGE INSERT or COPY without a
 //     column list, a MERGE, COPY or UPDATE … FROM column or SET target, ON
 //     CONFLICT inference naming the column, an INSERT without a column
-//     list whose columns the catalog cannot give;
+//     list whose columns the catalog cannot give, a COPY TO of a table
+//     whose columns the catalog cannot give (copy.go reads the values
+//     when it can);
 //   - a view that reads the table, directly or through other views: its
 //     definition runs inside the server.
 //
@@ -322,6 +324,17 @@ func (c *columnCheck) visit(n any) {
 	case *pg.CopyStmt:
 		r := c.refs[x.Relation]
 		if r == nil || x.Query != nil {
+			return
+		}
+		if cols := c.w.columns(r); !x.IsFrom && cols != nil {
+			// copyStmt writes the query, expiring columns read V: it
+			// needs their types.
+			for _, a := range x.Attlist {
+				if name := a.GetString_().GetSval(); c.expiring(r, name) && columnType(cols, name) == "" {
+					c.fail(r, name, "the column list of COPY")
+					return
+				}
+			}
 			return
 		}
 		if len(x.Attlist) == 0 {

@@ -143,7 +143,7 @@ func TestExpiringColumnsRefused(t *testing.T) {
 		"in an expression": true, "having": true, "aggregate": true, "window": true,
 		"star": true, "star with where": true, "star in a cte": true, "star in a subquery": true, "qualified star": true,
 		"table star": true, "explain analyze": true, "create view": true,
-		"group by": true, "order by": true, "returning column": true, "returning star of delete": true, "returning star of insert": true}
+		"group by": true, "order by": true, "returning column": true, "copy to": true, "copy to with the column": true, "returning star of delete": true, "returning star of insert": true}
 	for _, s := range []*State{nil, NewState(Session{Catalog: columnCatalog()})} {
 		for _, c := range cases {
 			if (c.name == "partition" && s == nil) || predicates[c.name] || (values[c.name] && s != nil) {

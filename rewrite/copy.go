@@ -12,8 +12,9 @@ import (
 // stamped in the stream.
 
 // copyStmt filters COPY … TO: `COPY t [(a, b)] TO` becomes `COPY (SELECT
-// a, b FROM t WHERE live) TO` and the query of `COPY (query) TO` is
-// rewritten. COPY … FROM writes and passes: a column DEFAULT stamps it.
+// a, b FROM t WHERE live) TO` (for a table with expiring columns, the
+// columns listed or the catalog's, each expiring one read through its
+// value's expression) and the query of `COPY (query) TO` is rewritten. COPY … FROM writes and passes: a column DEFAULT stamps it.
 func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 	if c.Query != nil {
 		ts := w.tokens()
@@ -57,6 +58,60 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 		cols = strings.TrimSpace(w.sql[ts[ne].end:ts[rparen].start])
 		last = rparen
 	}
+	qual := ttl.QuoteIdent(rv.Relname)
+	if namesExpiring(rule, c.Attlist) {
+		cols = w.copyColumns(rule, qual, c.Attlist)
+	}
 	w.replace(ts[i].start, ts[last].end,
-		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(ttl.QuoteIdent(rv.Relname), "now()")+")")
+		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(qual, "now()")+")")
+}
+
+// namesExpiring reports that a COPY of rule's table with the column list
+// attlist names an expiring column: every column when the list is empty.
+func namesExpiring(rule *ttl.Rule, attlist []*pg.Node) bool {
+	if len(rule.Columns) == 0 {
+		return false
+	}
+	if len(attlist) == 0 {
+		return true
+	}
+	for _, a := range attlist {
+		if rule.ExpiringColumn(a.GetString_().GetSval()) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// copyColumns returns the target list of the query a COPY TO of rule's
+// table with expiring columns becomes: the columns of attlist, or the
+// catalog's when it is empty, each expiring column as its value's
+// expression named after it (a HEADER line shows the names), the others
+// as qual."a". The column check has refused the statement when the
+// catalog does not hold the table's columns.
+func (w *walker) copyColumns(rule *ttl.Rule, qual string, attlist []*pg.Node) string {
+	cols := w.columns(rule)
+	names := make([]string, 0, len(cols))
+	if len(attlist) == 0 {
+		for _, col := range cols {
+			names = append(names, col.Name)
+		}
+	}
+	for _, a := range attlist {
+		names = append(names, a.GetString_().GetSval())
+	}
+	var b strings.Builder
+	for k, name := range names {
+		if k > 0 {
+			b.WriteString(", ")
+		}
+		if e := rule.ExpiringColumn(name); e != nil {
+			if typ := columnType(cols, name); typ != "" {
+				b.WriteString(e.ValueExpr(rule, qual, typ) + " AS " + ttl.QuoteIdent(name))
+				continue
+			}
+		}
+		b.WriteString(qual + "." + ttl.QuoteIdent(name))
+	}
+	return b.String()
 }

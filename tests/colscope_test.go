@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -97,11 +98,24 @@ func TestExpiringColumnScope(t *testing.T) {
 			checkScope(t, mode, conn, direct, scopeCase{`SELECT note, count(*) FROM orders WHERE id <> ` + lit + ` GROUP BY note ORDER BY note`,
 				`SELECT note, count(*) FROM ref WHERE id <> ` + lit + ` GROUP BY note ORDER BY note`})
 		}
+		// COPY TO: the table's live rows, expired values NULL.
+		for _, c := range []scopeCase{
+			{`COPY orders TO STDOUT`, `COPY ref TO STDOUT`},
+			{`COPY orders (id, note, client_ip) TO STDOUT WITH (FORMAT csv, HEADER)`, `COPY ref (id, note, client_ip) TO STDOUT WITH (FORMAT csv, HEADER)`},
+			{`COPY orders (id, ip_expires_at) TO STDOUT`, `COPY ref (id, ip_expires_at) TO STDOUT`},
+			{`COPY (SELECT * FROM orders WHERE note > 2 ORDER BY client_ip, id) TO STDOUT`, `COPY (SELECT * FROM ref WHERE note > 2 ORDER BY client_ip, id) TO STDOUT`},
+		} {
+			got, want := copyLines(t, conn, c.q), copyLines(t, direct, c.ref)
+			if got != want {
+				t.Errorf("mode %v: %s:\n got  %s\n want %s", mode, c.q, got, want)
+			}
+		}
 		for _, refused := range []string{
 			`SELECT * FROM orders o JOIN orders p ON p.id = o.id`,
 			`SELECT row_to_json(o.*) FROM orders o`,
 			`UPDATE orders SET note = 1 FROM orders p WHERE p.id = orders.id RETURNING orders.client_ip`,
 			`DELETE FROM orders RETURNING orders`,
+			`COPY orders (id, note) FROM STDIN`,
 		} {
 			_, err := conn.Exec(ctx, refused)
 			if got := sqlstate(err); got != "0A000" {
@@ -173,4 +187,19 @@ func scopeRows(conn *pgx.Conn, q string) ([]pgconn.FieldDescription, []string, e
 	}
 	fields := append([]pgconn.FieldDescription(nil), rows.FieldDescriptions()...)
 	return fields, out, rows.Err()
+}
+
+// copyLines returns the output of the COPY … TO STDOUT q, its lines
+// sorted unless q orders them.
+func copyLines(t *testing.T, conn *pgx.Conn, q string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if _, err := conn.PgConn().CopyTo(context.Background(), &buf, q); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if !strings.Contains(q, "ORDER BY") {
+		sort.Strings(lines)
+	}
+	return strings.Join(lines, "\n")
 }
