@@ -202,15 +202,23 @@ func figureName(n *pg.Node) (string, bool) {
 
 func figureNameInternal(n *pg.Node) (string, int, bool) {
 	switch x := n.GetNode().(type) {
+	case nil:
+		return "", 0, true // a CASE without ELSE
 	case *pg.Node_ColumnRef:
 		f := x.ColumnRef.Fields
 		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
 			return f[len(f)-1].GetString_().GetSval(), 2, true
 		}
 	case *pg.Node_AIndirection:
-		ind := x.AIndirection.Indirection
-		if len(ind) > 0 && ind[len(ind)-1].GetString_() != nil {
-			return ind[len(ind)-1].GetString_().GetSval(), 2, true
+		// The last field name among the subscripts: (c).f[1] is "f".
+		name := ""
+		for _, i := range x.AIndirection.Indirection {
+			if i.GetString_() != nil {
+				name = i.GetString_().GetSval()
+			}
+		}
+		if name != "" {
+			return name, 2, true
 		}
 		return figureNameInternal(x.AIndirection.Arg)
 	case *pg.Node_FuncCall:
@@ -222,8 +230,9 @@ func figureNameInternal(n *pg.Node) (string, int, bool) {
 		if x.AExpr.Kind == pg.A_Expr_Kind_AEXPR_NULLIF {
 			return "nullif", 2, true
 		}
+		return "", 0, true
 	case *pg.Node_TypeCast:
-		if name, s, ok := figureNameInternal(x.TypeCast.Arg); s > 0 || !ok {
+		if name, s, ok := figureNameInternal(x.TypeCast.Arg); s > 1 || !ok {
 			return name, s, ok
 		}
 		if tn := x.TypeCast.TypeName; tn != nil && len(tn.Names) > 0 {
@@ -256,11 +265,15 @@ func figureNameInternal(n *pg.Node) (string, int, bool) {
 		case pg.SubLinkType_EXPR_SUBLINK, pg.SubLinkType_MULTIEXPR_SUBLINK:
 			return "", 0, false
 		}
-	case *pg.Node_SqlvalueFunction, *pg.Node_XmlExpr, *pg.Node_XmlSerialize, *pg.Node_GroupingFunc:
-		// Named after a keyword: not ported, the name is unknown.
-		return "", 0, false
+		return "", 0, true
+	case *pg.Node_GroupingFunc:
+		return "grouping", 2, true
+	case *pg.Node_AConst, *pg.Node_ParamRef, *pg.Node_BoolExpr, *pg.Node_NullTest, *pg.Node_BooleanTest:
+		return "", 0, true // "?column?"
 	}
-	return "", 0, true
+	// Named after a keyword (CURRENT_DATE, XMLELEMENT, JSON_OBJECT, …): not
+	// ported, the name is unknown.
+	return "", 0, false
 }
 
 // readWrite rewrites the reads of an UPDATE (set holds its SET list) or
@@ -410,9 +423,12 @@ func nameSource(n *pg.Node) (*pg.ColumnRef, int) {
 			return x.ColumnRef, 2
 		}
 	case *pg.Node_AIndirection:
-		ind := x.AIndirection.Indirection
-		if len(ind) > 0 && ind[len(ind)-1].GetString_() != nil {
-			return nil, 2
+		// Named after the last field name among the subscripts: (c).f[1]
+		// is "f".
+		for _, i := range x.AIndirection.Indirection {
+			if i.GetString_() != nil {
+				return nil, 2
+			}
 		}
 		return nameSource(x.AIndirection.Arg)
 	case *pg.Node_TypeCast:

@@ -3,6 +3,8 @@ package rewrite
 import (
 	"testing"
 
+	pg "github.com/pganalyze/pg_query_go/v6"
+
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
@@ -147,6 +149,8 @@ func TestExpiringColumnOrderGroup(t *testing.T) {
 			`SELECT DISTINCT ON (` + o.noteV() + `, ` + o.ipV() + `::text) id ` + from + ` ORDER BY ` + o.noteV() + `, ` + o.ipV() + `::text, id`},
 		{"distinct on an output column", `SELECT DISTINCT ON (note) note, id FROM orders`,
 			`SELECT DISTINCT ON (note) ` + o.noteV() + ` AS "note", id ` + from},
+		{"named after a field, not the column", `SELECT (note).f[1] FROM orders ORDER BY f`,
+			`SELECT (` + o.noteV() + `).f[1] ` + from + ` ORDER BY f`},
 		{"window", `SELECT id, rank() OVER w FROM orders WINDOW w AS (PARTITION BY client_ip ORDER BY note)`,
 			`SELECT id, rank() OVER w ` + from + ` WINDOW w AS (PARTITION BY ` + o.ipV() + ` ORDER BY ` + o.noteV() + `)`},
 	}
@@ -224,5 +228,43 @@ func TestExpiringColumnCopy(t *testing.T) {
 	}
 	if m := rw.Stats().ShapeMismatches; m != 0 {
 		t.Errorf("shape mismatches %d, want 0", m)
+	}
+}
+
+// TestFigureName: the output names PostgreSQL gives target entries
+// without AS, as ORDER BY resolves them; a scalar subquery's and a
+// keyword's are unknown.
+func TestFigureName(t *testing.T) {
+	for _, c := range []struct {
+		expr, name string
+		known      bool
+	}{
+		{`o.note`, "note", true},
+		{`note::text`, "note", true},
+		{`1::text`, "text", true},
+		{`CASE WHEN true THEN 1 END::text`, "text", true},
+		{`CASE WHEN true THEN 1 ELSE note END`, "note", true},
+		{`CASE WHEN true THEN 1 END`, "case", true},
+		{`(o).note[1]`, "note", true},
+		{`upper(note)`, "upper", true},
+		{`nullif(note, 'x')`, "nullif", true},
+		{`coalesce(note, 'x')`, "coalesce", true},
+		{`note || 'x'`, "?column?", true},
+		{`$1`, "?column?", true},
+		{`EXISTS (SELECT 1)`, "exists", true},
+		{`note IN (SELECT 1)`, "?column?", true},
+		{`(SELECT note FROM t)`, "", false},
+		{`CASE WHEN true THEN 1 ELSE (SELECT note FROM t) END`, "", false},
+		{`current_date`, "", false},
+	} {
+		tree, err := pg.Parse(`SELECT ` + c.expr)
+		if err != nil {
+			t.Fatalf("%s: %v", c.expr, err)
+		}
+		val := tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0].GetResTarget().Val
+		name, known := figureName(val)
+		if known != c.known || (known && name != c.name) {
+			t.Errorf("%s: %q, %v; want %q, %v", c.expr, name, known, c.name, c.known)
+		}
 	}
 }
