@@ -79,6 +79,7 @@ func TestExpiringColumnScope(t *testing.T) {
 		{`SELECT client_ip IS NULL AS gone, count(*) FROM orders GROUP BY client_ip HAVING client_ip IS NULL OR client_ip = '10.0.0.1' ORDER BY 2, 1`,
 			`SELECT client_ip IS NULL AS gone, count(*) FROM ref GROUP BY client_ip HAVING client_ip IS NULL OR client_ip = '10.0.0.1' ORDER BY 2, 1`},
 		{`SELECT id, client_ip FROM orders GROUP BY id ORDER BY id`, `SELECT id, client_ip FROM ref GROUP BY id ORDER BY id`},
+		{`SELECT * FROM orders GROUP BY id ORDER BY id`, `SELECT * FROM ref GROUP BY id ORDER BY id`},
 		{`SELECT DISTINCT ON (note) note, id FROM orders ORDER BY note, id`, `SELECT DISTINCT ON (note) note, id FROM ref ORDER BY note, id`},
 		{`SELECT DISTINCT client_ip FROM orders ORDER BY client_ip`, `SELECT DISTINCT client_ip FROM ref ORDER BY client_ip`},
 		{`SELECT count(DISTINCT client_ip), max(note), string_agg(client_ip, ',' ORDER BY client_ip) FROM orders`,
