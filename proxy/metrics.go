@@ -155,7 +155,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		poolPins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "pool_pins_total",
-			Help: "Clients pinned to their server connection, by the reason of the pin (temp, advisory_lock, listen, hold_cursor, sql_prepare, session_authorization: until the server shows the state gone; load, prepared, function_call, dblink, settings: for the client's life), transaction mode.",
+			Help: "Clients pinned to their server connection beyond a transaction, by the reason of the pin (temp, advisory_lock, listen, hold_cursor, sql_prepare, session_authorization: until the server shows the state gone; load, prepared, function_call, dblink, settings: for the client's life), transaction mode.",
 		}, []string{"reason"}),
 		poolPinned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: subsystem,

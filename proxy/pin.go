@@ -107,30 +107,47 @@ func errPinLimit(limit int) *rewrite.Error {
 }
 
 // pin keeps the client on its server until the reason's state is gone (or
-// for the client's life). A client not pinned yet takes one of its pool's
-// pinned slots; when the pool has none left the client is not pinned and
-// the error (errPinLimit) is returned, unless force: a pin the client has
-// to have whatever the count (a FunctionCall already relayed).
+// for the client's life). A reason the check-in can see the end of is
+// tentative until the end of the transaction shows its state left
+// (confirmPin); only confirmed pins count toward max_pinned_connections,
+// so a transaction that creates and drops its own state (ON COMMIT DROP)
+// costs no slot. A client not pinned yet whose pool has
+// max_pinned_connections confirmed pins is refused (errPinLimit), unless
+// force: a pin the client has to have whatever the count (a FunctionCall
+// already relayed). The bound is soft: clients pinning at once may each
+// pass it before the first is confirmed.
 func (s *clientConn) pin(reason string, force bool) error {
 	pl := s.link.pooled.Load()
+	forLife := pinsForLife(reason)
 	if !pl.pinned.Load() {
-		if ok, limit := pl.pool.takePin(force); !ok {
+		if ok, limit := pl.pool.pinRoom(force); !ok {
 			s.srv.metrics.poolPinRefusals.Inc()
 			s.log.Info("statement refused: max_pinned_connections reached", "reason", reason, "max_pinned_connections", limit)
 			return errPinLimit(limit)
 		}
 		pl.pinReason = reason
 		pl.pinned.Store(true)
-		s.srv.metrics.poolPins.WithLabelValues(reason).Inc()
-		s.srv.metrics.poolPinned.WithLabelValues(reason).Inc()
 		s.log.Debug("client pinned to its server connection", "reason", reason)
 	}
-	if pinsForLife(reason) {
+	if forLife {
 		pl.forLife.Store(true)
+		pl.confirmPin()
 	} else {
 		pl.pinCheck.Store(true)
 	}
 	return nil
+}
+
+// confirmPin counts the client's pin toward its pool's bound and in the
+// metrics, once: the pin outlasts a transaction (the check-in found its
+// state left), or it is for life.
+func (pl *pooledLink) confirmPin() {
+	if !pl.confirmed.CompareAndSwap(false, true) {
+		return
+	}
+	pl.pool.addPin(1)
+	pl.metrics.poolPins.WithLabelValues(pl.pinReason).Inc()
+	pl.metrics.poolPinned.WithLabelValues(pl.pinReason).Inc()
 }
 
 // unpin ends the client's pin, once: called by the server pump when the
@@ -139,8 +156,10 @@ func (pl *pooledLink) unpin() {
 	if !pl.pinned.CompareAndSwap(true, false) {
 		return
 	}
-	pl.pool.dropPin()
-	pl.metrics.poolPinned.WithLabelValues(pl.pinReason).Dec()
+	if pl.confirmed.CompareAndSwap(true, false) {
+		pl.pool.addPin(-1)
+		pl.metrics.poolPinned.WithLabelValues(pl.pinReason).Dec()
+	}
 }
 
 // noteStatement looks at a Query or Parse text about to be forwarded in
@@ -190,10 +209,12 @@ type statementScan struct {
 // (a quoted name, or set_config's first argument not a literal, pins for
 // life). Pins: SET/RESET SESSION AUTHORIZATION, statements led by LISTEN,
 // PREPARE (but PREPARE TRANSACTION) or LOAD; anywhere the words TEMP,
-// TEMPORARY or HOLD, or text containing advisory, pg_temp or dblink. A pin
+// TEMPORARY or HOLD, or text containing advisory (but xact, a lock the
+// transaction's end releases, or unlock, which may end a pin), pg_temp or
+// dblink. A pin
 // for life ends the scan; other pins do not, so that the settings of the
 // same text are seen. Unpin: statements led by DISCARD, UNLISTEN, CLOSE,
-// DEALLOCATE or DROP.
+// DEALLOCATE or DROP, and the advisory unlock functions.
 func scanStatement(sql string) (sc statementScan) {
 	lead := true    // the next word leads a statement
 	after := ""     // the leading word(s) whose next word decides
@@ -310,6 +331,11 @@ func scanStatement(sql string) (sc statementScan) {
 			sc.notePin(pinTemp)
 		case equalFoldASCII(w, "hold"):
 			sc.notePin(pinHoldCursor)
+		case containsFold(w, "advisory") && containsFold(w, "xact"):
+			// pg_advisory_xact_lock and friends: released at the end of
+			// the transaction, which the client holds its server for.
+		case containsFold(w, "advisory") && containsFold(w, "unlock"):
+			sc.unpin = true
 		case containsFold(w, "advisory"):
 			sc.notePin(pinAdvisoryLock)
 		case containsFold(w, "pg_temp"):

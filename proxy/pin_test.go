@@ -54,7 +54,9 @@ func TestScanStatement(t *testing.T) {
 		{"SELECT 1 INTO TEMP x", pinTemp, false, nil},
 		{"CREATE TABLE pg_temp.x (a int)", pinTemp, false, nil},
 		{"SELECT pg_advisory_lock(1)", pinAdvisoryLock, false, nil},
-		{"SELECT pg_advisory_xact_lock(1)", pinAdvisoryLock, false, nil}, // errs toward a pin
+		{"SELECT pg_advisory_xact_lock(1)", "", false, nil}, // released by the transaction's end
+		{"SELECT pg_try_advisory_xact_lock_shared(1)", "", false, nil},
+		{"SELECT my_advisory_helper(1)", pinAdvisoryLock, false, nil}, // errs toward a pin
 		{"SELECT pg_try_advisory_lock_shared(1)", pinAdvisoryLock, false, nil},
 		{"LISTEN ch", pinListen, false, nil},
 		{"DECLARE c CURSOR WITH HOLD FOR SELECT 1", pinHoldCursor, false, nil},

@@ -174,7 +174,7 @@ type pool struct {
 	// dbStarved: the last count of logins was cut short by the database's
 	// limit (max_db_connections).
 	dbStarved bool
-	// pinned counts the clients that keep their server (pin.go).
+	// pinned counts the clients whose pin outlasted a transaction (pin.go).
 	pinned int
 	closed bool
 	// wg counts the login goroutines.
@@ -203,23 +203,18 @@ func (p *pool) setConfig(cfg poolConfig) {
 	p.mu.Unlock()
 }
 
-// takePin counts one more pinned client unless the pool has
-// max_pinned_connections of them already and force is false; limit is the
-// bound then in force.
-func (p *pool) takePin(force bool) (ok bool, limit int) {
+// pinRoom reports whether one more client may be pinned: force, or fewer
+// than max_pinned_connections confirmed pins; limit is the bound in force.
+func (p *pool) pinRoom(force bool) (ok bool, limit int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !force && p.cfg.maxPinned >= 0 && p.pinned >= p.cfg.maxPinned {
-		return false, p.cfg.maxPinned
-	}
-	p.pinned++
-	return true, p.cfg.maxPinned
+	return force || p.cfg.maxPinned < 0 || p.pinned < p.cfg.maxPinned, p.cfg.maxPinned
 }
 
-// dropPin counts one pinned client less.
-func (p *pool) dropPin() {
+// addPin counts confirmed pins: +1 or -1.
+func (p *pool) addPin(n int) {
 	p.mu.Lock()
-	p.pinned--
+	p.pinned += n
 	p.mu.Unlock()
 }
 

@@ -64,6 +64,7 @@ type pooledLink struct {
 	pinned    atomic.Bool
 	pinCheck  atomic.Bool
 	forLife   atomic.Bool
+	confirmed atomic.Bool // pin.go's confirmPin
 	pinReason string
 	// cancels counts the CancelRequests being forwarded to held's server
 	// (cancel.go): while not 0 the server is not released.
@@ -193,6 +194,7 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn, pins bool) (released bool
 		if !ok || reason != "" {
 			// Still pinned (or no answer to trust): the client keeps the
 			// server.
+			pl.confirmPin()
 			pl.mu.Lock()
 			l.pending.CompareAndSwap(checkInMark, 0) // fails when closing: the client leaves
 			pl.mu.Unlock()

@@ -437,7 +437,13 @@ func TestPooledPinLimit(t *testing.T) {
 	p := startPooledProxyCfg(t, Config{Pool: PoolSettings{DefaultPoolSize: 2, MaxPinnedConnections: 1}})
 	a := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
 	b := p.connect(t, "postgres", pgx.QueryExecModeCacheDescribe)
+	// A transaction that drops its own state takes no slot beyond it.
+	mustExec(t, b, "BEGIN; CREATE TEMP TABLE pin_x (x int) ON COMMIT DROP; INSERT INTO pin_x VALUES (1); COMMIT")
 	mustExec(t, a, "CREATE TEMP TABLE pin_a (x int)")
+	// The pin counts once the end of A's transaction shows its table left.
+	waitFor(t, "A's pin to be confirmed", func() bool { return counterValue(t, p.reg, "ttlproxy_proxy_pool_pinned_clients") == 1 })
+	// A transaction-level advisory lock never pins: not refused at the bound.
+	mustExec(t, b, "SELECT pg_advisory_xact_lock(78)")
 	_, err := b.Exec(testContext(t), "CREATE TEMP TABLE pin_b (x int)")
 	requireCode(t, err, codeInsufficientResources)
 	_, err = b.Exec(testContext(t), "SELECT pg_advisory_lock(77)")
