@@ -125,6 +125,9 @@ func (s *clientConn) clientToServer() error {
 			if pooled && typ == 'C' {
 				s.noteClose(r, total)
 			}
+			if pooled && typ == 'B' {
+				s.noteBind(r, total)
+			}
 			if (typ == 'B' || typ == 'C') && s.st.watchesBindClose() {
 				var stale error
 				if stale, err = s.inspect(typ, r, total); stale != nil && err == nil {
@@ -355,7 +358,7 @@ func (s *clientConn) forwardParse(msg []byte) error {
 		default:
 			pl.namedStatementChanged(s.id)
 		}
-		refused = s.noteStatement(sql)
+		refused = s.noteParse(name, sql)
 	}
 	var res rewrite.Result
 	var err error

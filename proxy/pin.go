@@ -171,7 +171,12 @@ func (s *clientConn) noteStatement(sql string) error {
 	if pl.forLife.Load() {
 		return nil
 	}
-	sc := scanStatement(sql)
+	return s.noteScan(pl, scanStatement(sql))
+}
+
+// noteScan pins the client, asks for its pin to be checked, or marks its
+// settings to be read back, by what scanStatement found.
+func (s *clientConn) noteScan(pl *pooledLink, sc statementScan) error {
 	if sc.pin != "" {
 		if err := s.pin(sc.pin, false); err != nil {
 			return err
@@ -183,6 +188,48 @@ func (s *clientConn) noteStatement(sql string) error {
 		pl.noteSettings(sc.custom)
 	}
 	return nil
+}
+
+// noteParse is noteStatement for the Parse of statement name (empty: the
+// unnamed one). A statement whose text changes settings is remembered by
+// name: it changes them each time it runs, and a driver prepares it in one
+// transaction and binds it in later ones (pgx's statement cache, its
+// QueryExecModeDescribeExec), which noteBind then marks for the read-back.
+func (s *clientConn) noteParse(name []byte, sql string) error {
+	pl := s.link.pooled.Load()
+	if pl.forLife.Load() {
+		return nil
+	}
+	sc := scanStatement(sql)
+	switch {
+	case sc.settings:
+		if pl.settingsStmts == nil {
+			pl.settingsStmts = make(map[string]bool)
+		}
+		pl.settingsStmts[string(name)] = true
+	case len(pl.settingsStmts) > 0:
+		delete(pl.settingsStmts, string(name))
+	}
+	return s.noteScan(pl, sc)
+}
+
+// noteBind, for a Bind (total bytes, unread in r) in transaction mode,
+// marks the client's settings to be read back when the statement it binds
+// is one noteParse remembered. The placeholders it names were added to
+// the read-back's names at its Parse.
+func (s *clientConn) noteBind(r *msgReader, total int) {
+	pl := s.link.pooled.Load()
+	if len(pl.settingsStmts) == 0 || pl.forLife.Load() {
+		return
+	}
+	b, err := r.Peek(min(total, r.Size()))
+	if err != nil && len(b) < total {
+		return // the relay reports the short read
+	}
+	if name, ok := bindStatement(b[headerLen:]); !ok || pl.settingsStmts[string(name)] {
+		// A name longer than the buffer: assume the worst.
+		pl.noteSettings(nil)
+	}
 }
 
 // statementScan is what scanStatement found in a text.

@@ -97,6 +97,10 @@ type pooledLink struct {
 	readback     atomic.Pointer[sessionSettings]
 	settings     *sessionSettings
 	checkedIn    chan struct{}
+	// settingsStmts: the client's prepared statements (by name, "" the
+	// unnamed one) whose text changes settings, for noteBind (pin.go;
+	// client pump).
+	settingsStmts map[string]bool
 
 	// reported: the ParameterStatus values the client was sent
 	// (paramstatus.go), set at its welcome.

@@ -42,6 +42,11 @@ type stackOptions struct {
 	rules       []ttl.Rule
 	bypassRoles []string
 	sweep       *sweeper.Config // nil: no sweeper; DSN and Rules are filled in
+	// pool, when set, runs the proxy in transaction mode with these pool
+	// settings whatever TTLPROXY_TEST_POOL_MODE says, authenticating
+	// clients with auth (serverAuthFile's auth_file when auth is zero).
+	pool *proxy.PoolSettings
+	auth proxy.AuthConfig
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -71,7 +76,13 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		Logger:      logger,
 		Registerer:  s.reg,
 	}
-	if os.Getenv(envPoolMode) == proxy.PoolModeTransaction {
+	switch {
+	case o.pool != nil:
+		cfg.PoolMode, cfg.Pool, cfg.Auth = proxy.PoolModeTransaction, *o.pool, o.auth
+		if cfg.Auth == (proxy.AuthConfig{}) {
+			cfg.Auth.File = s.serverAuthFile()
+		}
+	case os.Getenv(envPoolMode) == proxy.PoolModeTransaction:
 		cfg.PoolMode, cfg.Auth.File = proxy.PoolModeTransaction, s.serverAuthFile()
 	}
 	p, err := proxy.New(cfg)
