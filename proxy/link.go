@@ -196,7 +196,13 @@ type handoff struct {
 	// the client pump sent ahead of the client's messages without waiting
 	// (transaction mode's reset, pooled.go): the server pump reads and drops
 	// them.
-	swallow   atomic.Int32
+	swallow atomic.Int32
+	// lenient counts the last of the swallowed answers whose error is
+	// expected: the Parse of a client's statement made again on a new
+	// server (statements.go), which may no longer parse there; the client's
+	// Bind of it then fails as the server fails it. An error in any other
+	// swallowed answer ends the session.
+	lenient   atomic.Int32
 	refreshed chan refreshResult
 	idle      chan struct{}
 }
@@ -268,13 +274,20 @@ func (l *link) swallowAnswer(sc *serverConn) error {
 	if err != nil {
 		return err
 	}
-	if l.answers.swallow.Add(-1) == 0 {
+	// Among the last `lenient` answers still owed: statements.go adds to
+	// swallow before lenient, so an earlier answer never counts as one.
+	left := l.answers.swallow.Add(-1)
+	lenient := left < l.answers.lenient.Load()
+	if lenient {
+		l.answers.lenient.Add(-1)
+	}
+	if left == 0 {
 		if err := view.release(l.cw); err != nil {
 			return err
 		}
 	}
 	l.txStatus.Store(uint32(status))
-	if qerr != nil {
+	if qerr != nil && !lenient {
 		return fmt.Errorf("server refused the reset: %s: %s", qerr.Code, qerr.Message)
 	}
 	return nil

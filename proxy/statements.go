@@ -53,6 +53,7 @@ func (s *clientConn) restoreStatements(ps *pooledServer) error {
 	n += k
 	if n > 0 {
 		l.answers.swallow.Add(int32(n))
+		l.answers.lenient.Add(int32(k)) // after swallow: see swallowAnswer
 		if _, err := l.sw.Write(msgs); err != nil {
 			return &writeError{err}
 		}

@@ -41,3 +41,42 @@ func TestPoolIsolationBoundSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolIsolationStatementNoLongerParses: a client's named statement that
+// no longer parses under the client's current search_path is left out when
+// the client's statements are parsed again on its next server; the client's
+// session goes on, as a dedicated session's does until the statement is
+// run. The isolation fuzz test found the session ended ("server refused the
+// reset").
+func TestPoolIsolationStatementNoLongerParses(t *testing.T) {
+	s := newStack(t, stackOptions{
+		setup: []string{`CREATE TABLE items (id int, expires_at timestamptz)`, `CREATE SCHEMA s2`,
+			`CREATE FUNCTION public.fz_one() RETURNS int LANGUAGE sql AS 'SELECT 1'`},
+		rules: []ttl.Rule{{Table: "items", DefaultTTL: time.Hour}},
+		pool:  &proxy.PoolSettings{DefaultPoolSize: 1},
+	})
+	ctx := context.Background()
+	a, b := s.connectMode(pgx.QueryExecModeCacheStatement), s.connect(s.proxied)
+	// With an argument, so that pgx prepares it (named, cached).
+	if _, err := a.Exec(ctx, "SELECT fz_one() + $1::int", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Exec(ctx, "SET search_path = s2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Exec(ctx, "SELECT 1"); err != nil { // takes the server
+		t.Fatal(err)
+	}
+	if got := ids(t, a, "SELECT 2"); got != "2" {
+		t.Errorf("SELECT 2 after the move: %s", got)
+	}
+	_, err := a.Exec(ctx, "SELECT fz_one() + $1::int", 1)
+	// A dedicated session fails the statement when it runs (42883); the
+	// proxy left it out, so its Bind fails with 26000 (documented).
+	if c := sqlstate(err); c != "42883" && c != "26000" {
+		t.Errorf("the statement that no longer parses: %v, want 42883 or 26000", err)
+	}
+	if got := ids(t, a, "SHOW search_path"); got != "s2" {
+		t.Errorf("search_path %s, want s2", got)
+	}
+}
