@@ -325,6 +325,9 @@ func scanStatement(sql string) (sc statementScan) {
 		}
 		if after != "" {
 			switch {
+			case after == "discard":
+				// DISCARD ALL, PLANS, SEQUENCES, TEMP or TEMPORARY: the
+				// word names what goes, never a pin.
 			case after == "set" && (equalFoldASCII(w, "local") || equalFoldASCII(w, "transaction") || equalFoldASCII(w, "constraints")):
 				// Ends with the transaction: nothing to read back.
 			case after == "prepare" && equalFoldASCII(w, "transaction"):
@@ -364,6 +367,8 @@ func scanStatement(sql string) (sc statementScan) {
 				continue
 			case equalFoldASCII(w, "discard"):
 				sc.settings, sc.unpin = true, true
+				after = "discard"
+				continue
 			case equalFoldASCII(w, "unlisten"), equalFoldASCII(w, "close"), equalFoldASCII(w, "deallocate"), equalFoldASCII(w, "drop"):
 				sc.unpin = true
 			case equalFoldASCII(w, "listen"):

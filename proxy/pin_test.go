@@ -35,6 +35,8 @@ func TestScanStatement(t *testing.T) {
 		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "", true, nil},
 		{"RESET ALL", "", true, nil},
 		{"DISCARD ALL", "", true, nil},
+		{"DISCARD TEMP", "", true, nil},
+		{"discard temporary; SELECT 1", "", true, nil},
 		{"SELECT set_config('app.b', 'c', false)", "", true, []string{"app.b"}},
 		{"SELECT pg_catalog.SET_CONFIG ( 'Work_Mem', '8MB', false)", "", true, nil},
 		{"SELECT set_config('a.x', '1', false), set_config('b.y', '2', false)", "", true, []string{"a.x", "b.y"}},

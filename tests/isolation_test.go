@@ -80,3 +80,24 @@ func TestPoolIsolationStatementNoLongerParses(t *testing.T) {
 		t.Errorf("search_path %s, want s2", got)
 	}
 }
+
+// TestPoolIsolationDiscardTemp: DISCARD TEMP does not pin, so it runs when
+// the pool's clients already hold max_pinned_connections pins, as it runs in
+// a dedicated session. The isolation fuzz test found it refused (53000).
+func TestPoolIsolationDiscardTemp(t *testing.T) {
+	s := newStack(t, stackOptions{
+		setup: []string{`CREATE TABLE items (id int, expires_at timestamptz)`},
+		rules: []ttl.Rule{{Table: "items", DefaultTTL: time.Hour}},
+		pool:  &proxy.PoolSettings{DefaultPoolSize: 2, MaxPinnedConnections: 1},
+	})
+	ctx := context.Background()
+	a, b := s.connect(s.proxied), s.connect(s.proxied)
+	if _, err := a.Exec(ctx, "CREATE TEMP TABLE items (id int)"); err != nil { // pins a
+		t.Fatal(err)
+	}
+	for _, q := range []string{"DISCARD TEMP", "DISCARD TEMPORARY", "DISCARD ALL"} {
+		if _, err := b.Exec(ctx, q); err != nil {
+			t.Errorf("%s while another client is pinned: %v", q, err)
+		}
+	}
+}
