@@ -277,7 +277,7 @@ func (st *sessionState) onQuery(sql string, res rewrite.Result, err error) error
 	if !st.track {
 		return err
 	}
-	if err == nil && st.unseen && st.sensitive(res) {
+	if err == nil && st.unseen && st.sensitive(res) && !isTransactionControl(sql) {
 		err = errStalePipeline
 	}
 	st.onStatement(sql)
@@ -299,7 +299,7 @@ func (st *sessionState) onParse(name []byte, sql string, oids []byte, res rewrit
 		st.catalogStale, st.dirty = true, true
 	}
 	plain := !st.sensitive(res)
-	if err == nil && !plain && st.unseen {
+	if err == nil && !plain && st.unseen && !isTransactionControl(sql) {
 		err = errStalePipeline
 	}
 	st.notePrepared(name, sql, oids, err == nil, plain)
@@ -379,6 +379,53 @@ func remember(m map[string]string, name []byte, sql string, keep bool) map[strin
 func mayEndTransaction(sql string) bool {
 	return containsFold(sql, "commit") || containsFold(sql, "end") || containsFold(sql, "abort") ||
 		containsFold(sql, "rollback") || containsFold(sql, "prepare")
+}
+
+// isTransactionControl reports a text that is one statement led by BEGIN,
+// START, COMMIT, END, ABORT, ROLLBACK, SAVEPOINT or RELEASE: it reads no
+// table, so it is safe in any session state, and a session whose state is
+// not yet known must still be able to end a failed block with it (the
+// state is read at the ReadyForQuery that follows). A text with anything
+// after a semicolon is not.
+func isTransactionControl(sql string) bool {
+	i := skipSpaceAndComments(sql, 0)
+	j := i
+	for j < len(sql) && isWordByte(sql[j]) {
+		j++
+	}
+	switch strings.ToLower(sql[i:j]) {
+	case "begin", "start", "commit", "end", "abort", "rollback", "savepoint", "release":
+	default:
+		return false
+	}
+	if k := strings.IndexByte(sql[j:], ';'); k >= 0 {
+		return skipSpaceAndComments(sql, j+k+1) == len(sql)
+	}
+	return true
+}
+
+// skipSpaceAndComments returns the index of the first byte of sql at or
+// after i that is not white space or inside a -- or /* */ comment.
+func skipSpaceAndComments(sql string, i int) int {
+	for i < len(sql) {
+		switch {
+		case sql[i] == ' ' || sql[i] == '\t' || sql[i] == '\n' || sql[i] == '\r' || sql[i] == '\f':
+			i++
+		case strings.HasPrefix(sql[i:], "--"):
+			for i < len(sql) && sql[i] != '\n' {
+				i++
+			}
+		case strings.HasPrefix(sql[i:], "/*"):
+			end := strings.Index(sql[i+2:], "*/")
+			if end < 0 {
+				return len(sql)
+			}
+			i += 2 + end + 2
+		default:
+			return i
+		}
+	}
+	return i
 }
 
 // mayChangeCatalog reports whether sql may be DDL that changes what the

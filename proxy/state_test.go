@@ -526,3 +526,24 @@ func TestTTLInvalidReachesPreparedStatements(t *testing.T) {
 	mustExec(t, conn, "SELECT pg_catalog.set_config('ttlproxy.ttl', $1, false)", "10 minutes")
 	mustExec(t, conn, insert, 5003)
 }
+
+func TestIsTransactionControl(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"COMMIT":                             true,
+		" rollback ;":                        true,
+		"/* c */ ROLLBACK TO SAVEPOINT s1":   true,
+		"-- x\nEND":                          true,
+		"release s1; -- done":                true,
+		"BEGIN ISOLATION LEVEL SERIALIZABLE": true,
+		"ROLLBACK; SELECT * FROM items":      false,
+		"COMMIT; DELETE FROM items":          false,
+		`SAVEPOINT "a;b"`:                    false, // errs toward a check
+		"SELECT 1":                           false,
+		"COMMITTED":                          false,
+		"":                                   false,
+	} {
+		if got := isTransactionControl(sql); got != want {
+			t.Errorf("isTransactionControl(%q) = %v, want %v", sql, got, want)
+		}
+	}
+}

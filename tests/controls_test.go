@@ -176,3 +176,41 @@ func TestSearchPathTracking(t *testing.T) {
 		t.Errorf("RESET ALL and a TTL read in one query string: %v, want 0A000", err)
 	}
 }
+
+// TestBypassTempShadowFailedBlock: a bypass session whose temporary table
+// shadows a TTL table can end a transaction block that failed (the state is
+// not known while the block is aborted, yet COMMIT and ROLLBACK read no
+// table), and reads the TTL table filtered once RESET ROLE has left the
+// bypass role.
+func TestBypassTempShadowFailedBlock(t *testing.T) {
+	s := newStack(t, stackOptions{
+		setup: append(append([]string{}, sessionsSetup...),
+			`DROP ROLE IF EXISTS ttl_maintenance`,
+			`CREATE ROLE ttl_maintenance`,
+			`GRANT SELECT, UPDATE, DELETE ON sessions TO ttl_maintenance`,
+			`GRANT CREATE, USAGE ON SCHEMA public TO ttl_maintenance`,
+			`GRANT TEMPORARY ON DATABASE `+"postgres"+` TO ttl_maintenance`),
+		rules:       []ttl.Rule{sessionsRule},
+		bypassRoles: []string{"ttl_maintenance"},
+	})
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		conn := s.connectMode(mode)
+		ctx := context.Background()
+		for _, q := range []string{`SET ROLE ttl_maintenance`, `CREATE TEMP TABLE sessions (id int)`, `BEGIN`} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("%v: %s: %v", mode, q, err)
+			}
+		}
+		if _, err := conn.Exec(ctx, `SELECT 1/0`); err == nil {
+			t.Fatalf("%v: division by zero succeeded", mode)
+		}
+		for _, q := range []string{`ROLLBACK`, `DROP TABLE pg_temp.sessions`, `RESET ROLE`} {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				t.Fatalf("%v: %s after the failed block: %v", mode, q, err)
+			}
+		}
+		if got := ids(t, conn, `SELECT count(*) FROM sessions`); got != "2" {
+			t.Errorf("%v: after RESET ROLE: %s rows, want 2", mode, got)
+		}
+	}
+}
