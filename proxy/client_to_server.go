@@ -312,13 +312,7 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 			pl.prepGen++ // the server's set may no longer be the client's
 		}
 	}
-	var res rewrite.Result
-	var err error
-	if refused != nil {
-		err = refused
-	} else {
-		res, err = s.rewriteStatement(sql)
-	}
+	res, err := s.rewriteUnlessRefused(sql, refused)
 	err = s.st.onQuery(sql, res, err)
 	switch {
 	case err != nil:
@@ -360,13 +354,7 @@ func (s *clientConn) forwardParse(msg []byte) error {
 		}
 		refused = s.noteParse(name, sql)
 	}
-	var res rewrite.Result
-	var err error
-	if refused != nil {
-		err = refused
-	} else {
-		res, err = s.rewriteStatement(sql)
-	}
+	res, err := s.rewriteUnlessRefused(sql, refused)
 	err = s.st.onParse(name, sql, rest[2:], res, err)
 	if err == nil && !res.Rewritten {
 		s.noteUnnamed(name, msg)
@@ -398,6 +386,15 @@ func (s *clientConn) write(b []byte) error {
 		s.out = nil
 	}
 	return nil
+}
+
+// rewriteUnlessRefused rewrites sql, unless the pool refused it already
+// (refused, errPinLimit): that error is then the statement's answer.
+func (s *clientConn) rewriteUnlessRefused(sql string, refused error) (rewrite.Result, error) {
+	if refused != nil {
+		return rewrite.Result{}, refused
+	}
+	return s.rewriteStatement(sql)
 }
 
 // rewriteStatement runs the rewriter and records the outcome.
