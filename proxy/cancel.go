@@ -15,13 +15,23 @@ import (
 // client is idle, gone or unknown cancels nothing, even when the server
 // it last used now serves another client.
 
-// Process ID layout (design §5): bit 31 zero (pgjdbc ignores negative IDs),
-// bits 30–17 the instance's peer id (0: not peered), bits 16–0 chosen at
-// random, unique among the instance's live clients.
+// Process ID layout (design §5): bit 31 zero (pgjdbc ignores negative IDs);
+// bit 30 one (cancelPIDMark); bits 29–16 the instance's peer id (0: not
+// peered); bits 15–0 chosen at random, unique among the instance's live
+// clients. The mark puts every process ID above any operating system's
+// (Linux's PID_MAX_LIMIT is 2^22), so that a client that passes its
+// BackendKeyData process ID to pg_terminate_backend, pg_cancel_backend or
+// pg_stat_activity, believing it its backend's (pgx's own tests do), names
+// no backend at all rather than another session's.
 const (
-	cancelPeerShift = 17
+	cancelPIDMark   = 1 << 30
+	cancelPeerShift = 16
 	cancelLocalMask = 1<<cancelPeerShift - 1
 )
+
+// cancelPID is the process ID of a key issued by peer with the random part
+// local.
+func cancelPID(peer, local uint32) uint32 { return cancelPIDMark | peer<<cancelPeerShift | local }
 
 // cancelKey is the BackendKeyData the proxy gives a client in transaction
 // mode.
@@ -48,7 +58,7 @@ func newCancelKeys(peer uint32) *cancelKeys {
 }
 
 // issue makes a key for s, sets s.cancelKey and registers it: a process ID
-// not in use and a random secret (49 random bits in all).
+// not in use and a random secret (48 random bits in all).
 func (k *cancelKeys) issue(s *clientConn) cancelKey {
 	var b [8]byte
 	k.mu.Lock()
@@ -59,7 +69,7 @@ func (k *cancelKeys) issue(s *clientConn) cancelKey {
 		if local == 0 {
 			continue
 		}
-		pid := k.peer<<cancelPeerShift | local
+		pid := cancelPID(k.peer, local)
 		if _, used := k.m[pid]; used {
 			continue
 		}

@@ -149,7 +149,7 @@ type Config struct {
 	// Pool bounds the pools of server connections in transaction mode.
 	Pool PoolSettings
 	// PeerID is the instance's peer_id, 1 to MaxPeerID, carried in bits
-	// 30–17 of the process ID of the keys it gives clients in transaction
+	// 29–16 of the process ID of the keys it gives clients in transaction
 	// mode (docs/design/pooling.md §5); 0 means not peered. Session mode
 	// ignores it and Peers: clients hold the server's own keys there.
 	PeerID int
@@ -169,7 +169,7 @@ type Config struct {
 
 // MaxPeerID is the largest peer id: 14 bits of the process ID, PgBouncer's
 // range.
-const MaxPeerID = 1<<(31-cancelPeerShift) - 1
+const MaxPeerID = cancelPIDMark>>cancelPeerShift - 1
 
 // Peer is another instance of the deployment.
 type Peer struct {

@@ -14,7 +14,7 @@ import (
 // PgBouncer's [peers]): behind a load balancer a client's CancelRequest
 // may reach any instance, but only the instance that issued the key can
 // place it. The key's process ID carries that instance's peer id (bits
-// 30–17, cancel.go), so an instance that receives a key of another peer
+// 29–16, cancel.go), so an instance that receives a key of another peer
 // sends the packet, unchanged, to that peer's address once. The peer
 // receives it as any CancelRequest and finds the key its own, so a
 // request is forwarded at most once when every instance's peer_id matches
@@ -41,9 +41,15 @@ var errTooManyForwards = errors.New("too many cancel requests forwarded to peers
 // at once; each waits at most DialTimeout for its peer to close.
 const maxPeerForwards = 64
 
-// peerOf returns the peer id a key's process ID carries. A process ID with
-// bit 31 set (never issued) gives an id above MaxPeerID, which no peer has.
-func peerOf(pid uint32) uint32 { return pid >> cancelPeerShift }
+// peerOf returns the peer id a key's process ID carries. A process ID
+// without cancelPIDMark or with bit 31 set (never issued) gives an id above
+// MaxPeerID, which no peer has.
+func peerOf(pid uint32) uint32 {
+	if pid&(1<<31|cancelPIDMark) != cancelPIDMark {
+		return MaxPeerID + 1
+	}
+	return (pid &^ cancelPIDMark) >> cancelPeerShift
+}
 
 // peerAddr returns the address of the peer with id, "" when none is
 // configured.

@@ -171,7 +171,7 @@ func TestPeersCancelStaleAndForged(t *testing.T) {
 	}{
 		{"stale", keyOf(idle), cancelStale, cancelToPeer},
 		{"wrong secret", &forged, cancelUnknown, cancelToPeer},
-		{"unconfigured peer", &pgproto3.CancelRequest{ProcessID: 7<<cancelPeerShift | 1, SecretKey: []byte{1, 2, 3, 4}}, "", cancelUnknown},
+		{"unconfigured peer", &pgproto3.CancelRequest{ProcessID: cancelPID(7, 1), SecretKey: []byte{1, 2, 3, 4}}, "", cancelUnknown},
 		{"bit 31", &pgproto3.CancelRequest{ProcessID: keyOf(idle).ProcessID | 1<<31, SecretKey: keyOf(idle).SecretKey}, "", cancelUnknown},
 	} {
 		sql := "SELECT pg_sleep(0.3) -- " + c.name
@@ -221,7 +221,7 @@ func TestPeersCancelPeerDown(t *testing.T) {
 	}()
 	activeQuery(t, sql)
 	key := keyOf(other)
-	key.ProcessID = 2<<cancelPeerShift | key.ProcessID&cancelLocalMask
+	key.ProcessID = cancelPID(2, key.ProcessID&cancelLocalMask)
 	sendRawCancel(t, a.addr, key)
 	if err := <-done; err != nil {
 		t.Fatalf("a statement on the instance: %v", err)
@@ -245,7 +245,7 @@ func TestPeersCancelLoop(t *testing.T) {
 		return []Peer{{ID: 5, Addr: "localhost:" + port}}
 	})
 	a := ps[0]
-	sendRawCancel(t, a.addr, &pgproto3.CancelRequest{ProcessID: 5<<cancelPeerShift | 1, SecretKey: []byte{1, 2, 3, 4}})
+	sendRawCancel(t, a.addr, &pgproto3.CancelRequest{ProcessID: cancelPID(5, 1), SecretKey: []byte{1, 2, 3, 4}})
 	if got := cancelResult(a, cancelPeerDown); got != 1 {
 		t.Errorf("peer_down = %v, want 1 (the forward beyond the bound)", got)
 	}

@@ -135,7 +135,7 @@ func TestPeerStatus(t *testing.T) {
 	before := time.Now()
 	sleepAndCancel(t, conn, b.addr, "peer status")
 	key := keyOf(conn)
-	key.ProcessID = 3<<cancelPeerShift | key.ProcessID&cancelLocalMask
+	key.ProcessID = cancelPID(3, key.ProcessID&cancelLocalMask)
 	sendRawCancel(t, b.addr, key)
 	waitFor(t, "peer_down to count", func() bool { return cancelResult(b, cancelPeerDown) == 1 })
 

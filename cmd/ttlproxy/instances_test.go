@@ -370,8 +370,10 @@ peers:
 			t.Fatal(err)
 		}
 		defer client.Close(context.Background())
-		if got := client.PgConn().PID() >> 17; got != uint32(i+1) { //nolint:gosec // 1 or 2
-			t.Fatalf("%s gave a key of peer %d", ins[i].name, got)
+		// The key's process ID: bit 30 set, the peer id in bits 29–16
+		// (proxy/cancel.go).
+		if pid := client.PgConn().PID(); pid>>30 != 1 || pid&^(1<<30)>>16 != uint32(i+1) { //nolint:gosec // 1 or 2
+			t.Fatalf("%s gave a key with process ID %#x, not of peer %d", ins[i].name, pid, i+1)
 		}
 		sql := "SELECT pg_sleep(10) -- through " + ins[i].name
 		done := make(chan error, 1)
