@@ -108,6 +108,7 @@ log "copying pgx $PGX_VERSION from $PGX_DIR"
 cp -r "$PGX_DIR" "$WORK/pgx"
 chmod -R u+w "$WORK/pgx"
 # The test binaries are built once, before any server starts.
+# shellcheck disable=SC2086 # PKGS is a list
 (cd "$WORK/pgx" && go test -p 1 -count=1 -run '^$' $PKGS >"$WORK/build.log" 2>&1) ||
 	die "pgx's tests do not build: $(tail -n 20 "$WORK/build.log")"
 
@@ -143,11 +144,14 @@ VERIFIER=$(psql_q -d postgres -A -t -c "SELECT rolpassword FROM pg_authid WHERE 
 case $VERIFIER in SCRAM-SHA-256\$*) ;; *) die "pgx_scram has no SCRAM verifier: $VERIFIER" ;; esac
 printf '"pgx_md5" "secret"\n"pgx_pw" "secret"\n"pgx_scram" "%s"\n' "$VERIFIER" >"$WORK/userlist.txt"
 
+# start_ttlproxy and start_pgbouncer start a pooler on T_PORT, a free port
+# when T_PORT is empty (a restart keeps the port); stop_target stops it.
 T_PID=
 T_PIDFILE=
+T_PORT=
 start_ttlproxy() {
 	local admin
-	T_PORT=$(free_port)
+	[ -n "$T_PORT" ] || T_PORT=$(free_port)
 	admin=$(free_port)
 	[ "$admin" != "$T_PORT" ] || admin=$(free_port)
 	cat >"$WORK/ttlproxy.yaml" <<YAML
@@ -169,7 +173,7 @@ YAML
 }
 
 start_pgbouncer() {
-	T_PORT=$(free_port)
+	[ -n "$T_PORT" ] || T_PORT=$(free_port)
 	cat >"$WORK/pgbouncer.ini" <<INI
 [databases]
 * = host=127.0.0.1 port=$PGPORT
@@ -206,28 +210,57 @@ stop_target() {
 	if [ -n "$T_PIDFILE" ] && [ -f "$T_PIDFILE" ]; then
 		stop_pid "$(cat "$T_PIDFILE")"
 	fi
-	T_PID= T_PIDFILE=
+	T_PID='' T_PIDFILE='' T_PORT=''
+}
+
+# target_alive: the pooler started last still runs.
+target_alive() {
+	if [ -n "$T_PID" ]; then
+		kill -0 "$T_PID" 2>/dev/null
+	elif [ -n "$T_PIDFILE" ]; then
+		[ -f "$T_PIDFILE" ] && kill -0 "$(cat "$T_PIDFILE")" 2>/dev/null
+	fi
 }
 
 conn() { # conn PORT USER
 	printf 'host=127.0.0.1 port=%s user=%s password=secret dbname=pgx_test sslmode=disable' "$1" "$2"
 }
 
-# run_suite NAME PORT: go test with every PGX_TEST_* variable pointed at
-# PORT; the -json stream goes to $WORK/NAME.json.
+# run_suite NAME PORT [START]: go test with every PGX_TEST_* variable
+# pointed at PORT, one package at a time; the -json streams go to
+# $WORK/NAME.json. With START (the pooler's start function), a pooler that
+# died during a package is started again, on the same port, before the
+# next one, and counted in RESTARTS.
 run_suite() {
-	local name=$1 port=$2 rc=0 t0
+	local name=$1 port=$2 start=${3:-} rc t0 pkg
 	t0=$(date +%s)
-	log "run $name: go test -p 1 -json ${RUN:+-run '$RUN' }$PKGS"
-	# shellcheck disable=SC2086 # PKGS is a list
-	(cd "$WORK/pgx" && env \
-		PGX_TEST_DATABASE="$(conn "$port" pgx_md5)" \
-		PGX_TEST_TCP_CONN_STRING="$(conn "$port" pgx_md5)" \
-		PGX_TEST_MD5_PASSWORD_CONN_STRING="$(conn "$port" pgx_md5)" \
-		PGX_TEST_PLAIN_PASSWORD_CONN_STRING="$(conn "$port" pgx_pw)" \
-		PGX_TEST_SCRAM_PASSWORD_CONN_STRING="$(conn "$port" pgx_scram)" \
-		go test -p 1 -count=1 -json -timeout "$TIMEOUT" ${RUN:+-run "$RUN"} $PKGS) >"$WORK/$name.json" 2>"$WORK/$name.stderr" || rc=$?
-	log "run $name: go test exit status $rc, $(($(date +%s) - t0)) s"
+	RESTARTS[$name]=0
+	: >"$WORK/$name.json"
+	log "run $name: go test -p 1 -json ${RUN:+-run \"$RUN\" }, $(wc -w <<<"$TEST_PKGS") packages"
+	for pkg in $TEST_PKGS; do
+		if [ -n "$start" ] && ! target_alive; then
+			log "run $name: the pooler died (see its log): started again for $pkg"
+			RESTARTS[$name]=$((RESTARTS[$name] + 1))
+			local p=$T_PORT
+			stop_target
+			T_PORT=$p
+			$start
+		fi
+		rc=0
+		(cd "$WORK/pgx" && env \
+			PGX_TEST_DATABASE="$(conn "$port" pgx_md5)" \
+			PGX_TEST_TCP_CONN_STRING="$(conn "$port" pgx_md5)" \
+			PGX_TEST_MD5_PASSWORD_CONN_STRING="$(conn "$port" pgx_md5)" \
+			PGX_TEST_PLAIN_PASSWORD_CONN_STRING="$(conn "$port" pgx_pw)" \
+			PGX_TEST_SCRAM_PASSWORD_CONN_STRING="$(conn "$port" pgx_scram)" \
+			go test -count=1 -json -timeout "$TIMEOUT" ${RUN:+-run "$RUN"} "$pkg") >>"$WORK/$name.json" 2>>"$WORK/$name.stderr" || rc=$?
+		[ "$rc" = 0 ] || log "run $name: $pkg: go test exit status $rc"
+	done
+	if [ -n "$start" ] && ! target_alive; then
+		log "run $name: the pooler died during the last package"
+		RESTARTS[$name]=$((RESTARTS[$name] + 1))
+	fi
+	log "run $name: $(($(date +%s) - t0)) s"
 	ELAPSED[$name]=$(($(date +%s) - t0))
 }
 
@@ -238,7 +271,12 @@ results() {
 		| "\(.Package) \(.Test) \(.Action)"' "$WORK/$1.json" | awk '{ r[$1 " " $2] = $3 } END { for (k in r) print k, r[k] }' | sort
 }
 
-declare -A ELAPSED
+# The packages with tests, each run on its own.
+# shellcheck disable=SC2086 # PKGS is a list
+TEST_PKGS=$(cd "$WORK/pgx" && go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' $PKGS)
+[ -n "$TEST_PKGS" ] || die "no packages with tests in '$PKGS'"
+
+declare -A ELAPSED RESTARTS
 RAN=()
 for target in $TARGETS; do
 	case $target in
@@ -249,13 +287,13 @@ for target in $TARGETS; do
 	ttlproxy)
 		make_db
 		start_ttlproxy
-		run_suite ttlproxy "$T_PORT"
+		run_suite ttlproxy "$T_PORT" start_ttlproxy
 		stop_target
 		;;
 	pgbouncer)
 		make_db
 		start_pgbouncer
-		run_suite pgbouncer "$T_PORT"
+		run_suite pgbouncer "$T_PORT" start_pgbouncer
 		stop_target
 		;;
 	pgbouncer-tests)
@@ -270,6 +308,8 @@ for target in $TARGETS; do
 			>"$WORK/pgbouncer-tests.json" 2>"$WORK/pgbouncer-tests.stderr" || rc=$?
 		log "run pgbouncer-tests: go test exit status $rc, $(($(date +%s) - t0)) s"
 		ELAPSED[pgbouncer-tests]=$(($(date +%s) - t0))
+		RESTARTS[pgbouncer-tests]=0
+		target_alive || RESTARTS[pgbouncer-tests]=1
 		stop_target
 		;;
 	*) die "unknown target '$target' (direct ttlproxy pgbouncer pgbouncer-tests)" ;;
@@ -291,14 +331,19 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -z "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ] || COMMIT="$COMMIT+dirty"
 echo
 printf 'pgx %s, go test -p 1 %s%s, PostgreSQL %s, ttlproxy %s, PgBouncer %s, default_pool_size %s, %s CPUs\n' \
-	"$PGX_VERSION" "$PKGS" "${RUN:+ -run '$RUN'}" "$PG_VERSION" "$COMMIT" "$BOUNCER_VERSION" "$POOL" "$(nproc)"
+	"$PGX_VERSION" "$PKGS" "${RUN:+ -run \"$RUN\"}" "$PG_VERSION" "$COMMIT" "$BOUNCER_VERSION" "$POOL" "$(nproc)"
 echo
-row run passed failed skipped 'top-level passed / failed / skipped' 'packages failed' seconds
-echo '|---|--:|--:|--:|--:|--:|--:|'
+row run passed failed skipped 'no result (passed directly)' 'top-level passed / failed / skipped' 'packages failed' 'pooler restarts' seconds
+echo '|---|--:|--:|--:|--:|--:|--:|--:|--:|'
 for t in "${RAN[@]}"; do
 	pf=$(jq -r 'select(.Test == null and .Action == "fail") | .Package' "$WORK/$t.json" | sort -u | wc -l)
-	row "$t" "$(count "$t" pass)" "$(count "$t" fail)" "$(count "$t" skip)" \
-		"$(top "$t" pass) / $(top "$t" fail) / $(top "$t" skip)" "$pf" "${ELAPSED[$t]}"
+	nr=–
+	if [ "$t" != direct ] && [ "$t" != pgbouncer-tests ] && [ -f "$WORK/direct.results" ]; then
+		nr=$(awk 'NR == FNR { if ($3 == "pass") p[$1 " " $2] = 1; next } { r[$1 " " $2] = 1 }
+			END { n = 0; for (k in p) if (!(k in r)) n++; print n }' "$WORK/direct.results" "$WORK/$t.results")
+	fi
+	row "$t" "$(count "$t" pass)" "$(count "$t" fail)" "$(count "$t" skip)" "$nr" \
+		"$(top "$t" pass) / $(top "$t" fail) / $(top "$t" skip)" "$pf" "${RESTARTS[$t]:-0}" "${ELAPSED[$t]}"
 done
 if [ -f "$WORK/direct.results" ]; then
 	for t in ttlproxy pgbouncer; do
@@ -314,6 +359,44 @@ if [ -f "$WORK/direct.results" ]; then
 		echo
 		awk 'NR == FNR { d[$1 " " $2] = $3; next } $3 == "skip" && d[$1 " " $2] != "skip" { print "- " $1 " " $2 }' \
 			"$WORK/direct.results" "$WORK/$t.results" | sed 's|github.com/jackc/pgx/v5/||; s|github.com/jackc/pgx/v5 |pgx |' | sort
+	done
+fi
+# causes NAME: the tests that pass directly and fail through NAME, by the
+# first of these their output shows (a test's own output, not its
+# subtests'): a cause per test, counted.
+causes() {
+	jq -r 'select(.Test != null and .Action == "output" and (.Output | test("^(=== |--- |\\s*$)") | not))
+		| [.Package, .Test, .Output] | @tsv' "$WORK/$1.json" |
+		awk -F'\t' 'FNR == 1 { fi++ }
+			fi == 1 { if ($3 == "pass") p[$1 "\t" $2] = 1; next }
+			fi == 2 { if ($3 == "fail") f[$1 "\t" $2] = 1; next }
+			{ k = $1 "\t" $2; if ((k in p) && (k in f)) out[k] = out[k] " " $3 }
+			END {
+				for (k in f) {
+					if (!(k in p)) continue
+					o = out[k]
+					if (o ~ /prepared statement .* (already exists|does not exist)/) c = "named prepared statement missing or already there on the server (42P05, 26000)"
+					else if (o ~ /relation .* (already exists|does not exist)/) c = "temporary table of another transaction, or still there from another client (42P07, 42P01)"
+					else if (o ~ /unsupported startup parameter/) c = "startup parameter refused"
+					else if (o ~ /connection refused|server conn crashed|unexpected EOF|conn closed/) c = "connection refused or lost (the pooler died or closed it)"
+					else if (o ~ /cursor .* does not exist/) c = "cursor of another transaction (34000)"
+					else if (o ~ /test timed out|deadline exceeded|timeout/) c = "timeout"
+					else if (o == "") c = "no message of its own (a subtest failed)"
+					else c = "other"
+					n[c]++
+				}
+				for (c in n) printf "| %s | %d |\n", c, n[c]
+			}' <(sed 's/ /\t/; s/ /\t/' "$WORK/direct.results") <(sed 's/ /\t/; s/ /\t/' "$WORK/$1.results") - | sort -t'|' -k3 -rn
+}
+if [ -f "$WORK/direct.results" ]; then
+	for t in ttlproxy pgbouncer; do
+		[ -f "$WORK/$t.results" ] || continue
+		echo
+		echo "Through $t, tests that pass directly and fail, by cause (first match in the test's own output):"
+		echo
+		row cause tests
+		echo '|---|--:|'
+		causes "$t"
 	done
 fi
 if [ -f "$WORK/pgbouncer-tests.results" ]; then
