@@ -7,7 +7,7 @@
 # skipped per target, and the tests that pass directly but fail (or give no
 # result) through each target.
 #
-#   bench/pgx-suite.sh                         # the whole suite, four runs: about 20 minutes
+#   bench/pgx-suite.sh                         # the whole suite, four runs: 12-20 minutes
 #   RUN='^TestConnect' PKGS=./pgconn bench/pgx-suite.sh   # a subset while debugging
 #   TARGETS="direct ttlproxy" bench/pgx-suite.sh           # some targets only
 #   SMOKE=1 bench/pgx-suite.sh                 # a few packages' subset: does the machinery work?
@@ -354,7 +354,7 @@ if [ -f "$WORK/direct.results" ]; then
 		echo "Pass directly, fail or no result through $t:"
 		echo
 		awk 'NR == FNR { if ($3 == "pass") p[$1 " " $2] = 1; next } { r[$1 " " $2] = $3 }
-			END { for (k in p) if (r[k] != "pass" && r[k] != "skip") print "- " k " (" (k in r ? r[k] : "no result") ")" }' \
+			END { for (k in p) if (!(k in r)) print "- " k " (no result)"; else if (r[k] != "pass" && r[k] != "skip") print "- " k " (" r[k] ")" }' \
 			"$WORK/direct.results" "$WORK/$t.results" | sed 's|github.com/jackc/pgx/v5/||; s|github.com/jackc/pgx/v5 |pgx |' | sort
 		echo
 		echo "Skipped through $t, not directly:"
