@@ -59,6 +59,9 @@
 #   PG_BINDIR, KEEP  see lib.sh (KEEP=1 keeps the go test output and logs)
 # Needs the server binaries (with contrib: hstore, ltree), psql, Go, jq and
 # pgbouncer (installed with apt-get when missing and running as root).
+# Exit status 1: a test that passes directly fails or gives no result
+# through ttlproxy (but the known exceptions, KNOWN below), or a test of
+# pgbouncer-tests fails. PgBouncer's results never fail the script.
 set -euo pipefail
 
 if [ "${SMOKE:-}" = 1 ]; then
@@ -409,4 +412,33 @@ if [ -f "$WORK/pgbouncer-tests.results" ]; then
 fi
 if [ -n "${KEEP:-}" ]; then
 	log "go test output: $WORK/*.json (KEEP=1)"
+fi
+
+# The exit status: 1 when a test that passes directly fails or gives no
+# result through ttlproxy, other than those below, or a test of the
+# pgbouncer-tests run fails. The known exceptions pass the process ID of
+# their BackendKeyData to pg_terminate_backend and expect their own session
+# to end: in transaction mode it is the proxy's key and names no backend
+# (bench/results/2026-11-25-pgx-suite.md).
+KNOWN='github.com/jackc/pgx/v5 TestFatalTxError
+github.com/jackc/pgx/v5 TestFatalRxError
+github.com/jackc/pgx/v5/pgconn TestConnCheckConn
+github.com/jackc/pgx/v5/pgconn TestConnPing
+github.com/jackc/pgx/v5/pgxpool TestPoolAcquireChecksIdleConns
+github.com/jackc/pgx/v5/stdlib TestCheckIdleConn'
+UNEXPECTED=
+if [ -f "$WORK/direct.results" ] && [ -f "$WORK/ttlproxy.results" ]; then
+	UNEXPECTED=$(awk 'FNR == 1 { fi++ }
+		fi == 1 { known[$1 " " $2] = 1; next }
+		fi == 2 { if ($3 == "pass") p[$1 " " $2] = 1; next }
+		{ r[$1 " " $2] = $3 }
+		END { for (k in p) if (!(k in known) && (!(k in r) || r[k] == "fail")) print k }' \
+		<(printf '%s\n' "$KNOWN") "$WORK/direct.results" "$WORK/ttlproxy.results")
+fi
+if [ -f "$WORK/pgbouncer-tests.results" ]; then
+	UNEXPECTED+=$(awk '$3 == "fail" { print "\n" $1 " " $2 " (pgbouncer-tests)" }' "$WORK/pgbouncer-tests.results")
+fi
+if [ -n "$UNEXPECTED" ]; then
+	log "FAILED through ttlproxy, beyond the known exceptions: $(printf '%s\n' "$UNEXPECTED" | sed '/^$/d' | sort | tr '\n' ' ')"
+	exit 1
 fi
