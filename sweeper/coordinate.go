@@ -8,7 +8,9 @@ import (
 // Coordination between instances. Several ttlproxy processes in front of
 // one database run a sweeper each; they coordinate through the database
 // only, with a session advisory lock per table and slice
-// (pg_try_advisory_lock(hashtext('ttlproxy.sweeper:' || table), slice)),
+// (pg_try_advisory_lock(hashtext('ttlproxy.sweeper:' || table), slice);
+// an expiring column's nulling has locks of its own, keyed by
+// 'schema.table.column': instances share out its slices the same way),
 // taken on a connection of its own for as long as the slice is swept. An
 // instance skips a slice another holds, so no slice is swept twice at once,
 // and every instance tries every slice every run, so together they cover
@@ -56,11 +58,11 @@ func (s *Sweeper) holdSlice(ctx context.Context, d dialect, t target, i int) (re
 		conn.Release()
 		return nil, false, nil
 	}
-	s.m.slicesHeld.WithLabelValues(t.name).Inc()
-	s.tables.update(t.name, func(st *TableStatus) { st.SlicesHeld++ })
+	s.m.slicesHeld.WithLabelValues(t.table()).Inc()
+	s.tables.update(t.table(), func(st *TableStatus) { st.SlicesHeld++ })
 	return func() {
-		s.m.slicesHeld.WithLabelValues(t.name).Dec()
-		s.tables.update(t.name, func(st *TableStatus) { st.SlicesHeld-- })
+		s.m.slicesHeld.WithLabelValues(t.table()).Dec()
+		s.tables.update(t.table(), func(st *TableStatus) { st.SlicesHeld-- })
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.BatchTimeout)
 		defer cancel()
 		if _, err := conn.Exec(uctx, "SELECT pg_catalog.pg_advisory_unlock(pg_catalog.hashtext($1), $2)", lockNamespace+t.name, int32(i)); err != nil {

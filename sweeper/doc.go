@@ -11,6 +11,9 @@
 // the next run). A sidecar rule's base rows are deleted with their registry
 // rows locked, then the registry entries left without a base row are
 // deleted once expired.
+// After a table's rows, the expired values of each of its expiring columns
+// (ttl.Rule.Columns) are set to NULL in the rows the row rule keeps, by the
+// same batches with UPDATE in place of DELETE (columns.go).
 //
 // Batch sizes adapt to a target transaction time (Config.TargetBatchDuration,
 // 50 ms) and the sweeper backs off only when the database is busy (pace.go:
@@ -54,6 +57,6 @@
 //	}
 //	defer s.Stop()
 //
-// The login needs SELECT, UPDATE (for the row locks) and DELETE on every
-// TTL table, and on a sidecar registry.
+// The login needs SELECT, UPDATE (for the row locks, and to set expired
+// values to NULL) and DELETE on every TTL table, and on a sidecar registry.
 package sweeper

@@ -30,6 +30,10 @@ type metrics struct {
 	backlog       *prometheus.GaugeVec
 	// partitionsDropped counts expired partitions detached and dropped.
 	partitionsDropped *prometheus.CounterVec
+	// rowsNulled and columnBacklog are an expiring column's rowsDeleted and
+	// backlog (columns.go), labelled by table and column.
+	rowsNulled    *prometheus.CounterVec
+	columnBacklog *prometheus.GaugeVec
 }
 
 // Metrics are a sweeper's Prometheus collectors, made once and handed to
@@ -56,6 +60,7 @@ func (m *metrics) forgetTables() {
 	m.batchSize.Reset()
 	m.slicesHeld.Reset()
 	m.backlog.Reset()
+	m.columnBacklog.Reset()
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -120,6 +125,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: name("partitions_dropped_total"),
 		Help: "Expired partitions detached and dropped instead of swept row by row (drop_expired_partitions).",
 	}, []string{"table"})
+	m.rowsNulled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: name("rows_nulled_total"),
+		Help: "Expired values of an expiring column set to NULL by the sweeper (one per row).",
+	}, []string{"table", "column"})
+	m.columnBacklog = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("column_backlog_rows"),
+		Help: "Rows of the table whose value of the column is expired and not yet NULL, the row itself live: counted at the start of the column's sweep (exact up to 10,000, the planner's estimate above), less the values nulled since.",
+	}, []string{"table", "column"})
 	if reg == nil {
 		return m, nil
 	}
@@ -127,6 +140,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.rowsDeleted, m.batches, m.errors, m.runs, m.runDuration, m.lastRun, m.oldestExpired,
 		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped, m.backlog, m.partitionsDropped,
+		m.rowsNulled, m.columnBacklog,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {

@@ -47,12 +47,17 @@ func (s *Sweeper) countDoomed(ctx context.Context, t target, cutoff time.Time, l
 	return n, true, nil
 }
 
-// TablePlan is what a sweep would do to one table (Plan).
+// TablePlan is what a sweep would do to one table (Plan), or to one
+// expiring column of a table.
 type TablePlan struct {
 	// Table is "schema.table" (a sidecar registry has its own).
 	Table string
-	// Expired is the number of rows expired now: exact, or the planner's
-	// estimate when Estimated (above 100,000).
+	// Column is set for the plan of an expiring column: a run sets its
+	// expired values to NULL in the rows the row rule keeps.
+	Column string
+	// Expired is the number of rows expired now (for a column, the rows
+	// whose value is expired and not yet NULL, the row live): exact, or
+	// the planner's estimate when Estimated (above 100,000).
 	Expired   int64
 	Estimated bool
 	// OldestExpired is the age of the oldest expired row, when cheap to
@@ -74,8 +79,9 @@ type TablePlan struct {
 }
 
 // Plan reports, without deleting anything, what a run would do now: per
-// table the expired rows, the slices, the batch statement, its plan, and
-// warnings (for ttlproxy sweep --dry-run).
+// table, then per expiring column of the table, the expired rows (values),
+// the slices, the batch statement, its plan, and warnings (for ttlproxy
+// sweep --dry-run).
 func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 	cutoff, d, uncoordinated, err := s.begin(ctx)
 	if err != nil {
@@ -84,8 +90,13 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 	var out []TablePlan
 	for i := range s.rules {
 		r := &s.rules[i]
-		for _, t := range targets(r) {
+		for _, t := range sweepTargets(r) {
 			p := TablePlan{Table: t.name}
+			privileges := []string{"SELECT", "UPDATE", "DELETE"}
+			if t.column != nil {
+				p.Table, p.Column = t.column.table, t.column.name
+				privileges = privileges[:2]
+			}
 			if uncoordinated != "" {
 				p.Warnings = append(p.Warnings, "instances will sweep without coordination: "+uncoordinated)
 			}
@@ -156,13 +167,13 @@ func (s *Sweeper) Plan(ctx context.Context) ([]TablePlan, error) {
 			case strings.Contains(p.Explain, "Seq Scan on"):
 				p.Warnings = append(p.Warnings, "no index serves the expired condition: each batch reads the table until it finds its rows")
 			}
-			for _, priv := range []string{"SELECT", "UPDATE", "DELETE"} {
+			for _, priv := range privileges {
 				var ok bool
 				if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.has_table_privilege(pg_catalog.to_regclass($1), $2)", t.regclass, priv).Scan(&ok); err == nil && !ok {
 					p.Warnings = append(p.Warnings, "the sweeper's login lacks "+priv)
 				}
 			}
-			if r.RuleKind() == "sidecar" && t.registry == nil {
+			if r.RuleKind() == "sidecar" && t.registry == nil && t.column == nil {
 				var unique bool
 				_ = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_catalog.pg_index i
 					WHERE i.indrelid = pg_catalog.to_regclass($1) AND i.indisunique)`, t.regclass).Scan(&unique)

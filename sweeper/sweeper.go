@@ -20,18 +20,24 @@ import (
 var ErrStopped = errors.New("sweeper stopped")
 
 // RunResult is the outcome of one run, keyed by qualified table name
-// ("schema.table"; a sidecar rule's registry under its own name).
+// ("schema.table"; a sidecar rule's registry under its own name; an
+// expiring column's nulling under "schema.table.column").
 type RunResult struct {
 	// Deleted is the number of rows deleted per table, also for a table that
 	// failed part way.
 	Deleted map[string]int64
-	// Batches is the number of DELETE statements that completed per table.
+	// Nulled is the number of expired values set to NULL per expiring
+	// column ("schema.table.column"), also for one that failed part way.
+	Nulled map[string]int64
+	// Batches is the number of DELETE (for a column, UPDATE) statements
+	// that completed per table or column.
 	Batches map[string]int
 	// Errors holds the error that ended a table's sweep in this run.
 	Errors map[string]error
 	// LongestBatch is the duration of the table's longest completed batch
 	// (its transaction, as the sweeper timed it).
-	LongestBatch map[string]time.Duration // PartitionsDropped is the number of expired partitions of the table
+	LongestBatch map[string]time.Duration
+	// PartitionsDropped is the number of expired partitions of the table
 	// detached and dropped (Config.DropExpiredPartitions).
 	PartitionsDropped map[string]int
 }
@@ -116,7 +122,7 @@ func New(cfg Config) (*Sweeper, error) {
 		if err := validateRule(&rules[i]); err != nil {
 			return nil, fmt.Errorf("sweeper: %w", err)
 		}
-		for _, t := range targets(&rules[i]) {
+		for _, t := range sweepTargets(&rules[i]) {
 			if seen[t.name] {
 				return nil, fmt.Errorf("sweeper: table %s is listed twice", t.name)
 			}
@@ -170,8 +176,12 @@ func New(cfg Config) (*Sweeper, error) {
 		lockRows:   true,
 	}
 	for i := range rules {
-		for _, t := range targets(&rules[i]) {
+		for _, t := range sweepTargets(&rules[i]) {
 			// Series exist from the start, so rate() sees the first run.
+			if t.column != nil {
+				m.rowsNulled.WithLabelValues(t.column.table, t.column.name)
+				continue
+			}
 			m.rowsDeleted.WithLabelValues(t.name)
 			m.batches.WithLabelValues(t.name)
 			m.errors.WithLabelValues(t.name)
@@ -280,7 +290,7 @@ func (s *Sweeper) loop(ctx context.Context, done chan struct{}) {
 func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 	s.runMu.Lock()
 	defer s.runMu.Unlock()
-	res := RunResult{Deleted: map[string]int64{}, Batches: map[string]int{}, Errors: map[string]error{},
+	res := RunResult{Deleted: map[string]int64{}, Nulled: map[string]int64{}, Batches: map[string]int{}, Errors: map[string]error{},
 		LongestBatch: map[string]time.Duration{}, PartitionsDropped: map[string]int{}}
 	if s.stopping() {
 		return res, ErrStopped
@@ -319,15 +329,18 @@ func (s *Sweeper) RunOnce(ctx context.Context) (RunResult, error) {
 		result = "partial"
 	}
 	s.m.runs.WithLabelValues(result).Inc()
-	var total int64
+	var total, nulled int64
 	for _, n := range res.Deleted {
 		total += n
 	}
+	for _, n := range res.Nulled {
+		nulled += n
+	}
 	lvl := slog.LevelInfo
-	if total == 0 && len(res.Errors) == 0 {
+	if total == 0 && nulled == 0 && len(res.Errors) == 0 {
 		lvl = slog.LevelDebug // a quiet run every Interval is not news
 	}
-	log.Log(ctx, lvl, "sweeper run done", slog.Int64("deleted", total),
+	log.Log(ctx, lvl, "sweeper run done", slog.Int64("deleted", total), slog.Int64("nulled", nulled),
 		slog.Int("failed_tables", len(res.Errors)), slog.Duration("elapsed", elapsed))
 	return res, nil
 }
@@ -361,8 +374,9 @@ func (s *Sweeper) begin(ctx context.Context) (cutoff time.Time, d dialect, uncoo
 	return cutoff, d, uncoordinated, nil
 }
 
-// sweepRule sweeps one rule's targets and records the outcome in res. It
-// returns an error only when the run must end (stopped or cancelled).
+// sweepRule sweeps one rule's targets, the row deletes and then the
+// expiring columns, and records the outcome in res. It returns an error
+// only when the run must end (stopped or cancelled).
 func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, cutoff time.Time, d dialect, res *RunResult) error {
 	if s.cfg.DropExpiredPartitions && d == dialectPostgres {
 		n, err := s.dropExpiredPartitions(ctx, log, r, cutoff)
@@ -376,11 +390,20 @@ func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, 
 			log.Error("dropping expired partitions failed", slog.String("table", r.QualifiedName()), slog.Any("error", err))
 		}
 	}
-	for _, t := range targets(r) {
-		tlog := log.With(slog.String("table", t.name))
+	for _, t := range sweepTargets(r) {
+		tlog := log.With(slog.String("table", t.table()))
+		what := "table"
+		if t.column != nil {
+			tlog = tlog.With(slog.String("column", t.column.name))
+			what = "column"
+		}
 		start := time.Now()
 		n, batches, longest, err := s.sweepTarget(ctx, tlog, t, cutoff, d)
-		res.Deleted[t.name] += n
+		if t.column != nil {
+			res.Nulled[t.name] += n
+		} else {
+			res.Deleted[t.name] += n
+		}
 		res.Batches[t.name] += batches
 		res.LongestBatch[t.name] = max(res.LongestBatch[t.name], longest)
 		if stop := s.endsRun(ctx, err); stop != nil {
@@ -390,18 +413,22 @@ func (s *Sweeper) sweepRule(ctx context.Context, log *slog.Logger, r *ttl.Rule, 
 		if err != nil {
 			msg = err.Error()
 		}
-		s.tables.update(t.name, func(st *TableStatus) { st.Error = msg })
+		if t.column != nil {
+			s.tables.updateColumn(t, func(cs *ColumnStatus) { cs.Error = msg })
+		} else {
+			s.tables.update(t.name, func(st *TableStatus) { st.Error = msg })
+		}
 		if err != nil {
 			res.Errors[t.name] = err
-			tlog.Error("sweeping table failed", slog.Any("error", err),
-				slog.Int64("deleted", n), slog.Int("batches", batches))
+			tlog.Error("sweeping "+what+" failed", slog.Any("error", err),
+				slog.Int64(t.done(), n), slog.Int("batches", batches))
 			continue
 		}
 		lvl := slog.LevelDebug
 		if n > 0 {
 			lvl = slog.LevelInfo
 		}
-		tlog.Log(ctx, lvl, "swept table", slog.Int64("deleted", n),
+		tlog.Log(ctx, lvl, "swept "+what, slog.Int64(t.done(), n),
 			slog.Int("batches", batches), slog.Duration("elapsed", time.Since(start)))
 	}
 	if err := s.observeOldest(ctx, log, r, cutoff, d); err != nil {
@@ -460,10 +487,11 @@ func (tr *tableRun) fail(err error) {
 	}
 }
 
-// sweepTarget deletes t's doomed rows slice by slice, batch by batch, with
-// Workers slices at a time, until each slice's batch comes back short. It
-// returns the rows deleted, the batches done and the longest batch's
-// duration also on error.
+// sweepTarget deletes t's doomed rows (nulls an expiring column's doomed
+// values) slice by slice, batch by batch, with Workers slices at a time,
+// until each slice's batch comes back short. It returns the rows deleted
+// (values nulled), the batches done and the longest batch's duration also
+// on error.
 func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, time.Duration, error) {
 	tr := &tableRun{t: t, log: log, pace: newPacer(s.cfg.TargetBatchDuration, s.cfg.MaxBatchSize)}
 	tr.pace.baseline(s.fgBaseline)
@@ -476,13 +504,20 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 	}
 	backlog, _, err := s.countDoomed(ctx, t, cutoff, runBacklogCap)
 	if err != nil {
-		s.m.errors.WithLabelValues(t.name).Inc()
+		s.m.errors.WithLabelValues(t.table()).Inc()
 		return 0, 0, 0, err
 	}
-	s.m.backlog.WithLabelValues(t.name).Set(float64(backlog))
+	s.setBacklog(t, backlog)
 	defer func() {
 		left := max(backlog-tr.deleted, 0)
-		s.m.backlog.WithLabelValues(t.name).Set(float64(left))
+		s.setBacklog(t, left)
+		if t.column != nil {
+			s.tables.updateColumn(t, func(cs *ColumnStatus) {
+				cs.Backlog, cs.Nulled, cs.Batches, cs.SlicesSkipped = left, tr.deleted, tr.batches, tr.skipped
+				cs.BatchSize, cs.LastSwept = s.batchSize(t.name), time.Now()
+			})
+			return
+		}
 		s.tables.update(t.name, func(st *TableStatus) {
 			st.Backlog, st.Deleted, st.Batches, st.SlicesSkipped = left, tr.deleted, tr.batches, tr.skipped
 			st.BatchSize, st.LastSwept = s.batchSize(t.name), time.Now()
@@ -496,7 +531,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 	}
 	slices, err := slicerFor(d, s.blocksPerSlice).slices(ctx, s.pool, t, cutoff)
 	if err != nil {
-		s.m.errors.WithLabelValues(t.name).Inc()
+		s.m.errors.WithLabelValues(t.table()).Inc()
 		return 0, 0, 0, err
 	}
 	log.Debug("sweeping table", slog.Int("slices", len(slices)), slog.Int64("backlog", backlog))
@@ -544,7 +579,7 @@ func (s *Sweeper) sweepSliceHeld(ctx context.Context, tr *tableRun, sl slice, i 
 	t := tr.t
 	release, held, err := s.holdSlice(ctx, d, t, i)
 	if err != nil {
-		s.m.errors.WithLabelValues(t.name).Inc()
+		s.m.errors.WithLabelValues(t.table()).Inc()
 		return err
 	}
 	if !held {
@@ -552,7 +587,7 @@ func (s *Sweeper) sweepSliceHeld(ctx context.Context, tr *tableRun, sl slice, i 
 		tr.mu.Lock()
 		tr.skipped++
 		tr.mu.Unlock()
-		s.m.slicesSkipped.WithLabelValues(t.name).Inc()
+		s.m.slicesSkipped.WithLabelValues(t.table()).Inc()
 		tr.log.Debug("slice held by another instance", slog.String("slice", sl.label))
 		return nil
 	}
@@ -581,9 +616,9 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			s.m.errors.WithLabelValues(t.name).Inc()
+			s.m.errors.WithLabelValues(t.table()).Inc()
 			if !isTimeout(err) {
-				return fmt.Errorf("deleting from %s (slice %s): %w", t.name, sl.label, err)
+				return fmt.Errorf("%s (slice %s): %w", t.verb(), sl.label, err)
 			}
 			tr.mu.Lock()
 			tr.timeouts++
@@ -596,8 +631,8 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 			}
 			tr.mu.Unlock()
 			if timeouts >= maxTimeoutsPerRun {
-				return fmt.Errorf("deleting from %s: %d batches timed out (last batch size %d, timeout %s): %w",
-					t.name, timeouts, size, s.cfg.BatchTimeout, err)
+				return fmt.Errorf("%s: %d batches timed out (last batch size %d, timeout %s): %w",
+					t.verb(), timeouts, size, s.cfg.BatchTimeout, err)
 			}
 			log.Warn("sweeper batch timed out", slog.Int("batch_size", size),
 				slog.Int("next_batch_size", s.batchSize(t.name)), slog.Duration("timeout", s.cfg.BatchTimeout))
@@ -606,9 +641,13 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 			}
 			continue
 		}
-		s.m.batchDuration.WithLabelValues(t.name).Observe(took.Seconds())
-		s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
-		s.m.batches.WithLabelValues(t.name).Inc()
+		if t.column != nil {
+			s.m.rowsNulled.WithLabelValues(t.column.table, t.column.name).Add(float64(n))
+		} else {
+			s.m.batchDuration.WithLabelValues(t.name).Observe(took.Seconds())
+			s.m.rowsDeleted.WithLabelValues(t.name).Add(float64(n))
+			s.m.batches.WithLabelValues(t.name).Inc()
+		}
 		var fg time.Duration
 		if s.cfg.ForegroundLatency != nil {
 			fg = s.cfg.ForegroundLatency()
@@ -620,14 +659,16 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		tr.longest = max(tr.longest, took)
 		nextSize, wait := tr.pace.next(size, work, took, full, fg)
 		if log.Enabled(ctx, slog.LevelDebug) {
-			log.Debug("batch", slog.Int("size", size), slog.Int64("deleted", n), slog.Duration("took", took),
+			log.Debug("batch", slog.Int("size", size), slog.Int64(t.done(), n), slog.Duration("took", took),
 				slog.Duration("foreground", fg), slog.Float64("share", tr.pace.share), slog.Duration("wait", wait))
 		}
 		if (tr.pace.target > 0 || nextSize < size) && !tr.shrunk {
 			s.setBatchSize(t.name, nextSize)
 		}
 		tr.mu.Unlock()
-		s.m.batchSize.WithLabelValues(t.name).Set(float64(s.batchSize(t.name)))
+		if t.column == nil {
+			s.m.batchSize.WithLabelValues(t.name).Set(float64(s.batchSize(t.name)))
+		}
 		if s.afterBatch != nil {
 			s.afterBatch(t.name, n)
 		}

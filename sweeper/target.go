@@ -28,6 +28,49 @@ type target struct {
 	// registry is set for a sidecar rule's base table: its expiry lives in
 	// another table's rows, which a batch must lock too (lockedBatchSQL).
 	registry *registryRef
+	// column is set for an expiring column of the table: its batches set
+	// the column (and its expiry column) to NULL in the rows doomed selects
+	// instead of deleting them (columns.go).
+	column *columnRef
+}
+
+// table returns the qualified name of the table the target sweeps: the
+// label of the metrics a table's row deletes and column nulling share.
+func (t target) table() string {
+	if t.column != nil {
+		return t.column.table
+	}
+	return t.name
+}
+
+// verb names what sweeping t does, for errors: "deleting from
+// schema.table" or "nulling schema.table.column".
+func (t target) verb() string {
+	if t.column != nil {
+		return "nulling " + t.name
+	}
+	return "deleting from " + t.name
+}
+
+// done is the log key of the rows a sweep of t changed: "deleted", or
+// "nulled" for an expiring column.
+func (t target) done() string {
+	if t.column != nil {
+		return "nulled"
+	}
+	return "deleted"
+}
+
+// write returns the head of the statement that sweeps the rows of t's
+// table visible as t and selected by the WHERE clause that follows it:
+// "DELETE FROM tbl AS t", or for an expiring column "UPDATE tbl AS t SET
+// c = NULL[, c_exp = NULL]". join is the keyword that adds a FROM item to
+// it: USING for DELETE, FROM for UPDATE.
+func (t target) write() (head, join string) {
+	if t.column != nil {
+		return "UPDATE " + t.quoted + " AS t SET " + t.column.set, "FROM"
+	}
+	return "DELETE FROM " + t.quoted + " AS t", "USING"
 }
 
 // registryRef names a sidecar registry and the key it shares with its base
@@ -116,17 +159,18 @@ func deleteBatchSQL(d dialect, t target, sl slice, lockRows bool) string {
 	if c := sl.cond("s"); c != "" {
 		inner += " AND " + c
 	}
+	head, join := t.write()
 	if d == dialectYugabyte {
 		return fmt.Sprintf("WITH doomed AS (SELECT s.ybctid AS id FROM %s AS s WHERE %s ORDER BY s.ybctid LIMIT %s) "+
-			"DELETE FROM %s AS t USING doomed AS d WHERE t.ybctid = d.id AND %s",
-			t.quoted, inner, limitParam, t.quoted, t.doomed("t"))
+			"%s %s doomed AS d WHERE t.ybctid = d.id AND %s",
+			t.quoted, inner, limitParam, head, join, t.doomed("t"))
 	}
 	lock := ""
 	if lockRows {
 		lock = " FOR UPDATE OF s SKIP LOCKED"
 	}
-	return fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid = ANY (ARRAY(SELECT s.ctid FROM %s AS s WHERE %s LIMIT %s%s)) AND %s",
-		t.quoted, t.quoted, inner, limitParam, lock, t.doomed("t"))
+	return fmt.Sprintf("%s WHERE t.ctid = ANY (ARRAY(SELECT s.ctid FROM %s AS s WHERE %s LIMIT %s%s)) AND %s",
+		head, t.quoted, inner, limitParam, lock, t.doomed("t"))
 }
 
 // blockBatchSQL returns the statement that deletes one batch of t's doomed
@@ -141,10 +185,11 @@ func blockBatchSQL(t target, sl slice, lockRows bool) string {
 	if lockRows {
 		lock = " FOR UPDATE OF s SKIP LOCKED"
 	}
+	head, _ := t.write()
 	return fmt.Sprintf("WITH picked AS (SELECT s.ctid FROM %s AS s WHERE %s AND %s LIMIT %s%s), "+
-		"gone AS (DELETE FROM %s AS t WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND %s RETURNING 1) "+
+		"gone AS (%s WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND %s RETURNING 1) "+
 		"SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM picked), (SELECT max(ctid) FROM picked)",
-		t.quoted, sl.cond("s"), t.doomed("s"), limitParam, lock, t.quoted, t.doomed("t"))
+		t.quoted, sl.cond("s"), t.doomed("s"), limitParam, lock, head, t.doomed("t"))
 }
 
 // rangeBatchSQL returns the statement that deletes every doomed row of t
@@ -157,7 +202,8 @@ func blockBatchSQL(t target, sl slice, lockRows bool) string {
 // the newest version of each row it deletes (READ COMMITTED), so a row
 // refreshed meanwhile is kept.
 func rangeBatchSQL(t target) string {
-	return fmt.Sprintf("DELETE FROM %s AS t WHERE t.ctid >= $2::tid AND t.ctid < $3::tid AND %s", t.quoted, t.doomed("t"))
+	head, _ := t.write()
+	return fmt.Sprintf("%s WHERE t.ctid >= $2::tid AND t.ctid < $3::tid AND %s", head, t.doomed("t"))
 }
 
 // lockedBatchSQL returns the two statements of a batch on a sidecar rule's

@@ -136,6 +136,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				t.BatchSize, t.SlicesHeld, t.SlicesSkipped, t.Error)
 		}
 		_ = tw.Flush()
+		printColumnStatus(stdout, st.Sweeper.Tables)
 	}
 	return exitOK
 }
@@ -175,6 +176,29 @@ func printPeers(w io.Writer, peers []proxy.PeerStatus) {
 			result = "-"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\n", p.ID, p.Addr, last, result, p.Forwarded, p.Failed, p.LastError)
+	}
+	_ = tw.Flush()
+}
+
+// printColumnStatus prints the sweeper's expiring columns, when it has
+// swept any: the values it set to NULL and those left.
+func printColumnStatus(stdout io.Writer, tables []sweeper.TableStatus) {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	header := false
+	for _, t := range tables {
+		for _, c := range t.Columns {
+			if !header {
+				fmt.Fprintln(stdout)
+				fmt.Fprintln(tw, "SWEPT COLUMN\tLAST SWEPT\tNULLED\tBATCHES\tBACKLOG\tBATCH SIZE\tSKIPPED\tERROR")
+				header = true
+			}
+			last := "-"
+			if !c.LastSwept.IsZero() {
+				last = c.LastSwept.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s.%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", t.Table, c.Column, last, c.Nulled, c.Batches, c.Backlog,
+				c.BatchSize, c.SlicesSkipped, c.Error)
+		}
 	}
 	_ = tw.Flush()
 }

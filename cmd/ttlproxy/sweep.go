@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -20,7 +21,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := newFlagSet("sweep", "--config FILE (--once | --dry-run)", stderr)
 	configPath := fs.String("config", "", "configuration `file` (required; its sweeper section and tables)")
 	once := fs.Bool("once", false, "run one pass over every table and exit")
-	dryRun := fs.Bool("dry-run", false, "print what a pass would do (expired rows, slices, the batch statement and its plan, warnings) without deleting")
+	dryRun := fs.Bool("dry-run", false, "print what a pass would do (expired rows and values, slices, the batch statements and their plans, warnings) without deleting")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -60,23 +61,12 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	start := time.Now()
 	res, err := sw.RunOnce(ctx)
 	elapsed := time.Since(start)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tDELETED\tBATCHES\tLONGEST BATCH\tERROR")
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range res.Deleted {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		e := ""
-		if res.Errors[name] != nil {
-			e = res.Errors[name].Error()
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", name, res.Deleted[name], res.Batches[name],
-			res.LongestBatch[name].Round(time.Millisecond/10), e)
+	printRun(stdout, "TABLE\tDELETED", res.Deleted, res)
+	if len(res.Nulled) > 0 {
+		// Expiring columns, as schema.table.column.
+		fmt.Fprintln(stdout)
+		printRun(stdout, "COLUMN\tNULLED", res.Nulled, res)
 	}
-	_ = tw.Flush()
 	fmt.Fprintf(stdout, "elapsed %s\n", elapsed.Round(time.Millisecond))
 	if err != nil {
 		log.Error("sweep failed", slog.Any("err", err))
@@ -86,6 +76,23 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	return exitOK
+}
+
+// printRun prints one line per key of counts (the rows deleted per table or
+// the values nulled per column) under header, with the key's batches,
+// longest batch and error from res.
+func printRun(stdout io.Writer, header string, counts map[string]int64, res sweeper.RunResult) {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header+"\tBATCHES\tLONGEST BATCH\tERROR")
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
+		e := ""
+		if res.Errors[name] != nil {
+			e = res.Errors[name].Error()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", name, counts[name], res.Batches[name],
+			res.LongestBatch[name].Round(time.Millisecond/10), e)
+	}
+	_ = tw.Flush()
 }
 
 // printPlan prints sweeper.Plan: per table what a pass would do.
@@ -103,7 +110,11 @@ func printPlan(ctx context.Context, sw *sweeper.Sweeper, stdout, stderr io.Write
 		if p.Estimated {
 			expired = "about " + expired + " (the planner's estimate)"
 		}
-		fmt.Fprintf(stdout, "%s\n  expired rows now: %s\n", p.Table, expired)
+		if p.Column != "" {
+			fmt.Fprintf(stdout, "%s column %s\n  expired values now (in rows the row rule keeps): %s\n", p.Table, p.Column, expired)
+		} else {
+			fmt.Fprintf(stdout, "%s\n  expired rows now: %s\n", p.Table, expired)
+		}
 		if p.OldestExpired > 0 {
 			fmt.Fprintf(stdout, "  oldest expired row: %s old\n", p.OldestExpired.Round(time.Second))
 		}
@@ -123,6 +134,6 @@ func printPlan(ctx context.Context, sw *sweeper.Sweeper, stdout, stderr io.Write
 			fmt.Fprintf(stdout, "  WARNING: %s\n", w)
 		}
 	}
-	fmt.Fprintln(stdout, "-- dry run: nothing was deleted")
+	fmt.Fprintln(stdout, "-- dry run: nothing was deleted or set to NULL")
 	return exitOK
 }
