@@ -7,13 +7,20 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// TestCreateIndex: with create_index the sweeper builds the missing index
-// on the expiry column at start, concurrently, and sweeps as usual.
+// TestCreateIndex: with create_index the sweeper builds the missing
+// indexes on the expiry column and on an expiring column's expiry column
+// at start, concurrently, and sweeps as usual; a derived expiring column's
+// base column gets none.
 func TestCreateIndex(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "unindexed", 50, 5, 0)
+	e.exec(t, "ALTER TABLE unindexed ADD COLUMN note_exp timestamptz, ADD COLUMN memo text, ADD COLUMN created_at timestamptz")
 	r := sessionsRule("unindexed")
 	r.CreateIndex = true
+	r.Columns = []ttl.ColumnRule{
+		{Column: "note", ExpiresAtColumn: "note_exp"},
+		{Column: "memo", BaseColumn: "created_at", ExpireAfter: time.Hour},
+	}
 	s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}, Interval: time.Hour})
 	if err := s.Start(e.ctx); err != nil {
 		t.Fatal(err)
@@ -21,9 +28,9 @@ func TestCreateIndex(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var valid bool
-		err := e.conn.QueryRow(e.ctx, `SELECT COALESCE(bool_and(i.indisvalid), false) FROM pg_index i
+		err := e.conn.QueryRow(e.ctx, `SELECT count(*) FILTER (WHERE i.indisvalid) = 2 FROM pg_index i
 			JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-			WHERE i.indrelid = 'unindexed'::regclass AND a.attname = 'expires_at'`).Scan(&valid)
+			WHERE i.indrelid = 'unindexed'::regclass AND a.attname IN ('expires_at', 'note_exp')`).Scan(&valid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,14 +38,14 @@ func TestCreateIndex(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no valid index on expires_at, or not swept (%d rows)", e.count(t, "unindexed"))
+			t.Fatalf("no valid index on expires_at and note_exp, or not swept (%d rows)", e.count(t, "unindexed"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.Stop()
-	// Exactly the one index was added.
+	// Exactly the two indexes were added.
 	var n int
-	if err := e.conn.QueryRow(e.ctx, "SELECT count(*) FROM pg_indexes WHERE tablename = 'unindexed'").Scan(&n); err != nil || n != 2 {
-		t.Errorf("indexes on the table: %d, %v; want the primary key and the expiry index", n, err)
+	if err := e.conn.QueryRow(e.ctx, "SELECT count(*) FROM pg_indexes WHERE tablename = 'unindexed'").Scan(&n); err != nil || n != 3 {
+		t.Errorf("indexes on the table: %d, %v; want the primary key and the two expiry indexes", n, err)
 	}
 }

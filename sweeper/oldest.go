@@ -61,17 +61,9 @@ func (s *Sweeper) oldestQuery(ctx context.Context, r *ttl.Rule, d dialect) (sql 
 	if !ok || d != dialectPostgres {
 		return "", false, nil
 	}
-	var indexed bool
-	err = s.pool.QueryRow(ctx, `SELECT EXISTS (
-		SELECT 1 FROM pg_catalog.pg_index i
-		JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
-		JOIN pg_catalog.pg_am am ON am.oid = ic.relam
-		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-		WHERE i.indrelid = pg_catalog.to_regclass($1) AND a.attname = $2
-		  AND am.amname = 'btree' AND i.indisvalid AND i.indpred IS NULL)`,
-		r.QuotedName(), col).Scan(&indexed)
+	indexed, err := s.btreeIndexed(ctx, r, col)
 	if err != nil {
-		return "", false, fmt.Errorf("looking for an index on %s.%s: %w", r.QualifiedName(), col, err)
+		return "", false, err
 	}
 	if !indexed {
 		return "", false, nil
@@ -98,6 +90,24 @@ func (s *Sweeper) oldestAge(ctx context.Context, r *ttl.Rule, cutoff time.Time, 
 		return time.Duration(math.MaxInt64), true
 	}
 	return max(cutoff.Sub(expiry), 0), true
+}
+
+// btreeIndexed reports whether r's table has a valid plain btree index led
+// by column col.
+func (s *Sweeper) btreeIndexed(ctx context.Context, r *ttl.Rule, col string) (bool, error) {
+	var indexed bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_index i
+		JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+		JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+		JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+		WHERE i.indrelid = pg_catalog.to_regclass($1) AND a.attname = $2
+		  AND am.amname = 'btree' AND i.indisvalid AND i.indpred IS NULL)`,
+		r.QuotedName(), col).Scan(&indexed)
+	if err != nil {
+		return false, fmt.Errorf("looking for an index on %s.%s: %w", r.QualifiedName(), col, err)
+	}
+	return indexed, nil
 }
 
 // orderColumn returns the column whose order is the expiry order of r's rows.

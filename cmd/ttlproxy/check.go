@@ -327,14 +327,36 @@ func checkColumns(r *ttl.Rule, cols map[string]column, add func(check, status, d
 	}
 }
 
+// checkIndex checks the indexes the sweeper reads: on the expiry column
+// (the base column of a derived rule), and on the expiry column of each
+// expiring column that has one of its own, through which the sweeper finds
+// the values to set to NULL.
 func checkIndex(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, add func(check, status, detail string)) error {
 	col := r.ExpiryColumn()
 	switch r.RuleKind() {
 	case ttl.KindDerived:
 		col = r.BaseColumn
 	case ttl.KindSidecar:
-		return nil
+		col = ""
 	}
+	if col != "" {
+		if err := checkIndexOn(ctx, conn, r, col, "none: the sweeper and every filtered read scan the table", add); err != nil {
+			return err
+		}
+	}
+	for i := range r.Columns {
+		if c := &r.Columns[i]; c.Kind() == ttl.KindColumn {
+			if err := checkIndexOn(ctx, conn, r, c.ExpiresAtColumn, "none: each sweep of "+c.Column+"'s expired values scans the table", add); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkIndexOn reports the index led by r's column col, or none (warn,
+// saying why with missing).
+func checkIndexOn(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, col, missing string, add func(check, status, detail string)) error {
 	var index string
 	err := conn.QueryRow(ctx, `SELECT COALESCE((SELECT c.relname::text FROM pg_catalog.pg_index i
 		  JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
@@ -344,7 +366,7 @@ func checkIndex(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, add func(check
 		return err
 	}
 	if index == "" {
-		add("index on "+col, checkWarn, "none: the sweeper and every filtered read scan the table")
+		add("index on "+col, checkWarn, missing)
 	} else {
 		add("index on "+col, checkOK, index)
 	}

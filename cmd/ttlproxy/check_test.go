@@ -67,6 +67,8 @@ func TestCheckCommand(t *testing.T) {
 		"public.events (column valid_until timestamptz; expiring: memo until memo_exp timestamptz, id at valid_until + 1h0m0s)",
 		"statements naming memo, id are refused (0A000)",
 		"column memo_exp",
+		"index on memo_exp",
+		"none: each sweep of memo's expired values scans the table",
 		"sidecar registry",
 		"has no unique key on (id)",
 		"public.missing",
