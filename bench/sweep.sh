@@ -6,6 +6,7 @@
 #
 #   bench/sweep.sh                   # 1,000,000 rows, half of them expired, 3 rounds
 #   ROWS=100000 ROUNDS=1 bench/sweep.sh   # a quick check
+#   COLUMN=1 bench/sweep.sh          # an expiring column: its values set to NULL
 #
 # For each case two identical tables are built (ROWS rows, every second one
 # expired an hour ago, the others live for an hour, VACUUM ANALYZE); one is
@@ -18,9 +19,20 @@
 # transaction. In each of ROUNDS rounds both cases run, bulk then sweeper;
 # the table shows each run, then the medians, and the ratio of the medians.
 #
+# With COLUMN=1 the rows stay and a value expires instead (column-level
+# TTL): every row is live (expires_at in an hour, indexed, so that the
+# row deletes before the column find nothing at once), and every second
+# row's value c expired an hour ago (c_exp); the index of the indexed case
+# is on c_exp. One table is nulled by `UPDATE bulk SET c = NULL, c_exp =
+# NULL WHERE c_exp < now() AND c IS NOT NULL`, the other by `ttlproxy sweep
+# --once` with c as an expiring column (columns: [{column: c,
+# expires_at_column: c_exp}]).
+#
 # Environment:
 #   ROWS          rows per table (default 1000000)
 #   ROUNDS        interleaved rounds (default 3)
+#   COLUMN        1: set an expiring column's expired values to NULL instead
+#                 of deleting expired rows
 #   SWEEPER_YAML  extra sweeper keys, YAML flow style without braces,
 #                 e.g. "workers: 2, target_batch_duration: 20ms"
 #   PG_BINDIR, KEEP  see lib.sh
@@ -29,6 +41,7 @@ set -euo pipefail
 ROWS=${ROWS:-1000000}
 ROUNDS=${ROUNDS:-3}
 SWEEPER_YAML=${SWEEPER_YAML:-}
+COLUMN=${COLUMN:-0}
 
 PROG=sweep.sh
 # shellcheck source=bench/lib.sh
@@ -43,10 +56,36 @@ sweeper: {dsn: '$DSN'${SWEEPER_YAML:+, $SWEEPER_YAML}}
 tables:
   - table: swept
 EOF
+if [ "$COLUMN" = 1 ]; then
+	echo "    columns: [{column: c, expires_at_column: c_exp}]" >>"$WORK/sweep.yaml"
+	WHAT="UPDATE" DONE="nulled" KEY="public.swept.c" NOTE=", COLUMN=1 (an expiring column nulled)"
+	BULK_SQL="UPDATE bulk SET c = NULL, c_exp = NULL WHERE c_exp < now() AND c IS NOT NULL"
+	LEFT_SQL="SELECT count(*) FROM swept WHERE c_exp < now() OR c IS NULL AND c_exp IS NOT NULL"
+else
+	WHAT="DELETE" DONE="expired" KEY="public.swept" NOTE=""
+	BULK_SQL="DELETE FROM bulk WHERE expires_at < now()"
+	LEFT_SQL="SELECT count(*) FROM swept WHERE expires_at < now()"
+fi
 
-# build TABLE INDEXED creates TABLE with ROWS rows, half of them expired.
+# build TABLE INDEXED creates TABLE with ROWS rows, half of them expired
+# (with COLUMN=1, half of their values).
 build() {
 	local t=$1 indexed=$2
+	if [ "$COLUMN" = 1 ]; then
+		psql_q -d bench <<SQL
+DROP TABLE IF EXISTS $t;
+CREATE TABLE $t (id bigint PRIMARY KEY, expires_at timestamptz, c text, c_exp timestamptz, note text);
+INSERT INTO $t SELECT g, now() + interval '1 hour', '10.0.' || (g % 256) || '.' || (g / 256 % 256),
+	CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' ELSE now() + interval '1 hour' END, 'n'
+	FROM generate_series(1, $ROWS) AS g;
+CREATE INDEX ON $t (expires_at);
+SQL
+		if [ "$indexed" = 1 ]; then
+			psql_q -d bench -c "CREATE INDEX ON $t (c_exp)"
+		fi
+		psql_q -d bench -c "VACUUM ANALYZE $t"
+		return
+	fi
 	psql_q -d bench <<SQL
 DROP TABLE IF EXISTS $t;
 CREATE TABLE $t (id bigint PRIMARY KEY, expires_at timestamptz, note text);
@@ -70,9 +109,9 @@ for indexed in 1 0; do
 	build swept "$indexed"
 	psql_q -d bench -c CHECKPOINT
 
-	log "$label: bulk DELETE"
+	log "$label: bulk $WHAT"
 	start=$(now_ms)
-	psql_q -d bench -c "DELETE FROM bulk WHERE expires_at < now()"
+	psql_q -d bench -c "$BULK_SQL"
 	bulk_ms=$(($(now_ms) - start))
 
 	log "$label: ttlproxy sweep --once"
@@ -83,12 +122,12 @@ for indexed in 1 0; do
 	}
 	sweep_ms=$(($(now_ms) - start))
 	printf '%s\n' "$out" >"$WORK/sweep-$indexed.out"
-	# TABLE DELETED BATCHES LONGEST-BATCH [ERROR]
-	row=$(printf '%s\n' "$out" | awk '$1 == "public.swept" {print $2, $3, $4}')
+	# TABLE DELETED (COLUMN NULLED) BATCHES LONGEST-BATCH [ERROR]
+	row=$(printf '%s\n' "$out" | awk -v k="$KEY" '$1 == k {print $2, $3, $4}')
 	read -r deleted batches longest <<<"$row"
-	[ "$deleted" = $((ROWS / 2)) ] || die "the sweeper deleted $deleted rows, want $((ROWS / 2)): $out"
-	left=$(psql_q -d bench -At -c "SELECT count(*) FROM swept WHERE expires_at < now()")
-	[ "$left" = 0 ] || die "$left expired rows left after the sweep"
+	[ "$deleted" = $((ROWS / 2)) ] || die "the sweeper's $KEY: $deleted, want $((ROWS / 2)): $out"
+	left=$(psql_q -d bench -At -c "$LEFT_SQL")
+	[ "$left" = 0 ] || die "$left expired rows (values) left after the sweep"
 	ratio=$(awk -v b="$bulk_ms" -v s="$sweep_ms" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
 	RESULTS+=("| $round | $label | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $batches | $longest | ${ratio}x |")
 	eval "BULK_$indexed+=($bulk_ms) SWEEP_$indexed+=($sweep_ms)"
@@ -102,8 +141,8 @@ for indexed in 1 0; do
 	RESULTS+=("| median | $label | $ROWS | $((ROWS / 2)) | $b ms | $s ms | | | **${ratio}x** |")
 done
 
-printf '\n| round | case | rows | expired | bulk DELETE | sweeper | batches | longest batch | sweeper/bulk (rows/s) |\n'
+printf '\n| round | case | rows | %s | bulk %s | sweeper | batches | longest batch | sweeper/bulk (rows/s) |\n' "$DONE" "$WHAT"
 printf '|---|---|---|---|---|---|---|---|---|\n'
 printf '%s\n' "${RESULTS[@]}"
-printf '\nPostgreSQL %s, %s cores, sweeper settings: defaults%s\n' \
-	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "${SWEEPER_YAML:+ + $SWEEPER_YAML}"
+printf '\nPostgreSQL %s, %s cores, sweeper settings: defaults%s%s\n' \
+	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "${SWEEPER_YAML:+ + $SWEEPER_YAML}" "$NOTE"
