@@ -79,6 +79,16 @@ func colOracleTables() []*colTable {
 			columns:   []string{"id", "grp", "label", "note", "note_base", "amount", "amount_exp", "created_at"},
 			createSQL: `CREATE TABLE ord (id int PRIMARY KEY, grp int, label text, note text, note_base timestamptz, amount numeric, amount_exp timestamptz, created_at timestamptz)`,
 		},
+		{
+			// Names to quote; Unix-time expiries: the text value's in
+			// seconds, the row's in milliseconds.
+			name: `"Evt"`, text: `"Note"`, num: `"Amt"`,
+			textLive:  `"Note Exp" IS NULL OR "Note Exp" >= extract(epoch FROM now())`,
+			numLive:   `"Made At" IS NULL OR "Made At" + interval '2 hours' >= now()`,
+			rowLive:   `"Row Exp" IS NULL OR "Row Exp" >= extract(epoch FROM now()) * 1000`,
+			columns:   []string{"id", "grp", "label", `"Note"`, `"Note Exp"`, `"Amt"`, `"Made At"`, `"Row Exp"`},
+			createSQL: `CREATE TABLE "Evt" (id int PRIMARY KEY, grp int, label text, "Note" text, "Note Exp" bigint, "Amt" numeric, "Made At" timestamptz, "Row Exp" bigint)`,
+		},
 	}
 }
 
@@ -91,6 +101,10 @@ func colOracleRules() []ttl.Rule {
 		{Table: "ord", Kind: ttl.KindDerived, BaseColumn: "created_at", ExpireAfter: 48 * time.Hour, Columns: []ttl.ColumnRule{
 			{Column: "note", BaseColumn: "note_base", ExpireAfter: 2 * time.Hour},
 			{Column: "amount", ExpiresAtColumn: "amount_exp"},
+		}},
+		{Table: "Evt", Column: "Row Exp", ColumnType: ttl.TypeUnixMilliseconds, Columns: []ttl.ColumnRule{
+			{Column: "Note", ExpiresAtColumn: "Note Exp", ColumnType: ttl.TypeUnixSeconds},
+			{Column: "Amt", BaseColumn: "Made At", ExpireAfter: 2 * time.Hour},
 		}},
 	}
 }
@@ -131,10 +145,22 @@ func colOracleData(tables []*colTable) []string {
 		for i := 1; i <= 48; i++ {
 			text, num := colTexts[r.IntN(len(colTexts))], colNums[r.IntN(len(colNums))]
 			var row string
-			if t.name == "cust" {
+			switch t.name {
+			case "cust":
 				rowExp := []string{"now() - interval '1 hour'", "now() + interval '1 hour'", "NULL", "NULL", "now() + interval '1 day'"}[r.IntN(5)]
 				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, explicit(), num, derived(), rowExp)
-			} else {
+			case `"Evt"`:
+				rowExp := []string{"-1 hour", "1 hour", "", "", "1 day"}[r.IntN(5)]
+				rowExpSQL := "NULL"
+				if rowExp != "" {
+					rowExpSQL = fmt.Sprintf("(extract(epoch FROM now() + interval '%s') * 1000)::bigint", rowExp)
+				}
+				textExp := explicit()
+				if textExp != "NULL" {
+					textExp = "extract(epoch FROM " + textExp + ")::bigint"
+				}
+				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, textExp, num, derived(), rowExpSQL)
+			default:
 				created := []string{"now() - interval '3 days'", "now() - interval '1 day'", "NULL", "now() - interval '47 hours'", "now()"}[r.IntN(5)]
 				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, derived(), num, explicit(), created)
 			}
@@ -216,8 +242,12 @@ func TestColumnOracle(t *testing.T) {
 		}
 	}
 	for _, tb := range tables {
-		if _, err := ref.Exec(ctx, colRefSQL(tb)).ReadAll(); err != nil {
-			t.Fatalf("copy of %s: %v", tb.name, err)
+		// The primary key too: GROUP BY id lets the target list name
+		// the other columns.
+		for _, q := range []string{colRefSQL(tb), "ALTER TABLE pg_temp." + tb.name + " ADD PRIMARY KEY (id)"} {
+			if _, err := ref.Exec(ctx, q).ReadAll(); err != nil {
+				t.Fatalf("copy of %s: %v", tb.name, err)
+			}
 		}
 	}
 	if _, err := ref.Exec(ctx, "SET search_path = pg_temp, public").ReadAll(); err != nil {
@@ -248,7 +278,8 @@ func TestColumnOracle(t *testing.T) {
 	start := time.Now()
 	var equal, bothFailed, refused, writes int
 	var refusedSample, bothSample []string
-	kinds := map[string]int{}
+	kinds, refusedKinds := map[string]int{}, map[string]int{}
+	seenRefusal := map[string]bool{}
 	for i := 0; i < *colOracleN; i++ {
 		if *colOracleCase >= 0 && i != *colOracleCase {
 			continue
@@ -267,7 +298,10 @@ func TestColumnOracle(t *testing.T) {
 		switch {
 		case p.err != nil && d.err == nil && strings.HasPrefix(errMessage(p.err), "ttlproxy"):
 			refused++
-			if len(refusedSample) < 8 {
+			refusedKinds[c.kind]++
+			// One sample per message (its names and numbers aside).
+			if msg := normalize(strings.ReplaceAll(errMessage(p.err), c.sql, "")); !seenRefusal[c.kind+msg] && len(refusedSample) < 12 {
+				seenRefusal[c.kind+msg] = true
 				refusedSample = append(refusedSample, fmt.Sprintf("#%d %s: %s\n      %s", i, sqlstate(p.err), errMessage(p.err), c.sql))
 			}
 		case p.err != nil || d.err != nil:
@@ -295,7 +329,7 @@ func TestColumnOracle(t *testing.T) {
 	n := equal + bothFailed + refused
 	t.Logf("%d statements (%d writes) in %v: %d equal, %d refused by the proxy (0A000), %d failed alike on both sides; %d differences",
 		*colOracleN, writes, time.Since(start).Round(time.Millisecond), equal, refused, bothFailed, *colOracleN-n)
-	t.Logf("kinds: %v", kinds)
+	t.Logf("statements by kind: %v; refused by kind: %v", kinds, refusedKinds)
 	if len(refusedSample) > 0 {
 		t.Logf("refused, a sample:\n    %s", strings.Join(refusedSample, "\n    "))
 	}
@@ -674,8 +708,10 @@ func (g *colGen) statement() colCase {
 		return g.distinct()
 	case n < 65:
 		return g.window()
-	case n < 90:
+	case n < 83:
 		return g.ordered()
+	case n < 90:
+		return g.named()
 	case n < 96:
 		return g.write()
 	default:
@@ -724,7 +760,7 @@ func (g *colGen) ordered() colCase {
 func (g *colGen) groupBy() colCase {
 	f := g.from()
 	var keys []string
-	for _, k := range []string{g.text(), g.num(), g.col("grp"), g.text() + " IS NULL", "lower(" + g.text() + ")"} {
+	for _, k := range []string{g.t.text, g.t.num, g.col("grp"), g.text() + " IS NULL", "lower(" + g.text() + ")"} {
 		if g.chance(0.35) {
 			keys = append(keys, k)
 		}
@@ -740,7 +776,19 @@ func (g *colGen) groupBy() colCase {
 		ts = append(ts, aggs[g.r.IntN(len(aggs))])
 	}
 	sql := "SELECT " + strings.Join(ts, ", ") + " FROM " + f + g.where() + " GROUP BY " + strings.Join(keys, ", ")
-	if g.chance(0.4) {
+	textKey, numKey := slices.Contains(keys, g.t.text), slices.Contains(keys, g.t.num)
+	switch {
+	case (textKey || numKey) && g.chance(0.4):
+		var atoms []string
+		for range 1 + g.r.IntN(2) {
+			if textKey && (!numKey || g.chance(0.5)) {
+				atoms = append(atoms, g.textAtom())
+			} else {
+				atoms = append(atoms, g.numAtom())
+			}
+		}
+		sql += " HAVING " + g.pick("", "NOT ") + "(" + strings.Join(atoms, g.pick(" AND ", " OR ")) + ")"
+	case g.chance(0.4):
 		sql += " HAVING " + g.pick("count(*) > 1", "sum("+g.num()+") > 2", "max("+g.text()+") > 'b'", "count("+g.text()+") = 0", "bool_or("+g.pred(1)+")")
 	}
 	c := colCase{sql: sql, kind: "group by"}
@@ -794,6 +842,37 @@ func (g *colGen) window() colCase {
 	return colCase{sql: fmt.Sprintf("SELECT %s, %s, %s FROM %s%s ORDER BY %s", g.col("id"), g.target(), w, f, g.where(), g.col("id")), ordered: true, kind: "window"}
 }
 
+// named is a SELECT ordered, or grouped, by output names and positions:
+// an alias, a bare name that is an output column, an output column named
+// like an input one.
+func (g *colGen) named() colCase {
+	f := g.from()
+	t := g.t
+	w := g.where()
+	switch g.r.IntN(6) {
+	case 0:
+		return colCase{sql: fmt.Sprintf("SELECT %s AS k, %s AS m, %s FROM %s%s ORDER BY k%s, m%s, %s", g.text(), g.num(), g.col("id"), f, w,
+			g.pick("", " DESC", " NULLS FIRST"), g.pick("", " DESC NULLS LAST"), g.pick("id", "3")), ordered: true, kind: "order by name"}
+	case 1:
+		return colCase{sql: fmt.Sprintf("SELECT %s, %s, %s FROM %s%s ORDER BY %s, %s, 1", g.col("id"), g.text(), g.num(), f, w, g.pick("2", "3 DESC"), g.pick("3", "2 DESC")),
+			ordered: true, kind: "order by name"}
+	case 2:
+		// An output column named like the input column it is not.
+		return colCase{sql: fmt.Sprintf("SELECT upper(%s) AS %s, %s FROM %s%s ORDER BY %s, id", g.text(), t.text, g.col("id"), f, w, t.text),
+			ordered: true, kind: "order by name"}
+	case 3:
+		return colCase{sql: fmt.Sprintf("SELECT lower(%s) AS k, count(*), sum(%s) FROM %s%s GROUP BY %s ORDER BY 1", g.text(), g.num(), f, w, g.pick("k", "1")),
+			ordered: true, kind: "group by name"}
+	case 4:
+		// Grouped by the primary key: the value is functionally dependent.
+		return colCase{sql: fmt.Sprintf("SELECT %s, %s, %s, count(*) FROM %s%s GROUP BY %s ORDER BY %s", g.col("id"), g.text(), g.num(), f, w, g.col("id"), g.col("id")),
+			ordered: true, kind: "group by name"}
+	default:
+		return colCase{sql: fmt.Sprintf("SELECT DISTINCT ON (k) %s AS k, %s FROM %s%s ORDER BY k, %s", g.num(), g.col("id"), f, w, g.col("id")),
+			ordered: true, kind: "distinct on name"}
+	}
+}
+
 // write is an UPDATE of another column or a DELETE chosen by a predicate
 // on the expiring columns, returning them.
 func (g *colGen) write() colCase {
@@ -803,7 +882,10 @@ func (g *colGen) write() colCase {
 	if g.chance(0.25) {
 		return colCase{sql: "DELETE FROM " + g.t.name + " WHERE " + g.pred(3) + ret, write: true, kind: "delete"}
 	}
-	set := g.pick("label = label || '+'", "grp = grp + 10", "label = coalesce("+g.t.text+", 'none')", "grp = CASE WHEN "+g.pred(1)+" THEN 1 ELSE 2 END")
+	set := g.pick("label = label || '+'", "grp = grp + 10", "label = coalesce("+g.t.text+", 'none')", "grp = CASE WHEN "+g.pred(1)+" THEN 1 ELSE 2 END",
+		// The value from itself: an expired one reads NULL on both sides
+		// and keeps its expiry (the rules stamp nothing).
+		g.t.text+" = "+g.t.text+" || 'x'", g.t.num+" = "+g.t.num+" + 1", g.t.text+" = upper("+g.t.text+"), label = "+g.t.text)
 	return colCase{sql: "UPDATE " + g.t.name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update"}
 }
 
@@ -814,7 +896,15 @@ func (g *colGen) probe() colCase {
 	g.t = g.tables[g.r.IntN(len(g.tables))]
 	g.alias = ""
 	t := g.t
-	switch g.r.IntN(4) {
+	switch g.r.IntN(8) {
+	case 4:
+		return colCase{sql: fmt.Sprintf("WITH w AS (SELECT id, %s FROM %s) SELECT * FROM w", t.text, t.name), kind: "probe"}
+	case 5:
+		return colCase{sql: fmt.Sprintf("SELECT s.%s FROM (SELECT %s FROM %s) s", t.num, t.num, t.name), kind: "probe"}
+	case 6:
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s UNION SELECT %s FROM %s ORDER BY 1", t.text, t.name, t.text, t.name), ordered: true, kind: "probe"}
+	case 7:
+		return colCase{sql: fmt.Sprintf("SELECT (SELECT 1) AS one, %s FROM %s ORDER BY %s, id", t.text, t.name, t.text), ordered: true, kind: "probe"}
 	case 0:
 		return colCase{sql: fmt.Sprintf("SELECT a.id, b.%s FROM %s a JOIN %s b ON b.id = a.id WHERE a.%s IS NULL", t.text, t.name, t.name, t.num), kind: "probe"}
 	case 1:
