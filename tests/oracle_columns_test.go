@@ -471,7 +471,27 @@ func (g *colGen) nlit() string { return g.lit(g.pick("-2", "0", "1.5", "2", "3",
 // textAtom is a predicate atom over the text column.
 func (g *colGen) textAtom() string {
 	c := g.text()
-	switch g.r.IntN(30) {
+	switch g.r.IntN(40) {
+	case 30:
+		return fmt.Sprintf("(%s, %s) = (%s, %s)", c, g.num(), g.tlit(), g.nlit())
+	case 31:
+		return fmt.Sprintf("(%s, %s) IS %s", c, g.num(), g.pick("NULL", "NOT NULL"))
+	case 32:
+		return fmt.Sprintf("ROW(%s, %s) < ROW(%s, %s)", c, g.num(), g.tlit(), g.nlit())
+	case 33:
+		return fmt.Sprintf("%s NOT IN (SELECT unnest(ARRAY[%s, %s]))", c, g.tlit(), g.tlit())
+	case 34:
+		return fmt.Sprintf("nullif(%s, %s) IS NULL", c, g.tlit())
+	case 35:
+		return c + " ^@ 'al'"
+	case 36:
+		return "starts_with(" + c + ", 'al')"
+	case 37:
+		return c + " ~~ " + g.pick("'al%'", "'%t%'")
+	case 38:
+		return c + "::varchar(3) = 'alp'"
+	case 39:
+		return fmt.Sprintf("%s = ANY ('{%s,%s}')", c, strings.Trim(g.pick("'alpha'", "'beta'", "'Alpha'"), "'"), strings.Trim(g.pick("'gamma'", "'delta'"), "'"))
 	case 0:
 		return c + " = " + g.tlit()
 	case 1:
@@ -536,7 +556,15 @@ func (g *colGen) textAtom() string {
 // numAtom is a predicate atom over the numeric column.
 func (g *colGen) numAtom() string {
 	n := g.num()
-	switch g.r.IntN(24) {
+	switch g.r.IntN(28) {
+	case 24:
+		return fmt.Sprintf("%s BETWEEN SYMMETRIC %s AND %s", n, g.nlit(), g.nlit())
+	case 25:
+		return fmt.Sprintf("greatest(%s, 1) > %s", n, g.nlit())
+	case 26:
+		return fmt.Sprintf("(%s IS NOT NULL) = %s", n, g.pick("true", "false"))
+	case 27:
+		return fmt.Sprintf("%s > SOME (ARRAY[%s, %s]::numeric[])", n, g.nlit(), g.nlit())
 	case 0:
 		return n + " = " + g.nlit()
 	case 1:
@@ -633,7 +661,13 @@ func (g *colGen) pred(d int) string {
 
 // target is one entry of a target list over the table's columns.
 func (g *colGen) target() string {
-	switch g.r.IntN(22) {
+	switch g.r.IntN(25) {
+	case 22:
+		return fmt.Sprintf("CASE WHEN %s THEN 'x' ELSE %s END", g.pred(1), g.text())
+	case 23:
+		return "(" + g.text() + ")"
+	case 24:
+		return "-" + g.num()
 	case 0, 1:
 		return g.text()
 	case 2, 3:
@@ -706,8 +740,10 @@ func (g *colGen) statement() colCase {
 		return g.aggregates()
 	case n < 60:
 		return g.distinct()
-	case n < 65:
+	case n < 62:
 		return g.window()
+	case n < 65:
+		return g.grouping()
 	case n < 83:
 		return g.ordered()
 	case n < 90:
@@ -842,6 +878,31 @@ func (g *colGen) window() colCase {
 	return colCase{sql: fmt.Sprintf("SELECT %s, %s, %s FROM %s%s ORDER BY %s", g.col("id"), g.target(), w, f, g.where(), g.col("id")), ordered: true, kind: "window"}
 }
 
+// grouping is a SELECT with grouping sets, ROLLUP or CUBE, HAVING
+// without GROUP BY, FETCH … WITH TIES, or a WINDOW clause.
+func (g *colGen) grouping() colCase {
+	f := g.from()
+	w := g.where()
+	c, n, grp := g.t.text, g.t.num, g.col("grp")
+	switch g.r.IntN(6) {
+	case 0:
+		return colCase{sql: fmt.Sprintf("SELECT %s, %s, count(*), sum(%s) FROM %s%s GROUP BY ROLLUP (%s, %s)", c, grp, g.num(), f, w, c, grp), kind: "grouping sets"}
+	case 1:
+		return colCase{sql: fmt.Sprintf("SELECT %s, %s, count(*), max(%s) FROM %s%s GROUP BY GROUPING SETS ((%s), (%s), ())", c, n, g.text(), f, w, c, n), kind: "grouping sets"}
+	case 2:
+		return colCase{sql: fmt.Sprintf("SELECT %s, %s, grouping(%s, %s), count(*) FROM %s%s GROUP BY CUBE (%s, %s)", n, grp, n, grp, f, w, n, grp), kind: "grouping sets"}
+	case 3:
+		return colCase{sql: fmt.Sprintf("SELECT count(*), max(%s) FROM %s%s HAVING %s", g.text(), f, w,
+			g.pick("max("+g.text()+") > 'b'", "count("+g.num()+") > 3", "NOT (min("+g.num()+") > 0)")), kind: "having"}
+	case 4:
+		return colCase{sql: fmt.Sprintf("SELECT %s, %s FROM %s%s ORDER BY %s%s FETCH FIRST %s ROWS WITH TIES", g.col("id"), g.text(), f, w, g.pick(g.text(), g.num(), "coalesce("+g.text()+", '')"), g.pick("", " DESC", " NULLS FIRST"), g.pick("1", "3", "5")),
+			kind: "with ties"}
+	default:
+		return colCase{sql: fmt.Sprintf("SELECT %s, count(*) OVER w, max(%s) OVER w FROM %s%s WINDOW w AS (PARTITION BY %s ORDER BY %s, %s) ORDER BY %s", g.col("id"), g.num(), f, w, g.text(), g.num(), g.col("id"), g.col("id")),
+			ordered: true, kind: "window clause"}
+	}
+}
+
 // named is a SELECT ordered, or grouped, by output names and positions:
 // an alias, a bare name that is an output column, an output column named
 // like an input one.
@@ -878,15 +939,23 @@ func (g *colGen) named() colCase {
 func (g *colGen) write() colCase {
 	g.t = g.tables[g.r.IntN(len(g.tables))]
 	g.alias = ""
-	ret := g.pick(" RETURNING id, "+g.t.text+", "+g.t.num, " RETURNING "+g.t.text+", label", " RETURNING *", "", " RETURNING id, "+g.t.num+" + 1")
-	if g.chance(0.25) {
-		return colCase{sql: "DELETE FROM " + g.t.name + " WHERE " + g.pred(3) + ret, write: true, kind: "delete"}
+	name := g.t.name
+	if g.chance(0.3) {
+		g.alias = "w"
+		name += " AS w"
 	}
-	set := g.pick("label = label || '+'", "grp = grp + 10", "label = coalesce("+g.t.text+", 'none')", "grp = CASE WHEN "+g.pred(1)+" THEN 1 ELSE 2 END",
+	ret := g.pick(" RETURNING "+g.col("id")+", "+g.text()+", "+g.num(), " RETURNING "+g.text()+", label", " RETURNING *", "",
+		" RETURNING id, "+g.num()+" + 1", " RETURNING "+g.text()+" IS NULL AS gone, coalesce("+g.num()+", -1)")
+	if g.chance(0.25) {
+		return colCase{sql: "DELETE FROM " + name + " WHERE " + g.pred(3) + ret, write: true, kind: "delete"}
+	}
+	t, n := g.t.text, g.t.num
+	set := g.pick("label = label || '+'", "grp = grp + 10", "label = coalesce("+g.text()+", 'none')", "grp = CASE WHEN "+g.pred(1)+" THEN 1 ELSE 2 END",
+		"label = coalesce("+g.text()+", "+g.num()+"::text, '-')",
 		// The value from itself: an expired one reads NULL on both sides
 		// and keeps its expiry (the rules stamp nothing).
-		g.t.text+" = "+g.t.text+" || 'x'", g.t.num+" = "+g.t.num+" + 1", g.t.text+" = upper("+g.t.text+"), label = "+g.t.text)
-	return colCase{sql: "UPDATE " + g.t.name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update"}
+		t+" = "+g.text()+" || 'x'", n+" = "+g.num()+" + 1", t+" = upper("+g.text()+"), label = "+g.text(), t+" = "+g.text()+" || '!', "+n+" = "+g.num()+" * 2")
+	return colCase{sql: "UPDATE " + name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update"}
 }
 
 // probe is a shape the proxy does not rewrite yet (a join, a subquery
