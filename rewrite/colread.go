@@ -63,6 +63,9 @@ type colLevel struct {
 	pure bool
 	// wrapped are the references rewritten to V.
 	wrapped map[*pg.ColumnRef]bool
+	// qualifiedOnly: a column named without the level's qualifier is not
+	// this level's (ON CONFLICT DO UPDATE, where EXCLUDED is in scope too).
+	qualifiedOnly bool
 }
 
 // guards are the expiring columns whose references an enclosing guard (or
@@ -279,7 +282,11 @@ func figureNameInternal(n *pg.Node) (string, int, bool) {
 // readWrite rewrites the reads of an UPDATE (set holds its SET list) or
 // DELETE of rv with no other FROM item: WHERE and the values of SET.
 func (c *columnCheck) readWrite(rv *pg.RangeVar, set []*pg.Node, where *pg.Node) {
-	l := c.level(rv)
+	c.readWriteLevel(c.level(rv), set, where)
+}
+
+// readWriteLevel is readWrite over the level l (nil: nothing to read).
+func (c *columnCheck) readWriteLevel(l *colLevel, set []*pg.Node, where *pg.Node) {
 	if l == nil {
 		return
 	}
@@ -318,6 +325,9 @@ func (l *colLevel) mine(cr *pg.ColumnRef) *ttl.ColumnRule {
 	var name string
 	switch f := cr.Fields; len(f) {
 	case 1:
+		if l.qualifiedOnly {
+			return nil
+		}
 		name = f[0].GetString_().GetSval()
 	case 2:
 		if f[0].GetString_().GetSval() == l.name {

@@ -262,9 +262,11 @@ func (c *columnCheck) appendSet(set int, text string) {
 
 // writeConflict reads and stamps the DO UPDATE of the INSERT x into r's
 // table: its SET values and WHERE read the stored value (the target's
-// name or alias, or no qualifier) as an UPDATE's do, EXCLUDED's is the
-// value proposed and is left as it is; the SET list is stamped or
-// refreshed as an UPDATE's.
+// name or alias) as an UPDATE's do, EXCLUDED's is the value proposed and
+// is left as it is; the SET list is stamped or refreshed as an UPDATE's.
+// A column named without a qualifier is left as it is too: there it is
+// ambiguous between the target and EXCLUDED, and the server says so
+// (42702) rather than the proxy's V resolving it to the target.
 func (c *columnCheck) writeConflict(r *ttl.Rule, x *pg.InsertStmt) {
 	oc := x.OnConflictClause
 	if oc == nil || oc.Action != pg.OnConflictAction_ONCONFLICT_UPDATE {
@@ -280,8 +282,29 @@ func (c *columnCheck) writeConflict(r *ttl.Rule, x *pg.InsertStmt) {
 			}
 			return true
 		})
+		var unqualified func(m protoreflect.Message) bool
+		unqualified = func(m protoreflect.Message) bool {
+			switch v := m.Interface().(type) {
+			case *pg.SubLink:
+				// The subquery's own FROM items are in scope there; the
+				// tested value (`c = ANY (SELECT …)`) is of this level.
+				if v.Testexpr != nil {
+					walkMessages(v.Testexpr.ProtoReflect(), unqualified)
+				}
+				return false
+			case *pg.ColumnRef:
+				if f := v.Fields; len(f) == 1 && r.ExpiringColumn(f[0].GetString_().GetSval()) != nil {
+					c.read[v] = true
+				}
+			}
+			return true
+		}
+		walkMessages(n.ProtoReflect(), unqualified)
 	}
-	c.readWrite(x.Relation, oc.TargetList, oc.WhereClause)
+	if l := c.level(x.Relation); l != nil {
+		l.qualifiedOnly = true
+		c.readWriteLevel(l, oc.TargetList, oc.WhereClause)
+	}
 	add := setStamps(r, oc.TargetList, qualifier(x.Relation))
 	if add == "" || c.w.err != nil {
 		return

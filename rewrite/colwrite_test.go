@@ -71,6 +71,12 @@ func TestExpiringColumnWrites(t *testing.T) {
 		{"on conflict reads and refreshes", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = o.note || EXCLUDED.status WHERE o.client_ip IS NULL RETURNING id`,
 			`INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = ` + colText{`"o"`}.noteV() + ` || EXCLUDED.status, ` +
 				strings.ReplaceAll(refresh, `"orders"`, `"o"`) + ` WHERE ((o.client_ip IS NULL OR ` + colText{`"o"`}.ipExpired() + `)) AND ` + live(`"o"`) + ` RETURNING id`},
+		// Unqualified, a column of DO UPDATE is ambiguous between the
+		// target and EXCLUDED: left for the server to say so (42702),
+		// inside `= ANY (subquery)`'s tested value too.
+		{"on conflict leaves an unqualified column", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = note WHERE client_ip IS NULL OR client_ip = ANY (SELECT ip FROM users)`,
+			`INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = note, ` + refresh +
+				` WHERE (client_ip IS NULL OR client_ip = ANY (SELECT ip FROM users)) AND ` + rowLive},
 		{"in a cte", `WITH u AS (UPDATE orders SET status = 'x' RETURNING id) SELECT * FROM u`,
 			`WITH u AS (UPDATE orders SET status = 'x', ` + refresh + ` WHERE ` + rowLive + ` RETURNING id) SELECT * FROM u`},
 	} {
