@@ -55,6 +55,7 @@ type colTable struct {
 	rowLive   string
 	columns   []string // every column, in table order
 	createSQL string
+	live      []string // ids of the live rows, read from the copy
 }
 
 func colOracleTables() []*colTable {
@@ -195,6 +196,7 @@ type colCase struct {
 	ordered bool     // the statement orders its rows totally
 	write   bool     // run in a transaction rolled back
 	kind    string
+	copyOut bool // COPY … TO STDOUT
 }
 
 // colResult is one side's outcome: command tag, column names and types,
@@ -252,6 +254,15 @@ func TestColumnOracle(t *testing.T) {
 	}
 	if _, err := ref.Exec(ctx, "SET search_path = pg_temp, public").ReadAll(); err != nil {
 		t.Fatal(err)
+	}
+	for _, tb := range tables {
+		res, err := ref.Exec(ctx, "SELECT id FROM pg_temp."+tb.name+" ORDER BY id").ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range res[0].Rows {
+			tb.live = append(tb.live, string(row[0]))
+		}
 	}
 	// The data set is what the generator counts on: live and expired
 	// values, NULL values, NULL expiries, expired rows.
@@ -382,6 +393,18 @@ func colRun(ctx context.Context, conn *pgconn.PgConn, c colCase, mode execMode) 
 		}
 		defer func() { _, _ = conn.Exec(ctx, "ROLLBACK").ReadAll() }()
 	}
+	if c.copyOut {
+		var buf strings.Builder
+		tag, err := conn.CopyTo(ctx, &buf, c.sql)
+		if err != nil {
+			return colResult{err: err}
+		}
+		r := colResult{tag: tag.String()}
+		if buf.Len() > 0 {
+			r.rows = strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+		}
+		return r
+	}
 	var params [][]byte
 	for _, p := range c.params {
 		params = append(params, []byte(p))
@@ -424,6 +447,7 @@ type colGen struct {
 	tables []*colTable
 	t      *colTable
 	alias  string
+	qual   bool     // always qualify column names
 	bind   bool     // literals of atoms may be parameters
 	params []string // the parameters' values, $1 first
 	oids   []uint32 // their types: a generated branch left out may leave a parameter unused
@@ -450,7 +474,7 @@ func (g *colGen) chance(p float64) bool { return g.r.Float64() < p }
 
 // col names a column, qualified at times.
 func (g *colGen) col(name string) string {
-	if g.chance(0.4) {
+	if g.qual || g.chance(0.4) {
 		if g.alias != "" {
 			return g.alias + "." + name
 		}
@@ -748,8 +772,12 @@ func (g *colGen) statement() colCase {
 		return g.ordered()
 	case n < 90:
 		return g.named()
-	case n < 96:
+	case n < 94:
 		return g.write()
+	case n < 96:
+		return g.copyTo()
+	case n < 97:
+		return g.upsert()
 	default:
 		return g.probe()
 	}
@@ -956,6 +984,55 @@ func (g *colGen) write() colCase {
 		// and keeps its expiry (the rules stamp nothing).
 		t+" = "+g.text()+" || 'x'", n+" = "+g.num()+" + 1", t+" = upper("+g.text()+"), label = "+g.text(), t+" = "+g.text()+" || '!', "+n+" = "+g.num()+" * 2")
 	return colCase{sql: "UPDATE " + name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update"}
+}
+
+// copyTo is a COPY of the table, of some of its columns, or of a query.
+func (g *colGen) copyTo() colCase {
+	g.bind = false // COPY takes no parameters
+	if g.chance(0.6) {
+		c := g.plainSelect()
+		if g.chance(0.5) {
+			c = g.ordered()
+		}
+		c.sql = "COPY (" + c.sql + ") TO STDOUT" + g.pick("", " (FORMAT csv)")
+		c.copyOut, c.kind = true, "copy query"
+		return c
+	}
+	g.t = g.tables[g.r.IntN(len(g.tables))]
+	cols := g.pick("", " (id, "+g.t.text+", "+g.t.num+")", " ("+g.t.num+", label)", " (id, grp)")
+	return colCase{sql: "COPY " + g.t.name + cols + " TO STDOUT" + g.pick("", " (FORMAT csv, HEADER)"), copyOut: true, kind: "copy table"}
+}
+
+// upsert is an INSERT … ON CONFLICT DO UPDATE rolled back: its VALUES
+// rows name live rows (an expired row is not in the copy) or new ids, and
+// name no expiring column (the rules stamp nothing, and the copy's
+// INSERT would keep a value the proxy reads as expired). Its columns are
+// qualified but now and then: unqualified, one is ambiguous between the
+// target and EXCLUDED, and both sides must say so.
+func (g *colGen) upsert() colCase {
+	g.t = g.tables[g.r.IntN(len(g.tables))]
+	g.alias = ""
+	g.qual = g.chance(0.85)
+	name := g.t.name
+	if g.chance(0.4) {
+		g.alias = "w"
+		name += " AS w"
+	}
+	live := g.t.live[g.r.IntN(len(g.t.live))]
+	rows := []string{"(" + live + ", 'z')"}
+	if g.chance(0.4) {
+		rows = append(rows, "(1001, 'y')")
+	}
+	t, n := g.t.text, g.t.num
+	set := g.pick("label = EXCLUDED.label || coalesce("+g.text()+", '-')", t+" = "+g.text()+" || 'u'", n+" = "+g.num()+" + 1", "grp = 9",
+		"label = CASE WHEN "+g.pred(1)+" THEN 'hit' ELSE 'miss' END")
+	where := ""
+	if g.chance(0.6) {
+		where = " WHERE " + g.pred(2)
+	}
+	ret := g.pick(" RETURNING "+g.col("id")+", "+g.text()+", "+g.num()+", label", " RETURNING *", "")
+	return colCase{sql: "INSERT INTO " + name + " (id, label) VALUES " + strings.Join(rows, ", ") + " ON CONFLICT (id) DO UPDATE SET " + set + where + ret,
+		write: true, kind: "upsert"}
 }
 
 // probe is a shape the proxy does not rewrite yet (a join, a subquery
