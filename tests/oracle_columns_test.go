@@ -56,6 +56,7 @@ type colTable struct {
 	columns   []string // every column, in table order
 	createSQL string
 	live      []string // ids of the live rows, read from the copy
+	stamps    bool     // its rules stamp and refresh expiries: a write's RETURNING * differs from the copy's
 }
 
 func colOracleTables() []*colTable {
@@ -90,6 +91,16 @@ func colOracleTables() []*colTable {
 			columns:   []string{"id", "grp", "label", `"Note"`, `"Note Exp"`, `"Amt"`, `"Made At"`, `"Row Exp"`},
 			createSQL: `CREATE TABLE "Evt" (id int PRIMARY KEY, grp int, label text, "Note" text, "Note Exp" bigint, "Amt" numeric, "Made At" timestamptz, "Row Exp" bigint)`,
 		},
+		{
+			// Stamps and refreshes: default_ttl and refresh_on_update on
+			// both values, a row stamp too.
+			name: "acct", text: "tag", num: "bal", stamps: true,
+			textLive:  "tag_exp IS NULL OR tag_exp >= now()",
+			numLive:   "bal_exp IS NULL OR bal_exp >= now()",
+			rowLive:   "expires_at IS NULL OR expires_at >= now()",
+			columns:   []string{"id", "grp", "label", "tag", "tag_exp", "bal", "bal_exp", "expires_at"},
+			createSQL: `CREATE TABLE acct (id int PRIMARY KEY, grp int, label text, tag text, tag_exp timestamptz, bal numeric, bal_exp timestamptz, expires_at timestamptz)`,
+		},
 	}
 }
 
@@ -106,6 +117,10 @@ func colOracleRules() []ttl.Rule {
 		{Table: "Evt", Column: "Row Exp", ColumnType: ttl.TypeUnixMilliseconds, Columns: []ttl.ColumnRule{
 			{Column: "Note", ExpiresAtColumn: "Note Exp", ColumnType: ttl.TypeUnixSeconds},
 			{Column: "Amt", BaseColumn: "Made At", ExpireAfter: 2 * time.Hour},
+		}},
+		{Table: "acct", DefaultTTL: time.Hour, Columns: []ttl.ColumnRule{
+			{Column: "tag", ExpiresAtColumn: "tag_exp", DefaultTTL: time.Hour, RefreshOnUpdate: true},
+			{Column: "bal", ExpiresAtColumn: "bal_exp", DefaultTTL: time.Hour, RefreshOnUpdate: true},
 		}},
 	}
 }
@@ -147,6 +162,9 @@ func colOracleData(tables []*colTable) []string {
 			text, num := colTexts[r.IntN(len(colTexts))], colNums[r.IntN(len(colNums))]
 			var row string
 			switch t.name {
+			case "acct":
+				rowExp := []string{"now() - interval '1 hour'", "now() + interval '1 hour'", "NULL", "NULL", "now() + interval '1 day'"}[r.IntN(5)]
+				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, explicit(), num, explicit(), rowExp)
 			case "cust":
 				rowExp := []string{"now() - interval '1 hour'", "now() + interval '1 hour'", "NULL", "NULL", "now() + interval '1 day'"}[r.IntN(5)]
 				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, explicit(), num, derived(), rowExp)
@@ -778,6 +796,8 @@ func (g *colGen) statement() colCase {
 		return g.copyTo()
 	case n < 97:
 		return g.upsert()
+	case n < 98:
+		return g.insert()
 	default:
 		return g.probe()
 	}
@@ -977,7 +997,16 @@ func (g *colGen) write() colCase {
 	if g.chance(0.25) {
 		return colCase{sql: "DELETE FROM " + name + " WHERE " + g.pred(3) + ret, write: true, kind: "delete"}
 	}
+	if g.t.stamps {
+		ret = strings.Replace(ret, " RETURNING *", " RETURNING "+g.col("id")+", label", 1)
+	}
 	t, n := g.t.text, g.t.num
+	if g.t.stamps && g.chance(0.4) {
+		// A value written is stamped live (or cleared with NULL); a
+		// refreshed one stays live; an expired one is not refreshed.
+		set := g.pick(t+" = "+g.tlit(), t+" = NULL", n+" = "+g.nlit(), t+" = "+g.tlit()+", "+n+" = NULL", "label = 'r'")
+		return colCase{sql: "UPDATE " + name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update stamped"}
+	}
 	set := g.pick("label = label || '+'", "grp = grp + 10", "label = coalesce("+g.text()+", 'none')", "grp = CASE WHEN "+g.pred(1)+" THEN 1 ELSE 2 END",
 		"label = coalesce("+g.text()+", "+g.num()+"::text, '-')",
 		// The value from itself: an expired one reads NULL on both sides
@@ -1001,6 +1030,31 @@ func (g *colGen) copyTo() colCase {
 	g.t = g.tables[g.r.IntN(len(g.tables))]
 	cols := g.pick("", " (id, "+g.t.text+", "+g.t.num+")", " ("+g.t.num+", label)", " (id, grp)")
 	return colCase{sql: "COPY " + g.t.name + cols + " TO STDOUT" + g.pick("", " (FORMAT csv, HEADER)"), copyOut: true, kind: "copy table"}
+}
+
+// insert is an INSERT of values without their expiries, from VALUES or
+// from a query of the table, rolled back: a value written without an
+// expiry never expires, or is stamped live, so the proxy returns what the
+// copy does, and a value read from the table is read as the copy holds it.
+func (g *colGen) insert() colCase {
+	g.t = g.tables[g.r.IntN(len(g.tables))]
+	g.alias = ""
+	t, n := g.t.text, g.t.num
+	ret := g.pick(" RETURNING id, "+t+", "+n, " RETURNING "+t+" IS NULL, "+n+" + 1", "")
+	if g.chance(0.5) {
+		var rows []string
+		for i := range 1 + g.r.IntN(3) {
+			rows = append(rows, fmt.Sprintf("(%d, 'i', %s, %s)", 2000+i, g.pick(g.tlit(), "NULL", "DEFAULT"), g.pick(g.nlit(), "NULL")))
+		}
+		return colCase{sql: "INSERT INTO " + g.t.name + " (id, label, " + t + ", " + n + ") VALUES " + strings.Join(rows, ", ") + ret, write: true, kind: "insert"}
+	}
+	q := g.t.name + "." // the query's references are the table's
+	where := ""
+	if g.chance(0.7) {
+		where = " WHERE " + g.pred(2)
+	}
+	return colCase{sql: fmt.Sprintf("INSERT INTO %s (id, label, %s, %s) SELECT %sid + 2000, %slabel, %s, %s FROM %s%s%s", g.t.name, t, n, q, q,
+		g.pick(g.text(), "upper("+g.text()+")", "coalesce("+g.text()+", 'c')"), g.pick(g.num(), g.num()+" * 2"), g.t.name, where, ret), write: true, kind: "insert select"}
 }
 
 // upsert is an INSERT … ON CONFLICT DO UPDATE rolled back: its VALUES
@@ -1031,6 +1085,9 @@ func (g *colGen) upsert() colCase {
 		where = " WHERE " + g.pred(2)
 	}
 	ret := g.pick(" RETURNING "+g.col("id")+", "+g.text()+", "+g.num()+", label", " RETURNING *", "")
+	if g.t.stamps {
+		ret = strings.Replace(ret, " RETURNING *", " RETURNING "+g.col("id")+", label", 1)
+	}
 	return colCase{sql: "INSERT INTO " + name + " (id, label) VALUES " + strings.Join(rows, ", ") + " ON CONFLICT (id) DO UPDATE SET " + set + where + ret,
 		write: true, kind: "upsert"}
 }
