@@ -59,27 +59,34 @@ func newCancelKeys(peer uint32) *cancelKeys {
 
 // issue makes a key for s, sets s.cancelKey and registers it: a process ID
 // not in use and a random secret (48 random bits in all).
-func (k *cancelKeys) issue(s *clientConn) cancelKey {
+func (k *cancelKeys) issue(s *clientConn) (cancelKey, error) {
 	var b [8]byte
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for {
-		_, _ = rand.Read(b[:])
-		local := binary.BigEndian.Uint32(b[:4]) & cancelLocalMask
-		if local == 0 {
-			continue
-		}
-		pid := cancelPID(k.peer, local)
-		if _, used := k.m[pid]; used {
-			continue
-		}
-		key := cancelKey{pid: pid}
-		copy(key.secret[:], b[4:])
-		s.cancelKey = key // before a lookup can find s
-		k.m[pid] = s
-		return key
+	if len(k.m) >= cancelLocalMask {
+		return cancelKey{}, errNoCancelKey
 	}
+	_, _ = rand.Read(b[:])
+	local := binary.BigEndian.Uint32(b[:4]) & cancelLocalMask
+	// From a random start, the first free one: a free key exists.
+	for {
+		if local != 0 {
+			if _, used := k.m[cancelPID(k.peer, local)]; !used {
+				break
+			}
+		}
+		local = (local + 1) & cancelLocalMask
+	}
+	key := cancelKey{pid: cancelPID(k.peer, local)}
+	copy(key.secret[:], b[4:])
+	s.cancelKey = key // before a lookup can find s
+	k.m[key.pid] = s
+	return key, nil
 }
+
+// errNoCancelKey: every key of the instance is held by a live client.
+var errNoCancelKey = &protocolError{code: codeTooManyConnections,
+	msg: "sorry, too many clients already: no cancel key left for this instance"}
 
 // forget unregisters s's key when its session ends.
 func (k *cancelKeys) forget(s *clientConn) {

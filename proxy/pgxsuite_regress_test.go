@@ -50,3 +50,22 @@ func TestPooledKeyNamesNoBackend(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelKeysExhausted: an instance whose every key is held by a live
+// client refuses the next one (53300) rather than looking for a free key
+// without end; with one key free, it finds that one.
+func TestCancelKeysExhausted(t *testing.T) {
+	k := newCancelKeys(3)
+	for local := uint32(1); local <= cancelLocalMask; local++ {
+		k.m[cancelPID(3, local)] = &clientConn{}
+	}
+	if _, err := k.issue(&clientConn{}); err != errNoCancelKey {
+		t.Fatalf("issue with every key held: %v, want errNoCancelKey", err)
+	}
+	free := cancelPID(3, 12345)
+	delete(k.m, free)
+	key, err := k.issue(&clientConn{})
+	if err != nil || key.pid != free {
+		t.Fatalf("issue with one key free: %v, %v; want pid %d", key.pid, err, free)
+	}
+}

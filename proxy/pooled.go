@@ -498,8 +498,8 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 	s.link.pooled.Store(&pooledLink{pool: p, client: s.id, metrics: s.srv.metrics, ctx: pctx, cancel: pcancel, onEnd: s.serverEnded,
 		checkedIn: make(chan struct{}, 1), unheld: make(chan struct{}, 1)})
 	// Registered last: a CancelRequest may find the client from now on.
-	s.srv.cancelKeys.issue(s)
-	return nil
+	_, err = s.srv.cancelKeys.issue(s)
+	return err
 }
 
 // forwardPooled runs a transaction-mode session: the welcome (ParameterStatus,
