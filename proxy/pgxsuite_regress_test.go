@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -59,7 +60,7 @@ func TestCancelKeysExhausted(t *testing.T) {
 	for local := uint32(1); local <= cancelLocalMask; local++ {
 		k.m[cancelPID(3, local)] = &clientConn{}
 	}
-	if _, err := k.issue(&clientConn{}); err != errNoCancelKey {
+	if _, err := k.issue(&clientConn{}); !errors.Is(err, errNoCancelKey) {
 		t.Fatalf("issue with every key held: %v, want errNoCancelKey", err)
 	}
 	free := cancelPID(3, 12345)
