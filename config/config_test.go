@@ -214,6 +214,41 @@ tables:
 	}
 }
 
+// TestParseColumnsOnly: rule none gives a rule with no row rule and the
+// expiring columns only, which the rewriter accepts.
+func TestParseColumnsOnly(t *testing.T) {
+	const doc = `
+upstream: h:1
+tables:
+  - table: app.customers
+    rule: none
+    columns:
+      - column: phone
+        expires_at_column: phone_expires_at
+        default_ttl: 90d
+      - column: note
+        base_column: created_at
+        expire_after: 365d
+`
+	got, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ttl.Rule{{Schema: "app", Table: "customers", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{
+		{Column: "phone", ExpiresAtColumn: "phone_expires_at", ColumnType: ttl.TypeTimestamptz, DefaultTTL: 90 * 24 * time.Hour},
+		{Column: "note", BaseColumn: "created_at", ExpireAfter: 365 * 24 * time.Hour},
+	}}}
+	if !reflect.DeepEqual(got.Tables, want) {
+		t.Fatalf("Tables:\n got %+v\nwant %+v", got.Tables, want)
+	}
+	if got.Tables[0].HasRowRule() {
+		t.Error("HasRowRule = true for rule none")
+	}
+	if _, err := rewrite.New(got.Tables, rewrite.Options{}); err != nil {
+		t.Errorf("the rewriter refuses the parsed rules: %v", err)
+	}
+}
+
 func TestParseUpstreamTCP(t *testing.T) {
 	got, err := Parse([]byte("upstream: h:1\nupstream_tcp: {keepalives: false, tcp_user_timeout: 0s}\n"))
 	if err != nil {
@@ -325,7 +360,7 @@ func TestParseErrors(t *testing.T) {
 		{"table too long", up + "tables: [{table: " + strings.Repeat("x", 64) + "}]\n", `tables[0].table: invalid table name "` + strings.Repeat("x", 64) + `": name longer than 63 bytes`},
 		{"duplicate table", up + "tables:\n  - table: sessions\n  - table: other\n  - table: PUBLIC.Sessions\n", "tables[2].table: public.sessions is already configured in tables[0]"},
 		{"quoted names differ", up + "tables:\n  - table: s\n  - table: '\"S\"'\n", ""},
-		{"unknown rule", tbl("    rule: hard\n"), `tables[0].rule: unknown rule "hard" (want column, derived or sidecar)`},
+		{"unknown rule", tbl("    rule: hard\n"), `tables[0].rule: unknown rule "hard" (want column, derived, sidecar or none)`},
 
 		// Common keys.
 		{"default ttl bad", up + "tables:\n  - table: a\n  - table: b\n    default_ttl: 3x\n", `tables[1].default_ttl: invalid duration "3x"`},
@@ -389,6 +424,22 @@ func TestParseErrors(t *testing.T) {
 		{"columns sidecar key", tbl("    rule: sidecar\n    sidecar_table: t_ttl\n    key_columns: [id]\n    columns:\n      - {column: id, expires_at_column: e}\n"), "tables[0].columns[0].column: id is a column the table's sidecar rule reads"},
 		{"columns expiry expires", tbl("    columns:\n      - {column: c, expires_at_column: e}\n      - {column: e, base_column: b, expire_after: 1h}\n"), "tables[0].columns[1].column: e is the expiry of tables[0].columns[0], which cannot itself expire"},
 		{"columns base expires", tbl("    columns:\n      - {column: b, expires_at_column: e}\n      - {column: c, base_column: b, expire_after: 1h}\n"), "tables[0].columns[0].column: b is the expiry of tables[0].columns[1], which cannot itself expire"},
+		// rule none.
+		{"none without columns", tbl("    rule: none\n"), "tables[0].columns: required with rule none (the table's expiring columns)"},
+		{"none with null columns", tbl("    rule: none\n    columns: ~\n"), "tables[0].columns: required with rule none (the table's expiring columns)"},
+		{"none with empty columns", tbl("    rule: none\n    columns: []\n"), "tables[0].columns: must name at least one column (or leave the key out)"},
+		{"none with column", tbl("    rule: none\n    column: e\n    columns:\n      - {column: c, expires_at_column: e}\n"), "tables[0].column: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with column_type", tbl("    rule: none\n    column_type: date\n"), "tables[0].column_type: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with base_column", tbl("    rule: none\n    base_column: b\n"), "tables[0].base_column: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with expire_after", tbl("    rule: none\n    expire_after: 1h\n"), "tables[0].expire_after: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with interval_column", tbl("    rule: none\n    interval_column: i\n"), "tables[0].interval_column: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with default_ttl", tbl("    rule: none\n    default_ttl: 1h\n"), "tables[0].default_ttl: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with refresh", tbl("    rule: none\n    refresh_on_update: false\n"), "tables[0].refresh_on_update: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with sidecar", tbl("    rule: none\n    sidecar_table: x\n"), "tables[0].sidecar_table: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with key_columns", tbl("    rule: none\n    key_columns: [id]\n"), "tables[0].key_columns: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with create_index", tbl("    rule: none\n    create_index: true\n"), "tables[0].create_index: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none columns expiry expires", tbl("    rule: none\n    columns:\n      - {column: c, expires_at_column: e}\n      - {column: e, base_column: b, expire_after: 1h}\n"), "tables[0].columns[1].column: e is the expiry of tables[0].columns[0], which cannot itself expire"},
+		{"none accepted", tbl("    rule: none\n    columns:\n      - {column: expires_at, expires_at_column: e}\n"), ""},
 
 		// Pooling.
 		{"pool mode", up + "pool_mode: statement\n", `pool_mode: "statement" is not one of session, transaction`},

@@ -15,8 +15,8 @@ var tableKeys = []struct {
 }{
 	{"table", nil},
 	{"rule", nil},
-	{"default_ttl", nil},
-	{"refresh_on_update", nil},
+	{"default_ttl", rowKinds},
+	{"refresh_on_update", rowKinds},
 	{"create_index", []ttl.Kind{ttl.KindColumn, ttl.KindDerived}},
 	{"column", []ttl.Kind{ttl.KindColumn}},
 	{"column_type", []ttl.Kind{ttl.KindColumn}},
@@ -28,6 +28,9 @@ var tableKeys = []struct {
 	{"key_columns", []ttl.Kind{ttl.KindSidecar}},
 	{"columns", nil},
 }
+
+// rowKinds are the rule kinds with a row rule: every kind but none.
+var rowKinds = []ttl.Kind{ttl.KindColumn, ttl.KindDerived, ttl.KindSidecar}
 
 var columnTypes = []ttl.ColumnType{
 	ttl.TypeTimestamptz, ttl.TypeTimestamp, ttl.TypeDate,
@@ -95,10 +98,10 @@ func parseTable(item field) (ttl.Rule, error) {
 			return r, err
 		}
 		switch k := ttl.Kind(s); k {
-		case ttl.KindColumn, ttl.KindDerived, ttl.KindSidecar:
+		case ttl.KindColumn, ttl.KindDerived, ttl.KindSidecar, ttl.KindNone:
 			r.Kind = k
 		default:
-			return r, fmt.Errorf("%s: unknown rule %q (want column, derived or sidecar)", x.path, s)
+			return r, fmt.Errorf("%s: unknown rule %q (want column, derived, sidecar or none)", x.path, s)
 		}
 	}
 	for _, k := range tableKeys {
@@ -106,7 +109,13 @@ func parseTable(item field) (ttl.Rule, error) {
 		if !ok || k.kinds == nil || slices.Contains(k.kinds, r.Kind) {
 			continue
 		}
+		if r.Kind == ttl.KindNone {
+			return r, fmt.Errorf("%s: not allowed with rule none (a table with no row rule has no row expiry)", x.path)
+		}
 		return r, fmt.Errorf("%s: not allowed with rule %s (it belongs to rule %s)", x.path, r.Kind, k.kinds[0])
+	}
+	if x, ok := f["columns"]; r.Kind == ttl.KindNone && (!ok || isNull(x.val)) {
+		return r, fmt.Errorf("%s.columns: required with rule none (the table's expiring columns)", item.path)
 	}
 
 	if x, ok := f["default_ttl"]; ok {

@@ -59,11 +59,19 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 		last = rparen
 	}
 	qual := ttl.QuoteIdent(rv.Relname)
-	if namesExpiring(rule, c.Attlist) {
+	expiring := namesExpiring(rule, c.Attlist)
+	if expiring {
 		cols = w.copyColumns(rule, qual, c.Attlist)
 	}
-	w.replace(ts[i].start, ts[last].end,
-		"(SELECT "+cols+" FROM "+name+" WHERE "+rule.LiveCondition(qual, "now()")+")")
+	// A table with expiring columns only keeps every row: the query reads
+	// the values, or the COPY stays as it is.
+	where := ""
+	if rule.HasRowRule() {
+		where = " WHERE " + rule.LiveCondition(qual, "now()")
+	} else if !expiring {
+		return
+	}
+	w.replace(ts[i].start, ts[last].end, "(SELECT "+cols+" FROM "+name+where+")")
 }
 
 // namesExpiring reports that a COPY of rule's table with the column list

@@ -30,7 +30,7 @@ func setsColumn(targets []*pg.Node, col string) bool {
 func (w *walker) writeTarget(with *pg.WithClause, rv *pg.RangeVar, sc *scope) (*scope, *ttl.Rule) {
 	sc = w.with(with, sc)
 	w.mark(rv)
-	return sc, w.ruleFor(rv, nil)
+	return sc, w.rowRuleFor(rv, nil)
 }
 
 // targetSpan returns, for a write whose target has rule, the statement's

@@ -182,7 +182,7 @@ func (w *walker) viewRule(key string) *ttl.Rule {
 	names := childNames(v.Reads[0])
 	sch := v.Reads[0][:len(v.Reads[0])-len(names[1])-1]
 	r := w.ruleAt(sch, names[1])
-	if r == nil || r.RuleKind() == ttl.KindSidecar {
+	if r == nil || r.RuleKind() == ttl.KindSidecar || !r.HasRowRule() {
 		return nil
 	}
 	tree, err := pg.Parse(strings.TrimRight(strings.TrimSpace(v.Definition), "; \t\n"))

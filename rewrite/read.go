@@ -28,7 +28,7 @@ func (w *walker) selectStmt(sel *pg.SelectStmt, sc *scope) {
 		w.fromItem(f, sc, tableForm)
 	}
 	if len(sel.FromClause) == 1 {
-		if rv := sel.FromClause[0].GetRangeVar(); rv != nil && !tableForm && w.ruleFor(rv, sc) != nil {
+		if rv := sel.FromClause[0].GetRangeVar(); rv != nil && !tableForm && w.rowRuleFor(rv, sc) != nil {
 			w.qualifySystemColumns(sel, rv)
 		}
 	}
@@ -194,7 +194,7 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, tableForm bool) {
 		ts := x.RangeTableSample
 		if rv := ts.Relation.GetRangeVar(); rv != nil {
 			w.mark(rv)
-			if r := w.ruleFor(rv, sc); r != nil {
+			if r := w.rowRuleFor(rv, sc); r != nil {
 				w.sampleRangeVar(rv, r, ts, sc)
 				return
 			}
@@ -217,7 +217,7 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 	if w.expandView(rv, sc, tableForm) {
 		return
 	}
-	rule := w.ruleFor(rv, sc)
+	rule := w.rowRuleFor(rv, sc)
 	if rule == nil {
 		return
 	}

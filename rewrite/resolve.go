@@ -41,6 +41,19 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 	return nil
 }
 
+// rowRuleFor is ruleFor for the places that apply the row rule (the read
+// filter, the write's live condition and stamp): nil also for a table with
+// expiring columns only (ttl.Rule.HasRowRule), whose rows all stay visible.
+// Its columns are the column check's (columns.go), and the refusals of
+// positions the rewriter does not handle keep ruleFor: they err toward
+// refusing.
+func (w *walker) rowRuleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
+	if r := w.ruleFor(rv, sc); r != nil && r.HasRowRule() {
+		return r
+	}
+	return nil
+}
+
 // resolve returns the schema an unqualified table name refers to in the
 // session, as ruleFor decides it; ok is false when neither the catalog nor
 // the rules place the name on the search path.

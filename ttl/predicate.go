@@ -58,6 +58,10 @@ func (r *Rule) LiveConditionRenamed(qualifier, at string, rename map[string]stri
 		}
 		fmt.Fprintf(&b, " AND _ttl_reg.expires_at < %s))", at)
 		return b.String()
+	case KindNone:
+		// No row rule: every row is live. Callers skip the condition
+		// (HasRowRule); this keeps a missed one correct.
+		return "true"
 	}
 	col := q(r.ExpiryColumn())
 	return fmt.Sprintf("(%s IS NULL OR %s >= %s)", col, col, r.columnThreshold(at))

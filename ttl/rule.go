@@ -17,6 +17,9 @@ const (
 	// KindSidecar: expiry lives in a registry table keyed by the base table's
 	// primary key.
 	KindSidecar Kind = "sidecar"
+	// KindNone: the table has no row rule, only expiring columns (Columns);
+	// every row is live and no row expires.
+	KindNone Kind = "none"
 )
 
 // ColumnType is the SQL type of an expiry column (KindColumn) as the rule
@@ -169,6 +172,8 @@ func (r *Rule) RowColumns() []string {
 		return []string{r.BaseColumn}
 	case KindSidecar:
 		return r.KeyColumns
+	case KindNone:
+		return nil
 	}
 	return []string{r.ExpiryColumn()}
 }
@@ -248,6 +253,14 @@ func (r *Rule) ExpiryColumn() string {
 	return r.Column
 }
 
+// HasRowRule reports whether rows of the table expire: false for KindNone,
+// a table with expiring columns only. Every use of the row rule (the read
+// filter, the row stamp, the sweeper's deletes, install's policies and
+// triggers) is skipped for a table without one.
+func (r *Rule) HasRowRule() bool {
+	return r.RuleKind() != KindNone
+}
+
 // RuleKind returns Kind or KindColumn.
 func (r *Rule) RuleKind() Kind {
 	if r.Kind == "" {
@@ -290,6 +303,15 @@ func (r *Rule) Validate() error {
 	case KindSidecar:
 		if r.SidecarTable == "" || len(r.KeyColumns) == 0 {
 			return fmt.Errorf("%s: sidecar rule needs a registry table and key columns", r.QualifiedName())
+		}
+	case KindNone:
+		if len(r.Columns) == 0 {
+			return fmt.Errorf("%s: a table with no row rule needs expiring columns", r.QualifiedName())
+		}
+		if r.Column != "" || r.ColumnType != "" || r.BaseColumn != "" || r.ExpireAfter != 0 || r.IntervalColumn != "" ||
+			r.IntervalSeconds || r.SidecarSchema != "" || r.SidecarTable != "" || len(r.KeyColumns) > 0 ||
+			r.DefaultTTL != 0 || r.RefreshOnUpdate || r.CreateIndex {
+			return fmt.Errorf("%s: a table with no row rule takes no row expiry settings", r.QualifiedName())
 		}
 	default:
 		return fmt.Errorf("%s: unknown rule kind %q", r.QualifiedName(), r.Kind)

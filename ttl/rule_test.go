@@ -50,3 +50,38 @@ func TestValidateColumns(t *testing.T) {
 		t.Errorf("the value's live condition = %s, want %s", got, want)
 	}
 }
+
+// TestValidateNone: a table with no row rule needs expiring columns and
+// takes no row expiry settings; every row is live.
+func TestValidateNone(t *testing.T) {
+	ip := ColumnRule{Column: "expires_at", ExpiresAtColumn: "ip_exp"}
+	tests := []struct {
+		name string
+		r    Rule
+		want string
+	}{
+		{"columns", Rule{Table: "t", Kind: KindNone, Columns: []ColumnRule{ip}}, ""},
+		{"no columns", Rule{Table: "t", Kind: KindNone}, "public.t: a table with no row rule needs expiring columns"},
+		{"expiry column", Rule{Table: "t", Kind: KindNone, Column: "e", Columns: []ColumnRule{ip}}, "public.t: a table with no row rule takes no row expiry settings"},
+		{"default ttl", Rule{Table: "t", Kind: KindNone, DefaultTTL: time.Hour, Columns: []ColumnRule{ip}}, "public.t: a table with no row rule takes no row expiry settings"},
+		{"base column", Rule{Table: "t", Kind: KindNone, BaseColumn: "b", Columns: []ColumnRule{ip}}, "public.t: a table with no row rule takes no row expiry settings"},
+		{"registry", Rule{Table: "t", Kind: KindNone, SidecarTable: "r", Columns: []ColumnRule{ip}}, "public.t: a table with no row rule takes no row expiry settings"},
+	}
+	for _, tt := range tests {
+		got := ""
+		if err := tt.r.Validate(); err != nil {
+			got = err.Error()
+		}
+		if got != tt.want {
+			t.Errorf("%s: Validate() = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	r := tests[0].r
+	if r.HasRowRule() || r.RowColumns() != nil || r.StampColumn() != "" || r.LiveCondition(`"t"`, "now()") != "true" {
+		t.Errorf("rule none: HasRowRule %v, RowColumns %v, StampColumn %q, LiveCondition %q",
+			r.HasRowRule(), r.RowColumns(), r.StampColumn(), r.LiveCondition(`"t"`, "now()"))
+	}
+	if !(&Rule{Table: "t"}).HasRowRule() {
+		t.Error("HasRowRule = false for the default kind")
+	}
+}
