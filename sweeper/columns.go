@@ -25,7 +25,8 @@ import (
 // updated and then deleted), and `c IS NOT NULL` keeps a nulled row from
 // being picked again (a derived value's expiry stays in its base column).
 // The row rule's live condition has no NULL case, so it is exactly NOT
-// <row expired>.
+// <row expired>. A table with no row rule (rule none) has no row deletes
+// and no row condition: doomed is the value's two conditions alone.
 //
 // A sidecar rule's row expiry lives in its registry, which the UPDATE
 // reads in its snapshot without locking: a registry change racing the
@@ -63,6 +64,9 @@ func columnTargets(r *ttl.Rule) []target {
 			// The value's expiry and the row's, each by the one
 			// definition the read side uses (ttl/predicate.go).
 			doomed: func(q string) string {
+				if !r.HasRowRule() {
+					return "(" + expiry.ExpiredCondition(q, cutoffParam) + " AND " + q + "." + col + " IS NOT NULL)"
+				}
 				return "(" + expiry.ExpiredCondition(q, cutoffParam) + " AND " + q + "." + col + " IS NOT NULL AND " +
 					r.LiveCondition(q, cutoffParam) + ")"
 			},

@@ -407,3 +407,62 @@ func TestColumnCDCOrigin(t *testing.T) {
 		t.Errorf("local updates %q, want the application's only", local)
 	}
 }
+
+// TestColumnsOnlyTable: a table with no row rule (rule none) has no row
+// deletes, its expired values are nulled in every row, the rows a row rule
+// would have expired included; the dry run plans the columns alone.
+func TestColumnsOnlyTable(t *testing.T) {
+	e := setup(t)
+	createOrders(t, e, "orders")
+	e.exec(t, "ANALYZE orders")
+	r := ordersRule("orders")
+	r.Kind = ttl.KindNone
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}, BatchSize: 4})
+	if n := len(targets(&r)); n != 0 {
+		t.Errorf("%d row targets, want none", n)
+	}
+	if d := columnTargets(&r)[0].doomed("s"); strings.Contains(d, "expires_at") || strings.Contains(d, "true") {
+		t.Errorf("client_ip's doomed condition reads a row rule: %s", d)
+	}
+	plans, err := s.Plan(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 2 || plans[0].Column != "client_ip" || plans[1].Column != "note" {
+		t.Fatalf("plans %+v: want client_ip, note", plans)
+	}
+	if plans[0].Expired != 25 || plans[1].Expired != 15 {
+		t.Errorf("dry run: %d client_ip values, %d notes expired; want 25, 15", plans[0].Expired, plans[1].Expired)
+	}
+	res, err := s.RunOnce(e.ctx)
+	if err != nil || len(res.Errors) > 0 {
+		t.Fatalf("RunOnce: %v %v", err, res.Errors)
+	}
+	if len(res.Deleted) != 0 {
+		t.Errorf("deleted %v, want no row deletes", res.Deleted)
+	}
+	if got := e.count(t, "orders"); got != 35 {
+		t.Errorf("%d rows left, want all 35", got)
+	}
+	if got := res.Nulled["public.orders.client_ip"]; got != 25 {
+		t.Errorf("nulled %d client_ip values, want 25", got)
+	}
+	if got := res.Nulled["public.orders.note"]; got != 15 {
+		t.Errorf("nulled %d notes, want 15", got)
+	}
+	want := append(idRange(1, 20), idRange(31, 35)...)
+	if got := e.ids(t, "orders", "s.client_ip IS NULL AND s.ip_exp IS NULL"); !slices.Equal(got, want) {
+		t.Errorf("rows with client_ip and ip_exp NULL: %v, want %v", got, want)
+	}
+	if got := e.ids(t, "orders", "s.client_ip IS NOT NULL"); !slices.Equal(got, idRange(21, 28)) {
+		t.Errorf("rows with a client_ip: %v, want 21-28", got)
+	}
+	want = append(idRange(1, 10), idRange(31, 35)...)
+	if got := e.ids(t, "orders", "s.note IS NULL"); !slices.Equal(got, want) {
+		t.Errorf("rows with note NULL: %v, want %v", got, want)
+	}
+	st := s.Status()
+	if len(st) != 1 || len(st[0].Columns) != 2 || st[0].Deleted != 0 {
+		t.Errorf("status %+v: want public.orders, no rows deleted, two columns", st)
+	}
+}

@@ -160,6 +160,8 @@ func validateRule(r *ttl.Rule) error {
 		if len(r.KeyColumns) == 0 {
 			return fmt.Errorf("table %s: sidecar rule without key columns", r.QualifiedName())
 		}
+	case ttl.KindNone:
+		// Expiring columns only: no row statements to build.
 	default:
 		return fmt.Errorf("table %s: unknown rule kind %q", r.QualifiedName(), r.Kind)
 	}

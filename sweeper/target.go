@@ -81,8 +81,12 @@ type registryRef struct {
 }
 
 // targets returns what sweeping r deletes from, in order: the table itself
-// and, for a sidecar rule, then the registry rows it leaves behind.
+// and, for a sidecar rule, then the registry rows it leaves behind; none
+// for a table with no row rule (its rows never expire).
 func targets(r *ttl.Rule) []target {
+	if !r.HasRowRule() {
+		return nil
+	}
 	base := target{
 		name:     r.QualifiedName(),
 		quoted:   r.QuotedName(),
