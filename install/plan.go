@@ -68,8 +68,9 @@ func qualifiedFunction(r *ttl.Rule) string {
 // the collision triggers for rules, in order, to be run in one transaction.
 // keys maps "schema.table" (Rule.QualifiedName) to the column sets of the
 // table's unique keys, as UniqueKeys returns them; it is not read when
-// uninstalling. A table whose entry is empty gets no trigger, and any left
-// from an earlier install is dropped.
+// uninstalling. A table whose entry is empty, or with no row rule (rule
+// none: no row expires), gets no trigger, and any left from an earlier
+// install is dropped.
 //
 // For each table with keys, install creates:
 //   - ttlproxy.purge_expired__<schema>__<table>() (see FunctionName), a
@@ -142,6 +143,12 @@ func plan(rules []ttl.Rule, keys map[string][][]string, uninstall bool) ([]step,
 	steps = append(steps, step{sql: "CREATE SCHEMA IF NOT EXISTS " + ttl.QuoteIdent(Schema)})
 	for i := range rules {
 		r := &rules[i]
+		if !r.HasRowRule() {
+			// No row expires (rule none): no expired row can hold a key.
+			// A trigger left from a row rule the table had goes.
+			add(r, dropTable(r))
+			continue
+		}
 		tkeys, ok := keys[r.QualifiedName()]
 		if !ok {
 			return nil, fmt.Errorf("table %s: no unique keys given (an empty list means none)", r.QualifiedName())
@@ -176,6 +183,7 @@ func checkRule(r *ttl.Rule) error {
 		if r.SidecarTable == "" || len(r.KeyColumns) == 0 {
 			return fmt.Errorf("table %s: sidecar rule without a registry table or key columns", r.QualifiedName())
 		}
+	case ttl.KindNone:
 	default:
 		return fmt.Errorf("table %s: unknown rule kind %q", r.QualifiedName(), r.Kind)
 	}

@@ -222,3 +222,22 @@ func TestFunctionName(t *testing.T) {
 		names[got] = [2]string{tc.schema, tc.table}
 	}
 }
+
+// TestPlanColumnsOnly: a table with no row rule (rule none) gets no
+// collision trigger, whatever its keys (none need be given), and loses one
+// left from a row rule it had.
+func TestPlanColumnsOnly(t *testing.T) {
+	rules := []ttl.Rule{{Table: "customers", Kind: ttl.KindNone,
+		Columns: []ttl.ColumnRule{{Column: "phone", ExpiresAtColumn: "phone_exp"}}}}
+	stmts, err := Plan(rules, map[string][][]string{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(stmts, ";\n")
+	if strings.Contains(all, "CREATE TRIGGER") || strings.Contains(all, "CREATE OR REPLACE FUNCTION") {
+		t.Errorf("plan installs a trigger for a table with no row rule:\n%s", all)
+	}
+	if !strings.Contains(all, `DROP FUNCTION IF EXISTS "ttlproxy"."purge_expired__public__customers"()`) {
+		t.Errorf("plan does not drop a trigger left from before:\n%s", all)
+	}
+}

@@ -57,8 +57,9 @@ const policyComment = "ttlproxy: created by ttlproxy install --row-security"
 // ApplyRowSecurity installs (or, with uninstall, removes) the row-level
 // security policies on the tables of rules and their children, in one
 // transaction, and returns the statements run. exempt are the roles that see
-// every row besides the installing login (current_user on conn). The login
-// must own the tables. Errors name the table.
+// every row besides the installing login (current_user on conn). A table
+// with no row rule (rule none) gets no policy, and loses those an earlier
+// install gave it. The login must own the tables. Errors name the table.
 func ApplyRowSecurity(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, exempt []string, uninstall bool) ([]string, error) {
 	return runRowSecurity(ctx, conn, rules, exempt, uninstall, true)
 }
@@ -116,7 +117,9 @@ func runRowSecurity(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule, exemp
 	}
 	for _, t := range tables {
 		var steps []string
-		if uninstall {
+		// A table with no row rule (rule none) hides no row: the policies
+		// an earlier install gave it go, as on uninstall.
+		if uninstall || !t.rule.HasRowRule() {
 			steps = planRowSecurityRemoval(t)
 		} else {
 			steps = planRowSecurity(t, roles)

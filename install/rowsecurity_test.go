@@ -141,6 +141,39 @@ func TestRowSecurity(t *testing.T) {
 	}
 }
 
+// TestRowSecurityColumnsOnly: a table with no row rule (rule none) gets
+// no policy, and loses those an install under a row rule gave it.
+func TestRowSecurityColumnsOnly(t *testing.T) {
+	e := setup(t)
+	e.exec(
+		"CREATE TABLE c (id int PRIMARY KEY, expires_at timestamptz, phone text, phone_exp timestamptz)",
+		"INSERT INTO c VALUES (1, now() - interval '1 hour', 'x', NULL)",
+	)
+	if _, err := ApplyRowSecurity(e.ctx, e.conn, []ttl.Rule{{Table: "c"}}, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.strings("SELECT count(*)::text FROM pg_policy"); got != "2" {
+		t.Fatalf("%s policies under a row rule, want 2", got)
+	}
+	none := []ttl.Rule{{Table: "c", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{{Column: "phone", ExpiresAtColumn: "phone_exp"}}}}
+	out, err := ApplyRowSecurity(e.ctx, e.conn, none, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := strings.Join(out, "\n"); strings.Contains(all, "CREATE POLICY") || !strings.Contains(all, "DROP POLICY") {
+		t.Errorf("install for rule none:\n%s", all)
+	}
+	if got := e.strings("SELECT count(*)::text FROM pg_policy"); got != "0" {
+		t.Errorf("%s policies left for rule none", got)
+	}
+	if got := e.strings("SELECT relrowsecurity::text FROM pg_class WHERE relname = 'c'"); got != "false" {
+		t.Errorf("row security enabled = %s, want false (the earlier install enabled it)", got)
+	}
+	if out, err := ApplyRowSecurity(e.ctx, e.conn, none, nil, false); err != nil || len(out) != 0 {
+		t.Errorf("second install for rule none: %v %v, want nothing to do", out, err)
+	}
+}
+
 // TestRowSecurityKeepsOwnPolicies: on a table with row security and
 // policies of its own, the live policy narrows what they allow, and
 // uninstall leaves them and row security in place.

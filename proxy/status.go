@@ -68,6 +68,13 @@ func (s *Server) Status() Status {
 			}
 		case "sidecar":
 			t.Expiry = r.SidecarSchemaName() + "." + r.SidecarTable + " (" + strings.Join(r.KeyColumns, ", ") + ")"
+		case "none":
+			// No row rule: the expiring columns.
+			names := make([]string, len(r.Columns))
+			for i := range r.Columns {
+				names[i] = r.Columns[i].Column
+			}
+			t.Expiry = "columns " + strings.Join(names, ", ")
 		default:
 			t.Expiry = r.ExpiryColumn()
 			if r.ColumnType != "" {

@@ -179,7 +179,8 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sweepe
 
 // describeRule spells the row rule and, after "; expiring:", the column
 // rules: "column expires_at timestamptz; expiring: client_ip until
-// client_ip_expires_at timestamptz, note at created_at + 8760h0m0s".
+// client_ip_expires_at timestamptz, note at created_at + 8760h0m0s"; a
+// table with no row rule reads "no row rule; expiring: …".
 func describeRule(r *ttl.Rule) string {
 	s := describeRowRule(r)
 	for i := range r.Columns {
@@ -210,6 +211,8 @@ func describeRowRule(r *ttl.Rule) string {
 		return "derived: " + r.BaseColumn + " + " + r.ExpireAfter.String()
 	case ttl.KindSidecar:
 		return "sidecar: " + r.SidecarSchemaName() + "." + r.SidecarTable
+	case ttl.KindNone:
+		return "no row rule"
 	}
 	t := string(r.ColumnType)
 	if t == "" {
@@ -328,7 +331,8 @@ func checkColumns(r *ttl.Rule, cols map[string]column, add func(check, status, d
 }
 
 // checkIndex checks the indexes the sweeper reads: on the expiry column
-// (the base column of a derived rule), and on the expiry column of each
+// (the base column of a derived rule; none for a sidecar rule or a table
+// with no row rule), and on the expiry column of each
 // expiring column that has one of its own, through which the sweeper finds
 // the values to set to NULL.
 func checkIndex(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, add func(check, status, detail string)) error {
@@ -336,7 +340,7 @@ func checkIndex(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, add func(check
 	switch r.RuleKind() {
 	case ttl.KindDerived:
 		col = r.BaseColumn
-	case ttl.KindSidecar:
+	case ttl.KindSidecar, ttl.KindNone:
 		col = ""
 	}
 	if col != "" {
@@ -399,7 +403,13 @@ func checkRegistry(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, add func(ch
 
 func checkPrivileges(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, user string, add func(check, status, detail string)) error {
 	var missing []string
-	for _, p := range []string{"SELECT", "UPDATE", "DELETE"} {
+	// A table with no row rule is never deleted from: its values are set
+	// to NULL.
+	privs := []string{"SELECT", "UPDATE", "DELETE"}
+	if !r.HasRowRule() {
+		privs = privs[:2]
+	}
+	for _, p := range privs {
 		var ok bool
 		err := conn.QueryRow(ctx, "SELECT pg_catalog.has_table_privilege($1, pg_catalog.to_regclass($2), $3)", user, r.QuotedName(), p).Scan(&ok)
 		if err != nil {
@@ -413,7 +423,7 @@ func checkPrivileges(ctx context.Context, conn *pgx.Conn, r *ttl.Rule, user stri
 	if len(missing) > 0 {
 		add("sweeper privileges", checkFail, user+" lacks "+strings.Join(missing, ", "))
 	} else {
-		add("sweeper privileges", checkOK, user+": SELECT, UPDATE, DELETE")
+		add("sweeper privileges", checkOK, user+": "+strings.Join(privs, ", "))
 	}
 	return nil
 }

@@ -21,6 +21,9 @@ func TestCheckCommand(t *testing.T) {
 		"CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz DEFAULT now() + interval '1 day')",
 		"CREATE TABLE events (id int PRIMARY KEY, valid_until text)",
 		"CREATE TABLE carts (id int PRIMARY KEY)",
+		"CREATE TABLE contacts (id int PRIMARY KEY, expires_at timestamptz, phone text, phone_exp timestamptz)",
+		"CREATE INDEX contacts_phone_exp ON contacts (phone_exp)",
+		"GRANT SELECT, UPDATE ON contacts TO ttl_sweeper",
 		"CREATE TABLE carts_ttl (id int, expires_at timestamptz)",
 		"GRANT SELECT, UPDATE ON sessions TO ttl_sweeper",
 		"CREATE VIEW v_sessions AS SELECT * FROM sessions",
@@ -41,6 +44,7 @@ func TestCheckCommand(t *testing.T) {
 		"  - table: sessions\n    default_ttl: 1h\n" +
 		"  - table: events\n    column: valid_until\n    columns:\n      - {column: memo, expires_at_column: memo_exp}\n      - {column: id, base_column: valid_until, expire_after: 1h}\n" +
 		"  - table: carts\n    rule: sidecar\n    sidecar_table: carts_ttl\n    key_columns: [id]\n" +
+		"  - table: contacts\n    rule: none\n    columns:\n      - {column: phone, expires_at_column: phone_exp}\n" +
 		"  - table: missing\n"
 	p := writeFile(t, "check.yaml", cfgText)
 	code, out, errOut := runCmd(t, ctx, "check", "--config", p, "--dsn", dsn)
@@ -71,6 +75,7 @@ func TestCheckCommand(t *testing.T) {
 		"none: each sweep of memo's expired values scans the table",
 		"sidecar registry",
 		"has no unique key on (id)",
+		"public.contacts (no row rule; expiring: phone until phone_exp timestamptz)",
 		"public.missing",
 		"no such table",
 		"database postgres (DDL events)",
@@ -88,8 +93,31 @@ func TestCheckCommand(t *testing.T) {
 	// JSON, for automation.
 	code, out, _ = runCmd(t, ctx, "check", "--config", p, "--dsn", dsn, "--format", "json")
 	var reports []tableReport
-	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 6 {
+	if err := json.Unmarshal([]byte(out), &reports); code != 1 || err != nil || len(reports) != 7 {
 		t.Fatalf("--format json: code %d, %v, %d reports", code, err, len(reports))
+	}
+	// The table with no row rule: its column's index and expiry, no row
+	// expiry column or index, no DELETE needed; all sound.
+	var contacts []string
+	for _, r := range reports {
+		if r.Table != "public.contacts" {
+			continue
+		}
+		for _, c := range r.Checks {
+			contacts = append(contacts, c.Check+": "+c.Status+" "+c.Detail)
+			if c.Status != checkOK {
+				t.Errorf("public.contacts: %s is %s (%s)", c.Check, c.Status, c.Detail)
+			}
+		}
+	}
+	got := strings.Join(contacts, "\n")
+	for _, want := range []string{"index on phone_exp: ok contacts_phone_exp", "column phone_exp: ok", "sweeper privileges: ok ttl_sweeper: SELECT, UPDATE"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("public.contacts checks lack %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "expires_at") {
+		t.Errorf("public.contacts checks a row expiry:\n%s", got)
 	}
 
 	// A sound setup exits 0: with the DDL event triggers, whose
