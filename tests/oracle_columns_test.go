@@ -101,6 +101,16 @@ func colOracleTables() []*colTable {
 			columns:   []string{"id", "grp", "label", "tag", "tag_exp", "bal", "bal_exp", "expires_at"},
 			createSQL: `CREATE TABLE acct (id int PRIMARY KEY, grp int, label text, tag text, tag_exp timestamptz, bal numeric, bal_exp timestamptz, expires_at timestamptz)`,
 		},
+		{
+			// No row rule (rule none): every row is live, one whose
+			// expires_at has passed too.
+			name: "memb", text: "phone", num: "pts",
+			textLive:  "phone_exp IS NULL OR phone_exp >= now()",
+			numLive:   "pts_at IS NULL OR pts_at + interval '2 hours' >= now()",
+			rowLive:   "true",
+			columns:   []string{"id", "grp", "label", "phone", "phone_exp", "pts", "pts_at", "expires_at"},
+			createSQL: `CREATE TABLE memb (id int PRIMARY KEY, grp int, label text, phone text, phone_exp timestamptz, pts numeric, pts_at timestamptz, expires_at timestamptz)`,
+		},
 	}
 }
 
@@ -121,6 +131,10 @@ func colOracleRules() []ttl.Rule {
 		{Table: "acct", DefaultTTL: time.Hour, Columns: []ttl.ColumnRule{
 			{Column: "tag", ExpiresAtColumn: "tag_exp", DefaultTTL: time.Hour, RefreshOnUpdate: true},
 			{Column: "bal", ExpiresAtColumn: "bal_exp", DefaultTTL: time.Hour, RefreshOnUpdate: true},
+		}},
+		{Table: "memb", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{
+			{Column: "phone", ExpiresAtColumn: "phone_exp"},
+			{Column: "pts", BaseColumn: "pts_at", ExpireAfter: 2 * time.Hour},
 		}},
 	}
 }
@@ -165,7 +179,7 @@ func colOracleData(tables []*colTable) []string {
 			case "acct":
 				rowExp := []string{"now() - interval '1 hour'", "now() + interval '1 hour'", "NULL", "NULL", "now() + interval '1 day'"}[r.IntN(5)]
 				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, explicit(), num, explicit(), rowExp)
-			case "cust":
+			case "cust", "memb":
 				rowExp := []string{"now() - interval '1 hour'", "now() + interval '1 hour'", "NULL", "NULL", "now() + interval '1 day'"}[r.IntN(5)]
 				row = fmt.Sprintf("(%d, %d, 'l%d', %s, %s, %s, %s, %s)", i, i%4, i%5, text, explicit(), num, derived(), rowExp)
 			case `"Evt"`:
