@@ -437,7 +437,7 @@ func TestParseErrors(t *testing.T) {
 		{"none with refresh", tbl("    rule: none\n    refresh_on_update: false\n"), "tables[0].refresh_on_update: not allowed with rule none (a table with no row rule has no row expiry)"},
 		{"none with sidecar", tbl("    rule: none\n    sidecar_table: x\n"), "tables[0].sidecar_table: not allowed with rule none (a table with no row rule has no row expiry)"},
 		{"none with key_columns", tbl("    rule: none\n    key_columns: [id]\n"), "tables[0].key_columns: not allowed with rule none (a table with no row rule has no row expiry)"},
-		{"none with create_index", tbl("    rule: none\n    create_index: true\n"), "tables[0].create_index: not allowed with rule none (a table with no row rule has no row expiry)"},
+		{"none with create_index", tbl("    rule: none\n    create_index: true\n    columns:\n      - {column: c, expires_at_column: e}\n"), ""},
 		{"none columns expiry expires", tbl("    rule: none\n    columns:\n      - {column: c, expires_at_column: e}\n      - {column: e, base_column: b, expire_after: 1h}\n"), "tables[0].columns[1].column: e is the expiry of tables[0].columns[0], which cannot itself expire"},
 		{"none accepted", tbl("    rule: none\n    columns:\n      - {column: expires_at, expires_at_column: e}\n"), ""},
 

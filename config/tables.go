@@ -17,7 +17,7 @@ var tableKeys = []struct {
 	{"rule", nil},
 	{"default_ttl", rowKinds},
 	{"refresh_on_update", rowKinds},
-	{"create_index", []ttl.Kind{ttl.KindColumn, ttl.KindDerived}},
+	{"create_index", []ttl.Kind{ttl.KindColumn, ttl.KindDerived, ttl.KindNone}},
 	{"column", []ttl.Kind{ttl.KindColumn}},
 	{"column_type", []ttl.Kind{ttl.KindColumn}},
 	{"base_column", []ttl.Kind{ttl.KindDerived}},

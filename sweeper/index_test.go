@@ -49,3 +49,14 @@ func TestCreateIndex(t *testing.T) {
 		t.Errorf("indexes on the table: %d, %v; want the primary key and the two expiry indexes", n, err)
 	}
 }
+
+// TestIndexColumnsNone: create_index on a table with no row rule indexes
+// its expiring columns' expiry columns alone.
+func TestIndexColumnsNone(t *testing.T) {
+	r := ordersRule("orders")
+	r.Kind = ttl.KindNone
+	r.CreateIndex = true
+	if got := indexColumns(&r); len(got) != 1 || got[0] != "ip_exp" {
+		t.Errorf("indexColumns = %v, want [ip_exp]", got)
+	}
+}

@@ -310,7 +310,7 @@ func (r *Rule) Validate() error {
 		}
 		if r.Column != "" || r.ColumnType != "" || r.BaseColumn != "" || r.ExpireAfter != 0 || r.IntervalColumn != "" ||
 			r.IntervalSeconds || r.SidecarSchema != "" || r.SidecarTable != "" || len(r.KeyColumns) > 0 ||
-			r.DefaultTTL != 0 || r.RefreshOnUpdate || r.CreateIndex {
+			r.DefaultTTL != 0 || r.RefreshOnUpdate {
 			return fmt.Errorf("%s: a table with no row rule takes no row expiry settings", r.QualifiedName())
 		}
 	default:
