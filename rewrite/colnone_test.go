@@ -57,6 +57,9 @@ func TestColumnsOnlyTable(t *testing.T) {
 		{"copy to", `COPY orders TO STDOUT`, `COPY (SELECT ` + starCols(`"orders"`) + ` FROM orders) TO STDOUT`},
 		{"copy of other columns", `COPY orders (id, status) TO STDOUT`, ``},
 		{"copy from", `COPY orders (id, status) FROM STDIN`, ``},
+		{"a partition", `SELECT id FROM orders_2026 WHERE status = 'x'`, ``},
+		{"a partition's value", `DELETE FROM orders_2026 WHERE client_ip IS NULL`,
+			`DELETE FROM orders_2026 WHERE (client_ip IS NULL OR ` + colText{`"orders_2026"`}.ipExpired() + `)`},
 		{"a row rule's table beside it", `SELECT s.id FROM sessions s JOIN orders o ON o.id = s.id`,
 			`SELECT s.id FROM ` + join("sessions s", `"s"`, 0) + ` JOIN orders o ON o.id = s.id`},
 	}
