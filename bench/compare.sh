@@ -148,6 +148,12 @@
 #              newest /usr/lib/postgresql/*/bin)
 #   TTLPROXY   a ttlproxy binary to use instead of building this checkout
 #   BASELINE   a second ttlproxy binary, the target "baseline" (optional)
+#   COLUMN=1   the target "baseline" is this checkout's binary with, besides
+#              the row rule, an expiring column on pgbench_accounts (filler,
+#              its expiry in filler_expires_at, NULL: never expires), which
+#              no pgbench statement names: what a column rule costs the
+#              statements that do not read it (docs/design/column-ttl.md §8).
+#              Not with BASELINE.
 #   FLOOR=1    the targets floor and floor-epoll too (bench/relayfloor)
 #   PERF=0     no perf counters (default: used when perf works)
 #
@@ -189,6 +195,9 @@ case $WARMUP in '' | *[!0-9]*) usage_die "WARMUP must be a whole number of secon
 [ "$JOBS" -le "$CLIENTS" ] || usage_die "JOBS ($JOBS) must not exceed CLIENTS ($CLIENTS)"
 if [ -n "${BASELINE:-}" ] && [ ! -x "$BASELINE" ]; then
 	usage_die "BASELINE=$BASELINE is not an executable"
+fi
+if [ "${COLUMN:-}" = 1 ]; then
+	[ -z "${BASELINE:-}" ] || usage_die "COLUMN=1 uses the target baseline: not with BASELINE"
 fi
 # The largest -c of any run: PgBouncer's pool and PostgreSQL's
 # max_connections are sized for it.
@@ -593,6 +602,9 @@ else
 fi
 if [ -n "${BASELINE:-}" ]; then
 	cp "$BASELINE" "$WORK/ttlproxy-baseline"
+elif [ "${COLUMN:-}" = 1 ]; then
+	cp "$WORK/ttlproxy" "$WORK/ttlproxy-baseline"
+	BASELINE=$WORK/ttlproxy-baseline
 fi
 if [ "${FLOOR:-}" = 1 ]; then
 	command -v go >/dev/null 2>&1 || die "go not found: needed to build bench/relayfloor (FLOOR=1)"
@@ -637,6 +649,7 @@ log "pgbench -i -s $SCALE, then the TTL columns"
 	die "pgbench -i failed: $(cat "$WORK/pgbench-init.log")"
 psql_at "$PG_PORT" >/dev/null <<'SQL'
 ALTER TABLE pgbench_accounts ADD COLUMN expires_at timestamptz;
+ALTER TABLE pgbench_accounts ADD COLUMN filler_expires_at timestamptz;
 -- 10% of the rows expire in a day, the others never: every row is live.
 UPDATE pgbench_accounts SET expires_at = now() + interval '1 day' WHERE aid % 10 = 0;
 -- ttlproxy stamps now() + default_ttl (1h) on INSERT; direct and PgBouncer
@@ -675,11 +688,12 @@ declare -A T_PORT T_PID T_ADMIN
 T_PORT[direct]=$PG_PORT
 T_PORT[direct-tls]=$PG_PORT
 
-# start_ttlproxy INSTANCE BINARY TLS: writes INSTANCE's configuration (the
-# same tables for every instance; with TLS=1, client TLS and TLS to the
+# start_ttlproxy INSTANCE BINARY TLS [COLUMNS]: writes INSTANCE's
+# configuration (the same tables for every instance, with COLUMNS=1 the
+# expiring column of COLUMN=1; with TLS=1, client TLS and TLS to the
 # server, else a plain server leg) and starts BINARY on free ports.
 start_ttlproxy() {
-	local inst=$1 binary=$2 tls=$3 port admin pid
+	local inst=$1 binary=$2 tls=$3 columns=${4:-0} port admin pid
 	free_port port
 	free_port admin
 	{
@@ -697,6 +711,11 @@ start_ttlproxy() {
 tables:
   - table: public.pgbench_accounts
     column: expires_at
+YAML
+		if [ "$columns" = 1 ]; then
+			printf '    columns:\n      - column: filler\n        expires_at_column: filler_expires_at\n'
+		fi
+		cat <<'YAML'
   - table: public.pgbench_history
     column: expires_at
     default_ttl: 1h
@@ -785,7 +804,7 @@ start_floor() {
 }
 
 start_ttlproxy ttlproxy "$WORK/ttlproxy" 0
-[ -z "${BASELINE:-}" ] || start_ttlproxy baseline "$WORK/ttlproxy-baseline" 0
+[ -z "${BASELINE:-}" ] || start_ttlproxy baseline "$WORK/ttlproxy-baseline" 0 "${COLUMN:-0}"
 start_pgbouncer pgbouncer 0
 FLOORS=
 if [ "${FLOOR:-}" = 1 ]; then
@@ -795,7 +814,7 @@ if [ "${FLOOR:-}" = 1 ]; then
 fi
 if [ -n "$TLS" ]; then
 	start_ttlproxy ttlproxy-tls "$WORK/ttlproxy" 1
-	[ -z "${BASELINE:-}" ] || start_ttlproxy baseline-tls "$WORK/ttlproxy-baseline" 1
+	[ -z "${BASELINE:-}" ] || start_ttlproxy baseline-tls "$WORK/ttlproxy-baseline" 1 "${COLUMN:-0}"
 	start_pgbouncer pgbouncer-tls 1
 fi
 
@@ -1093,6 +1112,7 @@ fi
 PROXY_DESC="ttlproxy $PROXY_VERSION (${TTLPROXY:-$COMMIT})"
 if [ -n "${BASELINE:-}" ]; then
 	PROXY_DESC="$PROXY_DESC, baseline $("$WORK/ttlproxy-baseline" version 2>/dev/null | awk 'NR == 1 { print $NF }') (BASELINE=$BASELINE)"
+	[ "${COLUMN:-}" != 1 ] || PROXY_DESC="$PROXY_DESC; COLUMN=1: baseline is this checkout with filler an expiring column of pgbench_accounts"
 fi
 
 NOTE=
