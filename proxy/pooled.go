@@ -85,18 +85,17 @@ type pooledLink struct {
 
 	// Settings (settings.go). dirty: a statement of the transaction may
 	// have changed them (set by the client pump, cleared at check-in);
-	// custom: the placeholders the client named (client pump);
-	// readbackMsgs: the check-in's question for them; readback: the
-	// check-in's answer, taken by the client pump at its next relink;
+	// custom: the placeholders the client named (client pump), and
+	// customNames a copy of them for the check-in's question; readback:
+	// the check-in's answer, taken by the client pump at its next relink;
 	// settings: the client's settings as last read (client pump);
 	// checkedIn: signalled after a check-in's release.
-	dirty        atomic.Bool
-	custom       []string
-	readbackMsgs atomic.Pointer[[]byte]
-	customNames  atomic.Pointer[[]string] // a copy of custom for the server pump
-	readback     atomic.Pointer[sessionSettings]
-	settings     *sessionSettings
-	checkedIn    chan struct{}
+	dirty       atomic.Bool
+	custom      []string
+	customNames atomic.Pointer[[]string]
+	readback    atomic.Pointer[sessionSettings]
+	settings    *sessionSettings
+	checkedIn   chan struct{}
 	// settingsStmts: the client's prepared statements (by name, "" the
 	// unnamed one) whose text changes settings, for noteBind (pin.go;
 	// client pump).
@@ -146,19 +145,19 @@ func (pl *pooledLink) release(l *link, sc *serverConn) bool {
 // answer that cannot be read closes the server and leaves the client's
 // settings as they were.
 func (pl *pooledLink) checkIn(l *link, sc *serverConn, pins bool) (released bool, end pumpEnd) {
+	var custom []string
+	if c := pl.customNames.Load(); c != nil {
+		custom = *c
+	}
 	var msgs []byte
 	if pins {
-		var custom []string
-		if c := pl.customNames.Load(); c != nil {
-			custom = *c
-		}
 		msgs = pinCheckMessages(pl.pool.key.user, custom)
-	} else if m := pl.readbackMsgs.Load(); m != nil {
-		msgs = *m
+	} else {
+		msgs = readbackMessages(custom)
 	}
 	pl.mu.Lock()
 	ps := pl.held
-	if msgs == nil || ps == nil || ps.sc != sc || pl.cancels > 0 || !l.pending.CompareAndSwap(0, checkInMark) {
+	if ps == nil || ps.sc != sc || pl.cancels > 0 || !l.pending.CompareAndSwap(0, checkInMark) {
 		pl.mu.Unlock()
 		return false, pumpEnd{}
 	}

@@ -124,9 +124,7 @@ func (pl *pooledLink) noteSettings(custom []string) {
 			added = true
 		}
 	}
-	if added || pl.readbackMsgs.Load() == nil {
-		msgs := readbackMessages(pl.custom)
-		pl.readbackMsgs.Store(&msgs)
+	if added {
 		names := slices.Clone(pl.custom)
 		pl.customNames.Store(&names)
 	}
