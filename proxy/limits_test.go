@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
@@ -67,13 +68,7 @@ func TestIdleSessionTimeout(t *testing.T) {
 			mustExec(t, idle, "SELECT 1")
 			// Any statement would reset the idle clock: wait, without
 			// one, until the proxy counts the idle client's timeout.
-			deadline := time.Now().Add(10 * time.Second)
-			for testutil.ToFloat64(p.srv.metrics.idleTimeouts) < float64(i+1) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no idle timeout after 10s (metric %v, want %d)", testutil.ToFloat64(p.srv.metrics.idleTimeouts), i+1)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitCount(t, p.srv.metrics.idleTimeouts, i+1, "idle timeout")
 			if _, err := idle.Exec(testContext(t), "SELECT 1"); err == nil {
 				t.Fatal("an idle client was not closed")
 			} else if code := pgCode(err); code != "" && code != codeIdleSessionTimeout {
@@ -85,6 +80,19 @@ func TestIdleSessionTimeout(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(p.srv.metrics.idleTimeouts); got != float64(len(modes)) {
 		t.Errorf("idle timeout metric %v, want %d", got, len(modes))
+	}
+}
+
+// waitCount waits up to 10 s for counter c to reach want, without a
+// statement of its own (any statement would reset an idle clock).
+func waitCount(t *testing.T, c prometheus.Counter, want int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(c) < float64(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 10s (metric %v, want %d)", what, testutil.ToFloat64(c), want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -111,13 +119,7 @@ func TestIdleTransactionTimeout(t *testing.T) {
 				_, err := busy.Exec(context.Background(), "SELECT pg_sleep(1)")
 				done <- err
 			}()
-			deadline := time.Now().Add(10 * time.Second)
-			for testutil.ToFloat64(p.srv.metrics.idleTxTimeouts) < float64(i+1) {
-				if time.Now().After(deadline) {
-					t.Fatalf("no idle-in-transaction timeout after 10s (metric %v, want %d)", testutil.ToFloat64(p.srv.metrics.idleTxTimeouts), i+1)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			waitCount(t, p.srv.metrics.idleTxTimeouts, i+1, "idle-in-transaction timeout")
 			if _, err := inTx.Exec(testContext(t), "COMMIT"); err == nil {
 				t.Fatal("a client idle in a transaction was not closed")
 			} else if code := pgCode(err); code != "" && code != codeIdleInTxTimeout {
