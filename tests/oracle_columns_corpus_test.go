@@ -271,20 +271,96 @@ func colCorpusSplit(text string) []string {
 	return stmts
 }
 
+// colCorpusRef is a table of the selection as a query level names it,
+// with its expiring columns.
+type colCorpusRef struct {
+	name      string // the alias, or the table's name
+	text, num string // the expiring text and numeric columns
+	bare      bool   // name the columns unqualified: the level reads one table
+}
+
+func (r colCorpusRef) col(c string) string {
+	if r.bare {
+		return ttl.QuoteIdent(c)
+	}
+	return ttl.QuoteIdent(r.name) + "." + ttl.QuoteIdent(c)
+}
+
+// colCorpusBare makes a level's one table's columns unqualified in every
+// other statement (by i).
+func colCorpusBare(refs []colCorpusRef, i int) []colCorpusRef {
+	if len(refs) == 1 && i%2 == 1 {
+		refs[0].bare = true
+	}
+	return refs
+}
+
+// colCorpusPreds are the predicates the where variants add, one picked
+// per statement in turn: {T} is a table's text expiring column, {N} its
+// numeric one, {s} a text literal and {n} a numeric one, given or bound
+// as parameters (text and numeric, in that order).
+var colCorpusPreds = []struct{ tmpl, s, n string }{
+	{"({T} LIKE {s} OR {N} > {n} OR {T} IS NULL)", "%1%", "40.5"},
+	{"{T} IS NOT NULL AND {T} <> {s}", "zz", ""},
+	{"NOT ({N} < {n})", "", "10"},
+	{"({T} > {s} OR {N} BETWEEN 1 AND {n})", "m", "20"},
+	{"(coalesce({T}, {s}) <> '' OR {N} IS NULL)", "", ""},
+	{"{N} IN (0, 1, 3, 6, 7.5, {n}, 10.5)", "", "9"},
+	{"CASE WHEN {T} IS NULL THEN {N} > {n} ELSE true END", "", "3"},
+	{"({T}, {N}) IS NOT NULL", "", ""},
+	{"{T} = ANY (ARRAY[{s}, 'v2c', 'v9a', 'AAAAxx'])", "v1b", ""},
+}
+
+// colCorpusPred returns colCorpusPreds[i] with its literals, or with
+// bound its parameters and their values and types.
+func colCorpusPred(i int, bound bool) (pred string, params []string, oids []uint32) {
+	p := colCorpusPreds[i%len(colCorpusPreds)]
+	s, n := ttl.QuoteLiteral(p.s), p.n
+	if bound {
+		if strings.Contains(p.tmpl, "{s}") {
+			params, oids = append(params, p.s), append(oids, 25)
+			s = fmt.Sprintf("$%d", len(params))
+		}
+		if strings.Contains(p.tmpl, "{n}") {
+			params, oids = append(params, p.n), append(oids, 1700)
+			n = fmt.Sprintf("$%d", len(params))
+		}
+	}
+	return strings.NewReplacer("{s}", s, "{n}", n).Replace(p.tmpl), params, oids
+}
+
+// colCorpusExprs are the expressions over the expiring columns the
+// "targets, expressions" variant adds, two picked per statement in turn.
+var colCorpusExprs = []string{
+	"coalesce({T}, '-')", "length({T})", "upper({T})", "{T} IS NULL", "{T} || 'x'", "CASE WHEN {T} LIKE '%1%' THEN 1 ELSE 0 END",
+	"nullif({T}, 'zz')", "{T}::text", "{N} * 2", "coalesce({N}, -1)", "{N} IS NOT NULL", "abs({N})", "{N}::text", "greatest({N}, 5)",
+	"CASE WHEN {N} > 10 THEN 'big' END", "({N}, {T}) IS NULL",
+}
+
+// colCorpusFill replaces T and N in a template with r's columns.
+func (r colCorpusRef) fill(tmpl string) string {
+	return strings.NewReplacer("{T}", r.col(r.text), "{N}", r.col(r.num)).Replace(tmpl)
+}
+
 // colCorpusVariants returns the statement's variants reading the expiring
 // columns, each with its kind: "targets", the columns of every table of the
 // top level's FROM added to its target list (and to GROUP BY and ORDER BY
-// where it has them) or, for a write, to RETURNING; "where", a predicate
-// on them added to the top level's WHERE; "where, every level", the
-// predicate added to every query level that reads one of the tables
-// (subqueries, CTEs, set operations' branches), when there are levels
-// below the top; and on demand (want) "targets, aggregated", aggregates of
-// the columns added to the target list, for a statement that aggregates
-// without GROUP BY. A variant the deparser cannot print is left out.
-func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls, kinds []string) {
+// where it has them) or, for a write, to RETURNING; "targets,
+// expressions", expressions over them (colCorpusExprs) added likewise;
+// "where", a predicate on them (colCorpusPreds) ANDed to the top level's
+// WHERE; "where, every level", the predicate added to every query level
+// that reads one of the tables (subqueries, CTEs, set operations'
+// branches), when there are levels below the top; and on demand (want)
+// "targets, aggregated", aggregates of the columns added to the target
+// list, for a statement that aggregates without GROUP BY. i picks the
+// predicate and the expressions, bound its literals as parameters. A variant the deparser cannot print is
+// left out.
+func colCorpusVariants(stmt string, cols map[string][2]string, i int, bound bool, want ...string) (sqls, kinds []string) {
 	if len(want) == 0 {
-		want = []string{"targets", "where", "where, every level"}
+		want = []string{"targets", "targets, expressions", "where", "where, every level"}
 	}
+	pred, _, _ := colCorpusPred(i, bound)
+	exprs := []string{colCorpusExprs[i%len(colCorpusExprs)], colCorpusExprs[(i*7+3)%len(colCorpusExprs)]}
 	for _, kind := range want {
 		tree, err := pg.Parse(stmt)
 		if err != nil || len(tree.Stmts) != 1 {
@@ -294,7 +370,7 @@ func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls
 		if kind == "where, every level" {
 			nested := false
 			colCorpusWalk(n.ProtoReflect(), func(m protoreflect.Message) {
-				var refs []string
+				var refs []colCorpusRef
 				var where **pg.Node
 				switch x := m.Interface().(type) {
 				case *pg.SelectStmt:
@@ -302,17 +378,17 @@ func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls
 						return
 					}
 					for _, f := range x.FromClause {
-						refs = append(refs, colCorpusRefs(f, names)...)
+						refs = append(refs, colCorpusRefs(f, cols)...)
 					}
 					where = &x.WhereClause
 				case *pg.UpdateStmt:
-					refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}, names)
+					refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}, cols)
 					where = &x.WhereClause
 				case *pg.DeleteStmt:
-					refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}, names)
+					refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}, cols)
 					where = &x.WhereClause
 				}
-				if len(refs) > 0 && colCorpusAddWhere(where, refs) && m.Interface() != n.GetSelectStmt() && m.Interface() != n.GetUpdateStmt() && m.Interface() != n.GetDeleteStmt() {
+				if len(refs) > 0 && colCorpusAddWhere(where, colCorpusBare(refs, i), pred) && m.Interface() != n.GetSelectStmt() && m.Interface() != n.GetUpdateStmt() && m.Interface() != n.GetDeleteStmt() {
 					nested = true
 				}
 			})
@@ -320,9 +396,10 @@ func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls
 				continue
 			}
 		} else {
-			var refs []string
+			var refs []colCorpusRef
 			var targets, group, sortBy *[]*pg.Node
 			var where **pg.Node
+			distinct := false
 			switch {
 			case n.GetSelectStmt() != nil:
 				s := n.GetSelectStmt()
@@ -330,7 +407,7 @@ func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls
 					continue
 				}
 				for _, f := range s.FromClause {
-					refs = append(refs, colCorpusRefs(f, names)...)
+					refs = append(refs, colCorpusRefs(f, cols)...)
 				}
 				targets, where = &s.TargetList, &s.WhereClause
 				if len(s.GroupClause) > 0 {
@@ -339,45 +416,56 @@ func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls
 				if len(s.SortClause) > 0 {
 					sortBy = &s.SortClause
 				}
+				distinct = len(s.DistinctClause) > 0
 			case n.GetUpdateStmt() != nil:
 				s := n.GetUpdateStmt()
-				refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: s.Relation}}, names)
+				refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: s.Relation}}, cols)
 				targets, where = &s.ReturningList, &s.WhereClause
 			case n.GetDeleteStmt() != nil:
 				s := n.GetDeleteStmt()
-				refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: s.Relation}}, names)
+				refs = colCorpusRefs(&pg.Node{Node: &pg.Node_RangeVar{RangeVar: s.Relation}}, cols)
 				targets, where = &s.ReturningList, &s.WhereClause
 			}
 			if len(refs) == 0 {
 				continue
 			}
+			refs = colCorpusBare(refs, i)
 			switch kind {
 			case "where":
-				if !colCorpusAddWhere(where, refs) {
+				if !colCorpusAddWhere(where, refs, pred) {
 					continue
 				}
 			case "targets, aggregated":
 				for _, r := range refs {
-					for _, f := range [][2]string{{"count", "xt"}, {"max", "xt"}, {"sum", "xn"}, {"min", "xn"}} {
-						ref := pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(r), pg.MakeStrNode(f[1])}, -1)
-						call := pg.MakeFuncCallNode([]*pg.Node{pg.MakeStrNode(f[0])}, []*pg.Node{ref}, -1)
-						*targets = append(*targets, pg.MakeResTargetNodeWithVal(call, -1))
+					for _, f := range []string{"count({T})", "max({T})", "sum({N})", "min({N})"} {
+						*targets = append(*targets, colCorpusExpr(r.fill(f)))
 					}
 				}
-			default:
+			case "targets", "targets, expressions":
+				var add []string
 				for _, r := range refs {
-					for _, c := range []string{"xt", "xn"} {
-						ref := func() *pg.Node {
-							return pg.MakeColumnRefNode([]*pg.Node{pg.MakeStrNode(r), pg.MakeStrNode(c)}, -1)
-						}
-						*targets = append(*targets, pg.MakeResTargetNodeWithVal(ref(), -1))
+					if kind == "targets" {
+						add = append(add, r.col(r.text), r.col(r.num))
+					} else {
+						add = append(add, r.fill(exprs[0]), r.fill(exprs[1]))
+					}
+					// GROUP BY and ORDER BY get the columns: the
+					// expressions are functions of them.
+					for _, c := range []string{r.text, r.num} {
 						if group != nil {
-							*group = append(*group, ref())
+							*group = append(*group, colCorpusExpr(r.col(c)).GetResTarget().Val)
 						}
-						if sortBy != nil {
-							*sortBy = append(*sortBy, pg.MakeSortByNode(ref(), pg.SortByDir_SORTBY_DEFAULT, pg.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
+						if sortBy != nil && (kind == "targets" || !distinct) {
+							*sortBy = append(*sortBy, pg.MakeSortByNode(colCorpusExpr(r.col(c)).GetResTarget().Val,
+								pg.SortByDir_SORTBY_DEFAULT, pg.SortByNulls_SORTBY_NULLS_DEFAULT, -1))
 						}
 					}
+				}
+				if kind == "targets, expressions" && distinct && sortBy != nil {
+					continue // ORDER BY of a DISTINCT must name output columns
+				}
+				for _, e := range add {
+					*targets = append(*targets, colCorpusExpr(e))
 				}
 			}
 		}
@@ -390,37 +478,30 @@ func colCorpusVariants(stmt string, names map[string]bool, want ...string) (sqls
 	return sqls, kinds
 }
 
-// colCorpusBind returns c with the literals of the predicates the where
-// variants add bound as parameters ($1 text, $2 numeric), in the
-// extended and prepared protocols when the statement has no parameters of
-// its own.
-func colCorpusBind(c colCase, mode execMode) colCase {
-	if mode == modeSimple || !strings.HasPrefix(c.kind, "where") || strings.Contains(c.sql, "$") {
-		return c
+// colCorpusExpr returns the target list entry of an expression's text.
+func colCorpusExpr(e string) *pg.Node {
+	tree, err := pg.Parse("SELECT " + e)
+	if err != nil {
+		panic(fmt.Sprintf("expression %q: %v", e, err))
 	}
-	c.sql = strings.ReplaceAll(strings.ReplaceAll(c.sql, "xt LIKE '%1%'", "xt LIKE $1"), "xn > 40.5", "xn > $2")
-	c.params, c.oids = []string{"%1%", "40.5"}, []uint32{25, 1700}
-	return c
+	return tree.Stmts[0].Stmt.GetSelectStmt().TargetList[0]
 }
 
-// colCorpusAddWhere ANDs a predicate on the expiring columns of the
-// tables refs name to *where: each table's xt LIKE, xn > or xt IS NULL,
-// which holds for about half the live values (colCorpusBind binds the
-// literals).
-func colCorpusAddWhere(where **pg.Node, refs []string) bool {
+// colCorpusAddWhere ANDs pred, for each table refs names, to *where.
+func colCorpusAddWhere(where **pg.Node, refs []colCorpusRef, pred string) bool {
 	var preds []string
 	for _, r := range refs {
-		preds = append(preds, fmt.Sprintf("(%[1]s.xt LIKE '%%1%%' OR %[1]s.xn > 40.5 OR %[1]s.xt IS NULL)", ttl.QuoteIdent(r)))
+		preds = append(preds, r.fill(pred))
 	}
 	tmpl, err := pg.Parse("SELECT WHERE " + strings.Join(preds, " AND "))
 	if err != nil {
-		return false
+		panic(fmt.Sprintf("predicate %q: %v", pred, err))
 	}
-	pred := tmpl.Stmts[0].Stmt.GetSelectStmt().WhereClause
+	p := tmpl.Stmts[0].Stmt.GetSelectStmt().WhereClause
 	if *where != nil {
-		pred = pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, []*pg.Node{*where, pred}, -1)
+		p = pg.MakeBoolExprNode(pg.BoolExprType_AND_EXPR, []*pg.Node{*where, p}, -1)
 	}
-	*where = pred
+	*where = p
 	return true
 }
 
@@ -442,28 +523,30 @@ func colCorpusWalk(m protoreflect.Message, fn func(protoreflect.Message)) {
 	})
 }
 
-// colCorpusRefs returns the names a FROM item gives the tables of names
-// it holds at its own level: the alias, or the table's name.
-func colCorpusRefs(n *pg.Node, names map[string]bool) []string {
+// colCorpusRefs returns the tables of cols a FROM item holds at its own
+// level, by the names it gives them: the alias, or the table's name.
+func colCorpusRefs(n *pg.Node, cols map[string][2]string) []colCorpusRef {
 	switch {
 	case n.GetRangeVar() != nil:
 		rv := n.GetRangeVar()
-		if !names[rv.Relname] || (rv.Schemaname != "" && rv.Schemaname != "public") {
+		c, ok := cols[rv.Relname]
+		if !ok || (rv.Schemaname != "" && rv.Schemaname != "public") {
 			return nil
 		}
+		r := colCorpusRef{name: rv.Relname, text: c[0], num: c[1]}
 		if rv.Alias != nil {
 			if len(rv.Alias.Colnames) > 0 {
 				return nil // the alias renames the columns
 			}
-			return []string{rv.Alias.Aliasname}
+			r.name = rv.Alias.Aliasname
 		}
-		return []string{rv.Relname}
+		return []colCorpusRef{r}
 	case n.GetJoinExpr() != nil:
 		j := n.GetJoinExpr()
 		if j.Alias != nil {
 			return nil // the join's alias hides its tables' names
 		}
-		return append(colCorpusRefs(j.Larg, names), colCorpusRefs(j.Rarg, names)...)
+		return append(colCorpusRefs(j.Larg, cols), colCorpusRefs(j.Rarg, cols)...)
 	}
 	return nil
 }
@@ -523,14 +606,18 @@ func TestColumnOracleCorpus(t *testing.T) {
 	}
 	stmts, skipped := colCorpusSelect(t, names)
 	t.Logf("%d corpus statements selected (skipped %v)", len(stmts), skipped)
-	t.Run("added columns", func(t *testing.T) { colCorpusRun(t, stmts, names, false) })
-	t.Run("corpus columns", func(t *testing.T) { colCorpusRun(t, stmts, names, true) })
+	t.Run("added columns", func(t *testing.T) { colCorpusRun(t, stmts, false) })
+	t.Run("corpus columns", func(t *testing.T) { colCorpusRun(t, stmts, true) })
 }
 
 // colCorpusRun runs the selected statements with the expiring columns
 // xt and xn, or with own the tables' own columns colCorpusOwn names.
-func colCorpusRun(t *testing.T, stmts []colCorpusStmt, names map[string]bool, own bool) {
+func colCorpusRun(t *testing.T, stmts []colCorpusStmt, own bool) {
 	tables := colCorpusTables(own)
+	cols := map[string][2]string{}
+	for _, tb := range tables {
+		cols[tb.name] = [2]string{tb.text, tb.num}
+	}
 	var setup []string
 	var rules []ttl.Rule
 	for _, tb := range tables {
@@ -618,7 +705,7 @@ func colCorpusRun(t *testing.T, stmts []colCorpusStmt, names map[string]bool, ow
 			base.write = true
 		}
 		cases := []colCase{base}
-		vs, vkinds := colCorpusVariants(st.sql, names)
+		vs, vkinds := colCorpusVariants(st.sql, cols, i, false)
 		for k, v := range vs {
 			c := base
 			c.sql, c.kind = v, vkinds[k]
@@ -636,7 +723,13 @@ func colCorpusRun(t *testing.T, stmts []colCorpusStmt, names map[string]bool, ow
 			}
 			for _, mode := range modes {
 				runs++
-				c := colCorpusBind(c, mode)
+				if mode != modeSimple && strings.HasPrefix(c.kind, "where") && !strings.Contains(st.sql, "$") {
+					// The predicate's literals as parameters.
+					if vs, _ := colCorpusVariants(st.sql, cols, i, true, c.kind); len(vs) == 1 {
+						c.sql = vs[0]
+						_, c.params, c.oids = colCorpusPred(i, true)
+					}
+				}
 				if len(c.params) > 0 {
 					bound++
 				}
@@ -656,7 +749,7 @@ func colCorpusRun(t *testing.T, stmts []colCorpusStmt, names map[string]bool, ow
 					if c.kind == "targets" && sqlstate(d.err) == "42803" && mode == modes[0] {
 						// An aggregate without GROUP BY: read the columns
 						// through aggregates instead.
-						if vs, _ := colCorpusVariants(st.sql, names, "targets, aggregated"); len(vs) == 1 {
+						if vs, _ := colCorpusVariants(st.sql, cols, i, false, "targets, aggregated"); len(vs) == 1 {
 							a := base
 							a.sql, a.kind = vs[0], "targets, aggregated"
 							cases = append(cases, a)
@@ -685,7 +778,7 @@ func colCorpusRun(t *testing.T, stmts []colCorpusStmt, names map[string]bool, ow
 	}
 	var total [4]int
 	var byKind []string
-	for _, kind := range []string{"as is", "targets", "targets, aggregated", "where", "where, every level"} {
+	for _, kind := range []string{"as is", "targets", "targets, aggregated", "targets, expressions", "where", "where, every level"} {
 		c := counts[kind]
 		if c == nil {
 			c = &[4]int{}
