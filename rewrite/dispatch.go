@@ -28,6 +28,7 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 		return
 	}
 	w.leakyFunctions(raw.Stmt)
+	w.serverReads(raw.Stmt)
 	w.stmt(raw.Stmt, nil, start, end)
 	if w.err != nil {
 		return

@@ -59,8 +59,10 @@
 //   - SHOW ttlproxy.ttl reads the setting with current_setting(…, true), so
 //     it works before anything set it.
 //   - Anything else that touches a TTL table is rejected with an *Error
-//     carrying a SQLSTATE: DO blocks and function bodies, rules, unparseable
-//     text, statements over the size and nesting limits.
+//     carrying a SQLSTATE: DO blocks and function bodies, rules, calls of
+//     the built-in functions that read rows inside the server
+//     (serverreads.go), unparseable text, statements over the size and
+//     nesting limits.
 //
 // Text is edited at the parser's node locations, never deparsed, so comments
 // and planner hints survive, and text that cannot name a TTL table is
