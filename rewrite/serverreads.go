@@ -12,8 +12,11 @@ import (
 // Built-in functions that read rows inside the server: PostgreSQL's XML
 // export functions (query_to_xml, table_to_xml, schema_to_xml,
 // database_to_xml and their _and_xmlschema forms, "Mapping Tables to XML"
-// in the manual's chapter on XML functions) and the text search functions
-// that run a query given as text (ts_stat, the two-argument ts_rewrite).
+// in the manual's chapter on XML functions), the text search functions
+// that run a query given as text (ts_stat, the two-argument ts_rewrite),
+// and the dblink extension's functions that run a query and return its
+// rows (dblink, dblink_open, dblink_send_query), whose every text argument
+// is checked, since the query's position depends on the overload.
 // Their rows never pass through the proxy's filter, so a call is let
 // through only when the text it reads names neither a TTL table, nor a
 // view or function of the catalog that reads one, nor another such
@@ -25,7 +28,9 @@ import (
 
 // serverReader says which argument names what a function reads.
 type serverReader struct {
-	arg int // the argument holding a query text or table name; -1: every table
+	// arg is the argument holding a query text or table name; -1: the
+	// function reads every table; -2: every argument may hold the query.
+	arg int
 	// nargs, when not 0, is the only number of arguments with which the
 	// function reads rows (ts_rewrite's three-argument form does not).
 	nargs int
@@ -42,6 +47,9 @@ var serverReaders = map[string]serverReader{
 	"database_to_xml_and_xmlschema": {arg: -1},
 	"ts_stat":                       {arg: 0},
 	"ts_rewrite":                    {arg: 1, nargs: 2},
+	"dblink":                        {arg: -2},
+	"dblink_open":                   {arg: -2},
+	"dblink_send_query":             {arg: -2},
 }
 
 // serverReaderNames finds the names of serverReaders in raw text.
@@ -81,13 +89,29 @@ func (w *walker) serverReads(n *pg.Node) {
 
 // serverRead returns why the call f may read a TTL table, or "".
 func (w *walker) serverRead(r serverReader, f *pg.FuncCall) string {
-	if r.arg < 0 {
+	switch {
+	case r.arg == -1:
 		return "it reads every table of a schema or database"
-	}
-	if r.arg >= len(f.Args) {
+	case r.arg == -2:
+		for _, a := range f.Args {
+			if why := w.serverReadText(a); why != "" {
+				return why
+			}
+		}
+		return ""
+	case r.arg >= len(f.Args):
 		return "" // the server rejects the call
 	}
-	text, ok := constantText(f.Args[r.arg])
+	return w.serverReadText(f.Args[r.arg])
+}
+
+// serverReadText returns why the argument a, a query text or table name,
+// may name a TTL table, or "".
+func (w *walker) serverReadText(a *pg.Node) string {
+	if b := a.GetAConst(); b != nil && b.GetBoolval() != nil {
+		return "" // dblink's fail_on_error
+	}
+	text, ok := constantText(a)
 	if !ok {
 		return "the query or table it reads is not a constant"
 	}

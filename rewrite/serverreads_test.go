@@ -42,7 +42,12 @@ func TestServerReadFunctions(t *testing.T) {
 		{`SELECT x FROM other WHERE query_to_xml('SELECT 1 FROM sessions', true, false, '') IS NOT NULL`, "names TTL table"},
 		{`WITH q AS (SELECT table_to_xml('sessions', true, false, '')) SELECT * FROM q`, "names TTL table"},
 		{`EXPLAIN SELECT table_to_xml('sessions', true, false, '')`, "names TTL table"},
+		{`SELECT * FROM dblink('dbname=app', 'SELECT note FROM sessions') AS r(note text)`, "names TTL table"},
+		{`SELECT * FROM dblink('SELECT email FROM cust', false) AS r(e text)`, "names TTL table"},
+		{`SELECT dblink_open('c', 'SELECT * FROM sessions')`, "names TTL table"},
+		{`SELECT dblink_send_query('conn', $1)`, "not a constant"},
 		// What reads no TTL table passes as it is.
+		{`SELECT * FROM dblink('dbname=app', 'SELECT v FROM other', true) AS r(v text)`, ""},
 		{`SELECT query_to_xml('SELECT * FROM other', true, false, '')`, ""},
 		{`SELECT table_to_xml('other', true, false, '')`, ""},
 		{`SELECT table_to_xml('other'::regclass, true, false, '')`, ""},
