@@ -100,6 +100,20 @@ func (s *clientConn) clientToServer() error {
 			if err := s.claim(); err != nil {
 				return err
 			}
+			refusal, perr := s.functionCallRefusal(r, total)
+			if perr != nil {
+				return s.clientEnded(perr, false)
+			}
+			if refusal != nil {
+				// Nothing runs: the server fails a marker in its place,
+				// with the ErrorResponse and ReadyForQuery a failed
+				// FunctionCall gets.
+				if _, err = r.Discard(total); err == nil {
+					s.out = appendQuery(s.out[:0], rejectMarker(s.addRejection(refusal)))
+					err = s.write(s.out)
+				}
+				break
+			}
 			s.st.onFunctionCall()
 			if pooled {
 				_ = s.pin(pinFunctionCall, true)
