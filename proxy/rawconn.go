@@ -237,6 +237,7 @@ func (c *rawConn) drive(pump func() error) (err error) {
 	c.driving.Store(true)
 	defer c.driving.Store(false)
 	next, stop := iter.Pull(func(yield func(struct{}) bool) {
+		growStack()
 		c.yield = yield
 		defer func() { c.yield = nil }()
 		err = pump()
