@@ -166,7 +166,7 @@ func errSessionTTLInvalid(r *ttl.Rule, value string) *Error {
 // errLeakyView: a view or materialized view reads a TTL table (or such a
 // view, reads) inside the server, where the proxy cannot filter (0A000).
 func errLeakyView(view, reads string, materialized bool) *Error {
-	why := fmt.Sprintf("it reads %s inside the server, where the proxy cannot hide expired rows", reads)
+	why := fmt.Sprintf("it reads %s inside the server, where the proxy cannot hide expired rows or values", reads)
 	if materialized {
 		why = fmt.Sprintf("its rows of %s were computed at its last refresh and may have expired since", reads)
 	}
