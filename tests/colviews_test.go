@@ -1,0 +1,156 @@
+package tests
+
+import (
+	"context"
+
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
+
+// colViewSetup makes orders (1: live values; 2: expired values; 3: values
+// that never expire; 4: an expired row) and, created directly, views of
+// every kind over it.
+var colViewSetup = []string{
+	`CREATE TABLE orders (id int PRIMARY KEY, client_ip text, ip_expires_at timestamptz, note text,
+		created_at timestamptz, expires_at timestamptz)`,
+	`INSERT INTO orders VALUES
+		(1, 'a', now() + interval '1 day', 'n1', now(), NULL),
+		(2, 'b', now() - interval '1 second', 'n2', now() - interval '2 hours', NULL),
+		(3, 'c', NULL, 'n3', NULL, NULL),
+		(4, 'd', NULL, 'n4', now(), now() - interval '1 second')`,
+	`CREATE VIEW v_direct AS SELECT * FROM orders`,
+	`CREATE VIEW v_ids AS SELECT id FROM orders`,
+	`CREATE VIEW v_direct_2 AS SELECT id, client_ip, note FROM v_direct WHERE id > 0`,
+	`CREATE VIEW v_barrier WITH (security_barrier) AS SELECT id, client_ip, note FROM orders WHERE id < 10`,
+	`CREATE VIEW v_alias (a, b, c) AS SELECT id, client_ip, note FROM orders`,
+	`CREATE VIEW v_grouped AS SELECT id, max(client_ip) AS client_ip, max(note) AS note FROM orders GROUP BY id`,
+	// What the proxy stored for a view created through it before the
+	// column rule was configured: the row filter, no value expression.
+	`CREATE VIEW v_old AS SELECT o.id, o.client_ip, o.note FROM orders o
+		JOIN (SELECT) AS _ttl_0 ON (o.expires_at IS NULL OR o.expires_at >= now())`,
+	`CREATE VIEW v_old_2 AS SELECT * FROM v_old`,
+	// Shapes the reads do not rewrite yet.
+	`CREATE VIEW v_join AS SELECT o.id, o.client_ip, o.note FROM orders o JOIN orders p ON p.id = o.id`,
+	`CREATE VIEW v_rows AS SELECT o.id, row_to_json(o)::text AS client_ip, NULL::text AS note FROM orders o`,
+	`CREATE MATERIALIZED VIEW m_orders AS SELECT * FROM orders`,
+}
+
+// TestColumnViews: the view tests of row TTL with an expiring column.
+// Through the proxy, in both protocols, every view over the table serves
+// the live rows with expired values as NULL: a view created through the
+// proxy (read as it is: read directly, it shows NULL too), views of views,
+// a view created directly (expanded), one created before the column rule,
+// one that does not show the column, a security_barrier view, one whose
+// column list renames the columns, a grouped one, and a view created
+// directly while the session runs. A view whose definition reads the
+// column where the proxy cannot rewrite it, a materialized view, and writes
+// through a view that is expanded are refused with 0A000, and return
+// nothing.
+func TestColumnViews(t *testing.T) {
+	rules := []ttl.Rule{{Table: "orders", Column: "expires_at", Columns: []ttl.ColumnRule{
+		{Column: "client_ip", ExpiresAtColumn: "ip_expires_at"},
+		{Column: "note", BaseColumn: "created_at", ExpireAfter: time.Hour},
+	}}}
+	s := newStack(t, stackOptions{rules: rules, setup: colViewSetup})
+	ctx := context.Background()
+	setup := s.connect(s.proxied)
+	for _, q := range []string{
+		`CREATE VIEW v_proxy AS SELECT id, client_ip, note FROM orders`,
+		`CREATE VIEW v_proxy_where AS SELECT o.id, o.client_ip, o.note FROM orders o WHERE o.client_ip IS NULL OR o.note LIKE 'n%'`,
+		`CREATE VIEW v_proxy_2 AS SELECT * FROM v_proxy`,
+		`CREATE VIEW v_proxy_of_direct AS SELECT id, client_ip, note FROM v_direct`,
+	} {
+		if _, err := setup.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	want := []string{"1,a,n1", "2,-,-", "3,c,n3"}
+	read := func(view string) string {
+		return `SELECT concat_ws(',', id, coalesce(client_ip, '-'), coalesce(note, '-')) FROM ` + view + ` ORDER BY 1`
+	}
+	direct := s.connect(s.direct)
+	if got := textRows(t, direct, read("v_direct")); slices.Equal(got, want) {
+		t.Fatalf("read directly, v_direct = %v: the setup no longer has expired values to hide", got)
+	}
+	// Created through the proxy, the definitions hold the values'
+	// expressions: read directly, they show NULL too.
+	for _, v := range []string{"v_proxy", "v_proxy_where", "v_proxy_2", "v_proxy_of_direct"} {
+		if got := textRows(t, direct, read(v)); !slices.Equal(got, want) {
+			t.Errorf("read directly, %s = %v, want %v", v, got, want)
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, v := range []string{"v_proxy", "v_proxy_where", "v_proxy_2", "v_proxy_of_direct", "v_direct",
+			"v_direct_2", "v_barrier", "v_grouped", "v_old", "v_old_2", "public.v_direct"} {
+			if got := textRows(t, conn, read(v)); !slices.Equal(got, want) {
+				t.Errorf("mode %v: %s = %v, want %v", mode, v, got, want)
+			}
+		}
+		if got := textRows(t, conn, `SELECT concat_ws(',', a, coalesce(b, '-'), coalesce(c, '-')) FROM v_alias ORDER BY 1`); !slices.Equal(got, want) {
+			t.Errorf("mode %v: v_alias = %v, want %v", mode, got, want)
+		}
+		if got := textRows(t, conn, `SELECT id::text FROM v_ids ORDER BY 1`); !slices.Equal(got, []string{"1", "2", "3"}) {
+			t.Errorf("mode %v: v_ids = %v, want the live rows", mode, got)
+		}
+		if got := textRows(t, conn, `SELECT count(*)::text FROM v_direct WHERE client_ip = 'b' OR note = 'n2'`); !slices.Equal(got, []string{"0"}) {
+			t.Errorf("mode %v: expired values matched through v_direct: %v", mode, got)
+		}
+		for _, refused := range []string{
+			read("v_join"),
+			read("v_rows"),
+			read("m_orders"),
+			`SELECT count(*) FROM v_ids i JOIN v_rows r ON r.id = i.id`,
+			`UPDATE v_direct SET note = note`,
+			`UPDATE v_ids SET id = id`,
+			`DELETE FROM v_direct WHERE client_ip = 'b'`,
+			`INSERT INTO v_direct (id) VALUES (9)`,
+		} {
+			rows, err := conn.Query(ctx, refused)
+			n := 0
+			if err == nil {
+				for rows.Next() {
+					n++
+				}
+				rows.Close()
+				err = rows.Err()
+			}
+			if got := sqlstate(err); got != "0A000" || n != 0 {
+				t.Errorf("mode %v: %s: %d rows, SQLSTATE %q (%v), want 0A000", mode, refused, n, got, err)
+			}
+		}
+	}
+	// A view created directly while a session runs is expanded once the
+	// session has read the catalog again (here after DDL through it).
+	conn := s.connectMode(pgx.QueryExecModeSimpleProtocol)
+	textRows(t, conn, read("v_proxy"))
+	if _, err := direct.Exec(ctx, `CREATE VIEW v_late AS SELECT id, client_ip, note FROM orders`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE ddl_mark (a int)`); err != nil {
+		t.Fatal(err)
+	}
+	if got := textRows(t, conn, read("v_late")); !slices.Equal(got, want) {
+		t.Errorf("a view made directly meanwhile: %v, want %v", got, want)
+	}
+}
+
+// textRows runs q, whose rows are one text each.
+func textRows(t *testing.T, conn *pgx.Conn, q string) []string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), q)
+	if err != nil {
+		t.Errorf("%s: %v", q, err)
+		return nil
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Errorf("%s: %v", q, err)
+	}
+	return out
+}
