@@ -60,7 +60,8 @@ func TestColumnsOnlyTable(t *testing.T) {
 		{"a partition", `SELECT id FROM orders_2026 WHERE status = 'x'`, ``},
 		{"a partition's value", `DELETE FROM orders_2026 WHERE client_ip IS NULL`,
 			`DELETE FROM orders_2026 WHERE (client_ip IS NULL OR ` + colText{`"orders_2026"`}.ipExpired() + `)`},
-		{"a view over it without a value", `SELECT id FROM order_ids`, `SELECT id FROM (SELECT orders.id FROM orders) AS "order_ids"("id")`},
+		// No row filter to miss, no value named: read as it is.
+		{"a view over it without a value", `SELECT id FROM order_ids`, ``},
 		{"a row rule's table beside it", `SELECT s.id FROM sessions s JOIN orders o ON o.id = s.id`,
 			`SELECT s.id FROM ` + join("sessions s", `"s"`, 0) + ` JOIN orders o ON o.id = s.id`},
 	}

@@ -41,12 +41,14 @@ type columnViews struct {
 	memo map[string]string
 	// busy marks the views being decided (a cycle reads nothing more).
 	busy map[string]bool
+	// rowMemo holds rowLeaky's answers.
+	rowMemo map[string]string
 }
 
 // columnViews returns the walk's columnViews, made on first use.
 func (w *walker) columnViews() *columnViews {
 	if w.colViews == nil {
-		w.colViews = &columnViews{ruleAt: w.ruleAt, views: w.s.Catalog.d.Views, memo: map[string]string{}, busy: map[string]bool{}}
+		w.colViews = &columnViews{ruleAt: w.ruleAt, views: w.s.Catalog.d.Views, memo: map[string]string{}, busy: map[string]bool{}, rowMemo: map[string]string{}}
 	}
 	return w.colViews
 }
@@ -130,6 +132,45 @@ func inView(key string, e *Error) *Error {
 	c := *e
 	c.Message += " (in the definition of view " + key + ")"
 	return &c
+}
+
+// rowLeaky returns what makes the view key, one of Catalog.leaky (which
+// knows no rules), show expired rows under the rules, or "": the
+// catalog's reasons, less the tables without a row rule (ttl.KindNone),
+// whose rows never expire, so that a view of such a table created through
+// the proxy (no filter join, the values read as V) is read as it is.
+func (cv *columnViews) rowLeaky(key, reason string) string {
+	if r, ok := cv.rowMemo[key]; ok {
+		return r
+	}
+	v, ok := cv.views[key]
+	if !ok || v.Materialized || cv.busy[key] {
+		return reason
+	}
+	cv.busy[key] = true
+	defer delete(cv.busy, key)
+	kept := v
+	kept.Reads = nil
+	for _, r := range v.Reads {
+		if _, isView := cv.views[r]; !isView {
+			names := childNames(r)
+			if rule := cv.ruleAt(r[:len(r)-len(names[1])-1], names[1]); rule != nil && !rule.HasRowRule() {
+				continue
+			}
+		}
+		kept.Reads = append(kept.Reads, r)
+	}
+	out, _ := unfilteredRead(kept, cv.views)
+	for _, r := range v.Reads {
+		if out != "" {
+			break
+		}
+		if _, isView := cv.views[r]; isView && cv.rowLeaky(r, r) != "" {
+			out = r
+		}
+	}
+	cv.rowMemo[key] = out
+	return out
 }
 
 // readsExpiring reports that the view key reads a table with expiring

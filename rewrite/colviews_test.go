@@ -43,6 +43,10 @@ func colViewCatalog() *Catalog {
 		"public.order_proxy_2": {Reads: []string{"public.order_proxy"}, Definition: ` SELECT order_proxy.client_ip FROM public.order_proxy;`, Columns: []string{"client_ip"}},
 		// Created through the proxy over order_ips, which it expanded.
 		"public.order_proxy_of_direct": v(` SELECT order_ips.client_ip FROM ( SELECT o.id, CASE WHEN `+ipLive+` THEN o.client_ip ELSE NULL::inet END AS client_ip FROM `+filter+`) order_ips(id, client_ip);`, "client_ip"),
+		// Created through the proxy under rule: none (no filter join).
+		"public.order_none": v(` SELECT o.id,
+        `+proxyIP+`
+   FROM public.orders o;`, "id", "client_ip"),
 		// Created through the proxy under another lifetime of note.
 		"public.order_old_rule": v(` SELECT o.id,
         CASE WHEN ((o.created_at IS NULL) OR (o.created_at >= (now() - '720:00:00'::interval))) THEN o.note ELSE NULL::character varying(200) END AS note
@@ -98,6 +102,27 @@ func TestColumnViewsRead(t *testing.T) {
 	res, err := rw.Rewrite(`SELECT note FROM order_old_rule`, s)
 	if err != nil || !strings.Contains(res.SQL, `THEN `+note+` ELSE`) {
 		t.Errorf("view over an older rule: %q, %v; want note read as %s inside", res.SQL, err, note)
+	}
+}
+
+// TestColumnViewsNoRowRule: over a table with expiring columns only, a
+// view that reads the values as V needs no filter join to be read as it
+// is; one that reads them raw is expanded without a row filter.
+func TestColumnViewsNoRowRule(t *testing.T) {
+	rw := noneRewriter(t)
+	s := NewState(Session{Catalog: colViewCatalog()})
+	r := &columnRules()[len(columnRules())-1]
+	ip := r.ExpiringColumn("client_ip").ValueExpr(r, `"o"`, "inet")
+	checkRewrite(t, rw, s, rwCase{"view created through the proxy", `SELECT client_ip FROM order_none`, ``})
+	checkRewrite(t, rw, s, rwCase{"view without the column", `SELECT id FROM order_ids`, ``})
+	res, err := rw.Rewrite(`SELECT client_ip FROM order_ips`, s)
+	if want := `SELECT client_ip FROM (SELECT o.id, ` + ip + ` AS "client_ip" FROM public.orders o) AS "order_ips"("id", "client_ip")`; err != nil || res.SQL != want {
+		t.Errorf("view created directly: %q, %v; want %q", res.SQL, err, want)
+	}
+	// Under a row rule the same view lacks the filter: expanded.
+	res, err = newColumnRewriter(t).Rewrite(`SELECT client_ip FROM order_none`, s)
+	if err != nil || !strings.Contains(res.SQL, "_ttl_") {
+		t.Errorf("under a row rule: %q, %v; want the view expanded with the row filter", res.SQL, err)
 	}
 }
 

@@ -147,8 +147,13 @@ func (w *walker) leakyKey(rv *pg.RangeVar, sc *scope) (key, reads string, ok boo
 	} else if !sc.has(rv.Relname) {
 		key = w.resolveIn(rv.Relname, known)
 	}
-	if reads, ok = cat.leaky[key]; ok || !columns {
+	if reads, ok = cat.leaky[key]; !columns {
 		return key, reads, ok
+	}
+	if ok {
+		if reads = w.columnViews().rowLeaky(key, reads); reads != "" {
+			return key, reads, true
+		}
 	}
 	// A view that shows expired values of an expiring column
 	// (colviews.go) is expanded and refused like one that shows expired

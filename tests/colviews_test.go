@@ -154,3 +154,49 @@ func textRows(t *testing.T, conn *pgx.Conn, q string) []string {
 	}
 	return out
 }
+
+// TestColumnViewsNoRowRule: over a table with expiring columns only (rule
+// none), a view created through the proxy is read as it is, one created
+// directly is expanded; both serve every row, expired values as NULL.
+func TestColumnViewsNoRowRule(t *testing.T) {
+	rules := []ttl.Rule{{Table: "contacts", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{
+		{Column: "phone", ExpiresAtColumn: "phone_exp"},
+	}}}
+	s := newStack(t, stackOptions{rules: rules, setup: []string{
+		`CREATE TABLE contacts (id int PRIMARY KEY, phone text, phone_exp timestamptz)`,
+		`INSERT INTO contacts VALUES (1, 'p1', now() + interval '1 day'), (2, 'p2', now() - interval '1 second'), (3, 'p3', NULL)`,
+		`CREATE VIEW c_direct AS SELECT id, phone FROM contacts`,
+		// A view made directly that is shaped like the proxy's own.
+		`CREATE VIEW c_proxy_shape AS SELECT id, CASE WHEN (phone_exp IS NULL OR phone_exp >= now()) THEN phone ELSE NULL::text END AS phone FROM contacts`,
+	}})
+	ctx := context.Background()
+	conn := s.connect(s.proxied)
+	if _, err := conn.Exec(ctx, `CREATE VIEW c_proxy AS SELECT id, phone FROM contacts`); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1,p1", "2,-", "3,p3"}
+	read := func(view string) string {
+		return `SELECT concat_ws(',', id, coalesce(phone, '-')) FROM ` + view + ` ORDER BY 1`
+	}
+	direct := s.connect(s.direct)
+	for v, w := range map[string][]string{"c_direct": {"1,p1", "2,p2", "3,p3"}, "c_proxy": want, "c_proxy_shape": want} {
+		if got := textRows(t, direct, read(v)); !slices.Equal(got, w) {
+			t.Errorf("read directly, %s = %v, want %v", v, got, w)
+		}
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, v := range []string{"c_direct", "c_proxy", "c_proxy_shape"} {
+			if got := textRows(t, conn, read(v)); !slices.Equal(got, want) {
+				t.Errorf("mode %v: %s = %v, want %v", mode, v, got, want)
+			}
+		}
+		// A view read as it is can be written through as PostgreSQL allows.
+		if _, err := conn.Exec(ctx, `UPDATE c_proxy SET id = id WHERE phone IS NULL`); err != nil {
+			t.Errorf("mode %v: update through c_proxy: %v", mode, err)
+		}
+		if _, err := conn.Exec(ctx, `UPDATE c_direct SET id = id`); sqlstate(err) != "0A000" {
+			t.Errorf("mode %v: update through c_direct: %v, want 0A000", mode, err)
+		}
+	}
+}
