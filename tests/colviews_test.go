@@ -200,3 +200,70 @@ func TestColumnViewsNoRowRule(t *testing.T) {
 		}
 	}
 }
+
+// TestColumnViewsRowSecurity: a view created directly over a table with
+// row security is refused unless it is security_invoker (its definition
+// would run under the reader's policies instead of the owner's); a view
+// created through the proxy needs no expansion and is read as it is.
+func TestColumnViewsRowSecurity(t *testing.T) {
+	rules := []ttl.Rule{{Table: "orders", Column: "expires_at", Columns: []ttl.ColumnRule{
+		{Column: "client_ip", ExpiresAtColumn: "ip_expires_at"},
+		{Column: "note", BaseColumn: "created_at", ExpireAfter: time.Hour},
+	}}}
+	s := newStack(t, stackOptions{rules: rules, setup: append(slices.Clone(colViewSetup[:2]),
+		`ALTER TABLE orders ENABLE ROW LEVEL SECURITY`,
+		`CREATE VIEW v_owner AS SELECT id, client_ip, note FROM orders`,
+		`CREATE VIEW v_invoker WITH (security_invoker) AS SELECT id, client_ip, note FROM orders`)})
+	ctx := context.Background()
+	conn := s.connect(s.proxied)
+	if _, err := conn.Exec(ctx, `CREATE VIEW v_proxy AS SELECT id, client_ip, note FROM orders`); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1,a,n1", "2,-,-", "3,c,n3"}
+	read := func(view string) string {
+		return `SELECT concat_ws(',', id, coalesce(client_ip, '-'), coalesce(note, '-')) FROM ` + view + ` ORDER BY 1`
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, v := range []string{"v_invoker", "v_proxy"} {
+			if got := textRows(t, conn, read(v)); !slices.Equal(got, want) {
+				t.Errorf("mode %v: %s = %v, want %v", mode, v, got, want)
+			}
+		}
+		if _, err := conn.Exec(ctx, read("v_owner")); sqlstate(err) != "0A000" {
+			t.Errorf("mode %v: v_owner: %v, want 0A000", mode, err)
+		}
+	}
+}
+
+// TestColumnViewPreparedBeforeKnown: a statement prepared while the
+// session did not know of a view made directly over the table is checked
+// again once it does (the client's statement cache keeps it).
+func TestColumnViewPreparedBeforeKnown(t *testing.T) {
+	rules := []ttl.Rule{{Table: "orders", Column: "expires_at", Columns: []ttl.ColumnRule{
+		{Column: "client_ip", ExpiresAtColumn: "ip_expires_at"},
+		{Column: "note", BaseColumn: "created_at", ExpireAfter: time.Hour},
+	}}}
+	s := newStack(t, stackOptions{rules: rules, setup: slices.Clone(colViewSetup[:2])})
+	ctx := context.Background()
+	direct := s.connect(s.direct)
+	conn := s.connectMode(pgx.QueryExecModeCacheStatement)
+	if got := textRows(t, conn, `SELECT id::text FROM orders ORDER BY 1`); !slices.Equal(got, []string{"1", "2", "3"}) {
+		t.Fatalf("orders: %v", got)
+	}
+	if _, err := direct.Exec(ctx, `CREATE VIEW v_before AS SELECT id, client_ip, note FROM orders WHERE expires_at IS NULL`); err != nil {
+		t.Fatal(err)
+	}
+	read := `SELECT concat_ws(',', id, coalesce(client_ip, '-'), coalesce(note, '-')) FROM v_before ORDER BY 1`
+	// The session's catalog predates the view: the window.
+	if got := textRows(t, conn, read); !slices.Contains(got, "2,b,n2") {
+		t.Fatalf("the setup no longer opens the window: %v before the catalog is read again", got)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE ddl_mark (a int)`); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1,a,n1", "2,-,-", "3,c,n3"}
+	if got := textRows(t, conn, read); !slices.Equal(got, want) {
+		t.Errorf("the same statement once the session knows the view: %v, want %v", got, want)
+	}
+}
