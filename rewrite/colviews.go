@@ -41,14 +41,15 @@ type columnViews struct {
 	memo map[string]string
 	// busy marks the views being decided (a cycle reads nothing more).
 	busy map[string]bool
-	// rowMemo holds rowLeaky's answers.
+	// rowMemo and rowBusy are memo and busy for rowLeaky.
 	rowMemo map[string]string
+	rowBusy map[string]bool
 }
 
 // columnViews returns the walk's columnViews, made on first use.
 func (w *walker) columnViews() *columnViews {
 	if w.colViews == nil {
-		w.colViews = &columnViews{ruleAt: w.ruleAt, views: w.s.Catalog.d.Views, memo: map[string]string{}, busy: map[string]bool{}, rowMemo: map[string]string{}}
+		w.colViews = &columnViews{ruleAt: w.ruleAt, views: w.s.Catalog.d.Views, memo: map[string]string{}, busy: map[string]bool{}, rowMemo: map[string]string{}, rowBusy: map[string]bool{}}
 	}
 	return w.colViews
 }
@@ -144,15 +145,15 @@ func (cv *columnViews) rowLeaky(key, reason string) string {
 		return r
 	}
 	v, ok := cv.views[key]
-	if !ok || v.Materialized || cv.busy[key] {
+	if !ok || v.Materialized || cv.rowBusy[key] {
 		return reason
 	}
-	cv.busy[key] = true
-	defer delete(cv.busy, key)
+	cv.rowBusy[key] = true
+	defer delete(cv.rowBusy, key)
 	kept := v
 	kept.Reads = nil
 	for _, r := range v.Reads {
-		if _, isView := cv.views[r]; !isView {
+		if _, isView := cv.views[r]; !isView && strings.Contains(r, ".") {
 			names := childNames(r)
 			if rule := cv.ruleAt(r[:len(r)-len(names[1])-1], names[1]); rule != nil && !rule.HasRowRule() {
 				continue
@@ -200,6 +201,9 @@ func (cv *columnViews) readsExpiring(key string) bool {
 // expiringRule returns the rule of the table "schema.name" when it has
 // expiring columns, or nil.
 func (cv *columnViews) expiringRule(key string) *ttl.Rule {
+	if !strings.Contains(key, ".") {
+		return nil
+	}
 	names := childNames(key)
 	if r := cv.ruleAt(key[:len(key)-len(names[1])-1], names[1]); r != nil && len(r.Columns) > 0 {
 		return r
