@@ -131,7 +131,9 @@ func (rw *Rewriter) mentionsCatalogName(sql string, s *Session) bool {
 }
 
 // leakyKey returns the "schema.name" of the view that may return expired
-// rows rv (a reference outside the CTEs of sc) names, and what it reads.
+// rows, or expired values of an expiring column (colviews.go), rv (a
+// reference outside the CTEs of sc) names, and what it reads. Under rules
+// with expiring columns a table without a row rule makes no view leak rows.
 func (w *walker) leakyKey(rv *pg.RangeVar, sc *scope) (key, reads string, ok bool) {
 	cat := w.s.Catalog
 	columns := w.rw.hasColumns && cat != nil && len(cat.viewKeys) > 0
