@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"fmt"
 
 	"slices"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -265,5 +267,76 @@ func TestColumnViewPreparedBeforeKnown(t *testing.T) {
 	want := []string{"1,a,n1", "2,-,-", "3,c,n3"}
 	if got := textRows(t, conn, read); !slices.Equal(got, want) {
 		t.Errorf("the same statement once the session knows the view: %v, want %v", got, want)
+	}
+}
+
+// TestColumnViewsRecognised: the definitions PostgreSQL stores for views
+// created through the proxy, as pg_get_viewdef prints them, are recognised
+// for every expiry type and for the predicate forms, so those views are
+// read as they are; a view created directly is not.
+func TestColumnViewsRecognised(t *testing.T) {
+	cols := []ttl.ColumnRule{
+		{Column: "c_tz", ExpiresAtColumn: "e_tz"},
+		{Column: "c_ts", ExpiresAtColumn: "e_ts", ColumnType: ttl.TypeTimestamp},
+		{Column: "c_d", ExpiresAtColumn: "e_d", ColumnType: ttl.TypeDate},
+		{Column: "c_s", ExpiresAtColumn: "e_s", ColumnType: ttl.TypeUnixSeconds},
+		{Column: "c_ms", ExpiresAtColumn: "e_ms", ColumnType: ttl.TypeUnixMilliseconds},
+		{Column: "c_us", ExpiresAtColumn: "e_us", ColumnType: ttl.TypeUnixMicroseconds},
+		{Column: "c_ns", ExpiresAtColumn: "e_ns", ColumnType: ttl.TypeUnixNanoseconds},
+		{Column: "c_der", BaseColumn: "created_at", ExpireAfter: 30 * 24 * time.Hour},
+		{Column: "c_frac", BaseColumn: "created_at", ExpireAfter: 1500 * time.Millisecond},
+	}
+	rules := []ttl.Rule{{Table: "items", Column: "expires_at", Columns: cols}}
+	s := newStack(t, stackOptions{rules: rules, setup: []string{
+		`CREATE TABLE items (id int PRIMARY KEY, expires_at timestamptz, created_at timestamptz,
+			c_tz varchar(20), e_tz timestamptz, c_ts numeric(10,2), e_ts timestamp, c_d text, e_d date,
+			c_s text, e_s integer, c_ms text, e_ms bigint, c_us text, e_us bigint, c_ns text, e_ns numeric,
+			c_der text, c_frac int)`,
+		`CREATE VIEW v_direct AS SELECT id, c_tz FROM items`,
+	}})
+	ctx := context.Background()
+	conn := s.connect(s.proxied)
+	var names []string
+	for i, c := range cols {
+		name := fmt.Sprintf("v_%d", i)
+		names = append(names, name)
+		q := fmt.Sprintf(`CREATE VIEW %s AS SELECT i.id, i.%s FROM items i
+			WHERE i.%[2]s::text = 'x' OR i.%[2]s IS NULL OR i.%[2]s IS NOT NULL OR lower(i.%[2]s::text) LIKE 'p%%'
+			   OR i.%[2]s IN (i.%[2]s) OR i.%[2]s::text BETWEEN 'a' AND 'b'
+			ORDER BY i.%[2]s`, name, c.Column)
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `CREATE VIEW v_all AS SELECT * FROM items WHERE c_der = 'x' GROUP BY id HAVING max(c_s) > ''`); err != nil {
+		t.Fatal(err)
+	}
+	names = append(names, "v_all")
+	// The catalog as the proxy reads it: definitions under search_path
+	// pg_catalog.
+	direct := s.connect(s.direct)
+	if _, err := direct.Exec(ctx, `SET search_path = pg_catalog`); err != nil {
+		t.Fatal(err)
+	}
+	views := map[string]rewrite.View{}
+	for _, name := range append(names, "v_direct") {
+		var def string
+		if err := direct.QueryRow(ctx, `SELECT pg_get_viewdef($1::regclass)`, "public."+name).Scan(&def); err != nil {
+			t.Fatal(err)
+		}
+		views["public."+name] = rewrite.View{Reads: []string{"public.items"}, Definition: def, Columns: []string{"id"}}
+	}
+	rw, err := rewrite.New(rules, rewrite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaky := rw.ColumnLeakyViews(rewrite.NewCatalog(rewrite.CatalogData{Views: views}))
+	for _, name := range names {
+		if r, ok := leaky["public."+name]; ok {
+			t.Errorf("view %s, created through the proxy, is not recognised (it reads %s):\n%s", name, r, views["public."+name].Definition)
+		}
+	}
+	if _, ok := leaky["public.v_direct"]; !ok {
+		t.Errorf("v_direct, created directly, is recognised as reading the values as NULL")
 	}
 }
