@@ -31,6 +31,8 @@ var colViewSetup = []string{
 	`CREATE VIEW v_barrier WITH (security_barrier) AS SELECT id, client_ip, note FROM orders WHERE id < 10`,
 	`CREATE VIEW v_alias (a, b, c) AS SELECT id, client_ip, note FROM orders`,
 	`CREATE VIEW v_grouped AS SELECT id, max(client_ip) AS client_ip, max(note) AS note FROM orders GROUP BY id`,
+	`CREATE VIEW v_where AS SELECT id FROM orders WHERE client_ip = 'b' OR note = 'n2'`,
+	`CREATE VIEW v_where_null AS SELECT id FROM orders WHERE client_ip IS NULL`,
 	// What the proxy stored for a view created through it before the
 	// column rule was configured: the row filter, no value expression.
 	`CREATE VIEW v_old AS SELECT o.id, o.client_ip, o.note FROM orders o
@@ -99,6 +101,14 @@ func TestColumnViews(t *testing.T) {
 		}
 		if got := textRows(t, conn, `SELECT id::text FROM v_ids ORDER BY 1`); !slices.Equal(got, []string{"1", "2", "3"}) {
 			t.Errorf("mode %v: v_ids = %v, want the live rows", mode, got)
+		}
+		// Row 2's expired values match nothing but IS NULL (read
+		// directly, the other way round).
+		if got := textRows(t, conn, `SELECT id::text FROM v_where`); len(got) != 0 {
+			t.Errorf("mode %v: v_where = %v, want no row", mode, got)
+		}
+		if got := textRows(t, conn, `SELECT id::text FROM v_where_null`); !slices.Equal(got, []string{"2"}) {
+			t.Errorf("mode %v: v_where_null = %v, want [2]", mode, got)
 		}
 		if got := textRows(t, conn, `SELECT count(*)::text FROM v_direct WHERE client_ip = 'b' OR note = 'n2'`); !slices.Equal(got, []string{"0"}) {
 			t.Errorf("mode %v: expired values matched through v_direct: %v", mode, got)
