@@ -74,6 +74,8 @@ type authConfig struct {
 	Query string
 	// Logger receives the failures of the auth query; nil discards them.
 	Logger *slog.Logger
+	// DialFunc dials DSN's server (UpstreamTCP.DialFunc); nil is pgconn's.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // clientAuth authenticates clients against one loaded auth_file or an auth
@@ -117,7 +119,7 @@ func newClientAuth(cfg authConfig) (*clientAuth, error) {
 		}
 		a.source = f
 	case cfg.DSN != "":
-		q, err := newQuerySource(cfg.DSN, cfg.Query)
+		q, err := newQuerySource(cfg.DSN, cfg.Query, cfg.DialFunc)
 		if err != nil {
 			return nil, err
 		}
