@@ -50,7 +50,7 @@ func TestExpiringColumnStar(t *testing.T) {
 		checkReject(t, rw, nil, c)
 	}
 	for _, c := range []rejCase{
-		{"a join", `SELECT * FROM orders o JOIN users u ON u.id = o.id`, "", []string{"client_ip"}},
+		{"a join merging columns", `SELECT * FROM orders o JOIN users u USING (id)`, "", []string{"client_ip"}},
 		{"star as a value", `SELECT row_to_json(o.*) FROM orders o`, "", []string{"client_ip"}},
 		{"TABLE", `TABLE orders`, "", []string{"client_ip"}},
 		{"schema-qualified star", `SELECT public.orders.* FROM public.orders`, "", []string{"client_ip"}},
@@ -161,7 +161,6 @@ func TestExpiringColumnOrderGroup(t *testing.T) {
 	for _, c := range []rejCase{
 		{"an output name the proxy cannot figure", `SELECT (SELECT 1) , id FROM orders ORDER BY note`, "", []string{"note"}},
 		{"order by of a set operation", `SELECT id FROM orders UNION SELECT id FROM orders ORDER BY note`, "", []string{"note"}},
-		{"order by of a join", `SELECT o.id FROM orders o JOIN users u ON u.id = o.id ORDER BY o.note`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)

@@ -139,8 +139,14 @@ type columnCheck struct {
 	// FROM items without such a table: they carry no expiring column.
 	stars map[*pg.ColumnRef]bool
 	// read are the references the reads of colread.go rewrote to the
-	// value's expression or left under a live or expired condition.
+	// value's expression or left under a live or expired condition, and
+	// those that name a column of another FROM item (colscope.go).
 	read map[*pg.ColumnRef]bool
+	// unqualified are the references left unresolved because a FROM item
+	// in scope has columns the proxy does not know.
+	unqualified map[*pg.ColumnRef]bool
+	// done are the query levels read.
+	done map[*pg.SelectStmt]bool
 }
 
 func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
@@ -189,7 +195,8 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 }
 
 func (c *columnCheck) run(stmt *pg.Node) {
-	c.stars, c.read = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
+	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
+	c.done = map[*pg.SelectStmt]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
 	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
@@ -228,7 +235,7 @@ func (c *columnCheck) visit(n any) {
 	switch x := n.(type) {
 	case *pg.SelectStmt:
 		c.allowStars(x.TargetList, x.FromClause...)
-		c.readSelect(x)
+		c.selectLevel(x, nil, nil)
 	case *pg.InsertStmt:
 		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
 		r := c.refs[x.Relation]
@@ -357,6 +364,10 @@ func (c *columnCheck) columnRef(cr *pg.ColumnRef) {
 	// column.
 	for _, n := range f {
 		if r := c.columns[n.GetString_().GetSval()]; r != nil {
+			if c.unqualified[cr] {
+				c.w.fail(errUnqualifiedColumn(r, n.GetString_().GetSval()))
+				return
+			}
 			c.fail(r, n.GetString_().GetSval(), "the reference "+columnRefText(f))
 			return
 		}
