@@ -208,9 +208,9 @@ func figureNameInternal(n *pg.Node) (string, int, bool) {
 	case nil:
 		return "", 0, true // a CASE without ELSE
 	case *pg.Node_ColumnRef:
-		f := x.ColumnRef.Fields
-		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
-			return f[len(f)-1].GetString_().GetSval(), 2, true
+		// The last field name, `*` ignored: `t.*` is named "t".
+		if name := lastName(x.ColumnRef); name != "" {
+			return name, 2, true
 		}
 	case *pg.Node_AIndirection:
 		// The last field name among the subscripts: (c).f[1] is "f".
@@ -339,7 +339,13 @@ func (l *colLevel) targets(list []*pg.Node) {
 			continue
 		}
 		ref, _ := nameSource(rt.Val)
-		if ref == nil || !l.wrapped[ref] {
+		name := ""
+		switch fc := funcSource(rt.Val); {
+		case ref != nil && l.wrapped[ref]:
+			name = lastName(ref)
+		case fc != nil && l.c.funcs[fc]:
+			name = fc.Funcname[0].GetString_().GetSval()
+		default:
 			continue
 		}
 		ts := l.c.w.tokens()
@@ -360,7 +366,7 @@ func (l *colLevel) targets(list []*pg.Node) {
 			l.c.w.fail(internalError("cannot locate the end of a target list entry"))
 			return
 		}
-		l.c.w.insert(ts[last].end, " AS "+ttl.QuoteIdent(ref.Fields[len(ref.Fields)-1].GetString_().GetSval()))
+		l.c.w.insert(ts[last].end, " AS "+ttl.QuoteIdent(name))
 	}
 }
 
@@ -404,30 +410,23 @@ func (l *colLevel) star(cr *pg.ColumnRef) bool {
 	end := ts.nameEnd(i)
 	var b strings.Builder
 	for _, rel := range rels {
+		item := ""
 		switch {
 		case rel.filter:
 			continue
 		case rel.r == nil && (rel.name == "" || rel.tainted):
 			return true
 		case rel.r == nil:
-			if b.Len() > 0 {
-				b.WriteString(", ")
+			item = rel.qual + ".*"
+		default:
+			if item = rel.columnList(true); item == "" {
+				return true
 			}
-			b.WriteString(rel.qual + ".*")
-			continue
-		case len(rel.cols) == 0:
-			return true
 		}
-		for _, col := range rel.cols {
-			if b.Len() > 0 {
-				b.WriteString(", ")
-			}
-			if e := rel.r.ExpiringColumn(col.Name); e != nil {
-				b.WriteString(e.ValueExpr(rel.r, rel.qual, col.Type) + " AS " + ttl.QuoteIdent(col.Name))
-				continue
-			}
-			b.WriteString(rel.qual + "." + ttl.QuoteIdent(col.Name))
+		if b.Len() > 0 {
+			b.WriteString(", ")
 		}
+		b.WriteString(item)
 	}
 	l.c.w.replace(ts[i].start, ts[end-1].end, b.String())
 	l.c.read[cr] = true
@@ -442,8 +441,7 @@ func (l *colLevel) star(cr *pg.ColumnRef) bool {
 func nameSource(n *pg.Node) (*pg.ColumnRef, int) {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_ColumnRef:
-		f := x.ColumnRef.Fields
-		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
+		if lastName(x.ColumnRef) != "" {
 			return x.ColumnRef, 2
 		}
 	case *pg.Node_AIndirection:
@@ -517,8 +515,7 @@ func (l *colLevel) filter(n *pg.Node, g guards) {
 		}
 		var b strings.Builder
 		for _, k := range keys {
-			e := k.rel.r.ExpiringColumn(k.col).Expiry(k.rel.r)
-			b.WriteString(e.LiveCondition(k.rel.qual, "now()"))
+			b.WriteString(k.rel.live(k.rel.r.ExpiringColumn(k.col)))
 			b.WriteString(" AND ")
 		}
 		l.c.w.insertLast(l.c.w.tokens()[start].start, b.String())
@@ -543,7 +540,9 @@ func (l *colLevel) boolArgs(b *pg.BoolExpr, g guards, filter bool) {
 		switch {
 		case guard[arg]:
 			// The expiry columns it reads are not expiring columns
-			// (ttl.Rule.Validate).
+			// (ttl.Rule.Validate); walked only to resolve their names
+			// (a column alias list may give them any).
+			l.value(arg, g)
 		case filter:
 			l.filter(arg, g)
 		default:
@@ -580,10 +579,9 @@ func (l *colLevel) guardOf(arg *pg.Node, op pg.BoolExprType) (guardKey, bool) {
 			return
 		}
 		for i := range rel.r.Columns {
-			e := rel.r.Columns[i].Expiry(rel.r)
-			want := e.LiveCondition(rel.qual, "now()")
+			want := rel.live(&rel.r.Columns[i])
 			if op == pg.BoolExprType_OR_EXPR {
-				want = e.ExpiredCondition(rel.qual, "now()")
+				want = rel.expired(&rel.r.Columns[i])
 			}
 			if hi < at+len(want) && l.c.w.matchText(at, want) {
 				found, ok = guardKey{rel, rel.r.Columns[i].Column}, true
@@ -628,10 +626,9 @@ func (l *colLevel) nullTest(nt *pg.NullTest, g guards) bool {
 		l.c.w.fail(internalError("cannot locate IS NULL"))
 		return true
 	}
-	e := col.Expiry(rel.r)
-	tail := " OR " + e.ExpiredCondition(rel.qual, "now()") + ")"
+	tail := " OR " + rel.expired(col) + ")"
 	if nt.Nulltesttype == pg.NullTestType_IS_NOT_NULL {
-		tail = " AND " + e.LiveCondition(rel.qual, "now()") + ")"
+		tail = " AND " + rel.live(col) + ")"
 	}
 	l.c.w.insert(ts[start].start, "(")
 	l.c.w.insert(ts[end].end, tail)
@@ -675,8 +672,19 @@ func (l *colLevel) value(n *pg.Node, g guards) {
 		}
 		l.value(ce.Defresult, g)
 		return
+	case *pg.Node_RowExpr:
+		done := l.rowStars(x.RowExpr.Args)
+		for _, a := range x.RowExpr.Args {
+			if !done[a] {
+				l.value(a, g)
+			}
+		}
+		return
 	case *pg.Node_FuncCall:
 		fc := x.FuncCall
+		if l.funcColumn(fc) {
+			return
+		}
 		if !caseFold(fc) {
 			// An aggregate's or a window function's arguments are read in
 			// other rows than the one a guard tests (first_value(c) OVER
@@ -719,6 +727,9 @@ func (l *colLevel) children(m protoreflect.Message, g guards) {
 // unless a guard covers it. Without the column's type from the catalog it
 // is left to be refused.
 func (l *colLevel) ref(cr *pg.ColumnRef, g guards) {
+	if l.wholeRow(cr) {
+		return
+	}
 	rel, col, owner := l.mine(cr)
 	if col == nil {
 		// Another FROM item's column: read at its own level.
@@ -736,7 +747,7 @@ func (l *colLevel) ref(cr *pg.ColumnRef, g guards) {
 		// V of an outer grouped level's column would be ungrouped here.
 		return
 	}
-	typ := columnType(rel.cols, col.Column)
+	typ := rel.typeOf(col)
 	if typ == "" {
 		return
 	}
@@ -746,7 +757,7 @@ func (l *colLevel) ref(cr *pg.ColumnRef, g guards) {
 		return
 	}
 	end := ts.nameEnd(i)
-	text := col.ValueExpr(rel.r, rel.qual, typ)
+	text := rel.value(col, typ)
 	if ts.kind(end) == pg.Token_ASCII_91 {
 		text = "(" + text + ")" // CASE … END[1] does not parse
 	}
@@ -892,4 +903,16 @@ func locRange(n *pg.Node) (lo, hi int) {
 		return true
 	})
 	return lo, hi
+}
+
+// lastName returns the last field name of a column reference, `*`
+// ignored, as PostgreSQL's FigureColname takes it; "" without one.
+func lastName(cr *pg.ColumnRef) string {
+	name := ""
+	for _, f := range cr.Fields {
+		if f.GetString_() != nil {
+			name = f.GetString_().GetSval()
+		}
+	}
+	return name
 }

@@ -39,6 +39,9 @@ type colRel struct {
 	// of them.
 	cols  []Column
 	known bool
+	// orig are the table's own names of cols when a column alias list
+	// renames them (nil otherwise).
+	orig []string
 	// tainted: an aliased join over a table with expiring columns; its
 	// columns carry the stored values and cannot be read through it.
 	tainted bool
@@ -49,10 +52,75 @@ type colRel struct {
 // has reports that the item holds a column name: an expiring column of its
 // rule or one of its known columns.
 func (rel *colRel) has(name string) bool {
-	if rel.r != nil && rel.r.ExpiringColumn(name) != nil {
-		return true
+	return rel.expiring(name) != nil || hasColumn(rel.cols, name)
+}
+
+// expiring returns the expiring column the item shows under name, or nil.
+func (rel *colRel) expiring(name string) *ttl.ColumnRule {
+	if rel.r == nil {
+		return nil
 	}
-	return hasColumn(rel.cols, name)
+	if rel.orig != nil {
+		for i, col := range rel.cols {
+			if col.Name == name {
+				return rel.r.ExpiringColumn(rel.orig[i])
+			}
+		}
+		return nil
+	}
+	return rel.r.ExpiringColumn(name)
+}
+
+// shown returns the name the item shows the table's column under.
+func (rel *colRel) shown(column string) string {
+	for i, o := range rel.orig {
+		if o == column {
+			return rel.cols[i].Name
+		}
+	}
+	return column
+}
+
+// typeOf returns the catalog's type of an expiring column, or "".
+func (rel *colRel) typeOf(col *ttl.ColumnRule) string {
+	return columnType(rel.cols, rel.shown(col.Column))
+}
+
+// renames maps the table's column names to the item's, nil when the item
+// keeps them.
+func (rel *colRel) renames() map[string]string {
+	if rel.orig == nil {
+		return nil
+	}
+	m := make(map[string]string, len(rel.orig))
+	for i, o := range rel.orig {
+		m[o] = rel.cols[i].Name
+	}
+	return m
+}
+
+// live is the live condition of an expiring column under the item's
+// qualifier and names.
+func (rel *colRel) live(col *ttl.ColumnRule) string {
+	e := col.Expiry(rel.r)
+	return e.LiveConditionRenamed(rel.qual, "now()", rel.renames())
+}
+
+// expired is its negation (ttl.Rule.ExpiredCondition).
+func (rel *colRel) expired(col *ttl.ColumnRule) string {
+	if rel.orig == nil {
+		e := col.Expiry(rel.r)
+		return e.ExpiredCondition(rel.qual, "now()")
+	}
+	return "(NOT " + rel.live(col) + ")"
+}
+
+// value is V of an expiring column of type typ (ttl.ColumnRule.ValueExpr).
+func (rel *colRel) value(col *ttl.ColumnRule, typ string) string {
+	if rel.orig == nil {
+		return col.ValueExpr(rel.r, rel.qual, typ)
+	}
+	return "CASE WHEN " + rel.live(col) + " THEN " + rel.qual + "." + ttl.QuoteIdent(rel.shown(col.Column)) + " ELSE NULL::" + typ + " END"
 }
 
 // hasColumn reports that cols holds a column name.
@@ -327,6 +395,18 @@ func (c *columnCheck) rangeRel(rv *pg.RangeVar, ctes *cteScope) *colRel {
 	if r := c.refs[rv]; r != nil {
 		rel.r, rel.cols = r, c.w.columns(r)
 		rel.known = rel.cols != nil
+		if len(colnames) > 0 {
+			// Resolved by position from the catalog; without it the
+			// item's names are not known and nothing is read through it.
+			if !rel.known || len(colnames) > len(rel.cols) {
+				rel.r, rel.cols, rel.known, rel.tainted = nil, nil, false, true
+				return rel
+			}
+			for _, col := range rel.cols {
+				rel.orig = append(rel.orig, col.Name)
+			}
+			rel.cols, _ = renameColumns(rel.cols, true, colnames)
+		}
 		return rel
 	}
 	if r := c.w.peekRule(rv); r != nil {
@@ -370,7 +450,7 @@ func (l *colLevel) mine(cr *pg.ColumnRef) (*colRel, *ttl.ColumnRule, *colLevel) 
 	if rel == nil || rel.r == nil {
 		return rel, nil, owner
 	}
-	return rel, rel.r.ExpiringColumn(name), owner
+	return rel, rel.expiring(name), owner
 }
 
 // named returns the FROM item the nearest level names q, and that level.

@@ -86,9 +86,17 @@ func (w *walker) expiringColumns(stmt *pg.Node) {
 		c.names[rv.Relname] = r
 		if rv.Alias != nil {
 			c.names[rv.Alias.Aliasname] = r
-			if len(rv.Alias.Colnames) > 0 {
+			// A column alias list may rename an expiring column: each of
+			// its names may be one (colscope.go resolves them by position,
+			// from the catalog's columns).
+			if cols := w.columns(r); len(rv.Alias.Colnames) > 0 && len(cols) < len(rv.Alias.Colnames) {
 				w.fail(errExpiringColumn(r, r.Columns[0].Column, "the column alias list of "+ttl.QuoteIdent(rv.Alias.Aliasname)))
 				return
+			}
+			for _, n := range rv.Alias.Colnames {
+				if name := n.GetString_().GetSval(); c.columns[name] == nil {
+					c.columns[name] = r
+				}
 			}
 		}
 	}
@@ -147,6 +155,8 @@ type columnCheck struct {
 	unqualified map[*pg.ColumnRef]bool
 	// done are the query levels read.
 	done map[*pg.SelectStmt]bool
+	// funcs are the calls in functional notation read as columns.
+	funcs map[*pg.FuncCall]bool
 }
 
 func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
@@ -196,7 +206,7 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 
 func (c *columnCheck) run(stmt *pg.Node) {
 	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
-	c.done = map[*pg.SelectStmt]bool{}
+	c.done, c.funcs = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
 	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
@@ -327,7 +337,7 @@ func (c *columnCheck) visit(n any) {
 			}
 		}
 	case *pg.FuncCall:
-		if len(x.Funcname) > 0 && len(x.Args) == 1 {
+		if len(x.Funcname) > 0 && len(x.Args) == 1 && !c.funcs[x] {
 			if name := x.Funcname[len(x.Funcname)-1].GetString_().GetSval(); c.columns[name] != nil {
 				c.fail(c.columns[name], name, "the functional notation "+ttl.QuoteIdent(name)+"(…)")
 			}

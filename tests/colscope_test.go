@@ -87,9 +87,9 @@ func TestExpiringColumnScope(t *testing.T) {
 			}
 		}
 		for _, refused := range []string{
-			`SELECT row_to_json(o.*) FROM orders o`,
+			`SELECT row_to_json(o) FROM orders o, generate_series(1, 2) g`,
 			`UPDATE orders SET note = 1 FROM orders p WHERE p.id = orders.id RETURNING orders.client_ip`,
-			`DELETE FROM orders RETURNING orders`,
+			`DELETE FROM orders o USING generate_series(1, 2) g WHERE g = o.id RETURNING o`,
 			`COPY orders (id, note) FROM STDIN`,
 		} {
 			_, err := conn.Exec(ctx, refused)
@@ -159,6 +159,48 @@ func TestExpiringColumnJoins(t *testing.T) {
 			`SELECT * FROM orders JOIN customers USING (id)`,
 			`SELECT id FROM orders NATURAL JOIN customers`,
 			`SELECT j.note FROM (orders o JOIN customers c ON c.id = o.id) AS j`,
+		} {
+			_, err := conn.Exec(context.Background(), refused)
+			if got := sqlstate(err); got != "0A000" {
+				t.Errorf("mode %v: %s: SQLSTATE %q (%v), want 0A000", mode, refused, got, err)
+			}
+		}
+	}
+}
+
+// TestExpiringColumnWholeRows: through the proxy, whole-row references,
+// `t.*` as a value and inside ROW(…), functional notation and column
+// alias lists read an expired value as NULL, with the names and types of
+// a direct read. Both query protocols.
+func TestExpiringColumnWholeRows(t *testing.T) {
+	s := scopeStack(t)
+	direct := s.connect(s.direct)
+	cases := []scopeCase{
+		{`SELECT id, row_to_json(o) FROM orders o ORDER BY id`, `SELECT id, row_to_json(o) FROM ref o ORDER BY id`},
+		{`SELECT o::text FROM orders o`, `SELECT o::text FROM ref o`},
+		{`SELECT orders.*::text FROM orders`, `SELECT ref.*::text FROM ref`},
+		{`SELECT (o).note, (o).client_ip, (o).id FROM orders o`, `SELECT (o).note, (o).client_ip, (o).id FROM ref o`},
+		{`SELECT ROW(o.*)::text, ROW(o.id, o.note)::text FROM orders o`, `SELECT ROW(o.*)::text, ROW(o.id, o.note)::text FROM ref o`},
+		{`SELECT client_ip(o), note(o)::text, id(o) FROM orders o`, `SELECT client_ip(o), note(o)::text, id(o) FROM ref o`},
+		{`SELECT id FROM orders o WHERE o IS NOT NULL`, `SELECT id FROM ref o WHERE o IS NOT NULL`},
+		{`SELECT x.a, x.b, x.d FROM orders AS x(a, b, c, d) WHERE x.b IS NOT NULL OR d > 2`,
+			`SELECT x.a, x.b, x.d FROM ref AS x(a, b, c, d) WHERE x.b IS NOT NULL OR d > 2`},
+		{`SELECT * FROM orders AS x(a, b) ORDER BY a`, `SELECT * FROM ref AS x(a, b) ORDER BY a`},
+		// Beside a table of unknown columns `o` could be its column: `o.*`
+		// is not.
+		{`SELECT c.id, row_to_json(o.*) FROM orders o JOIN customers c ON c.id = o.id`, `SELECT c.id, row_to_json(o.*) FROM ref o JOIN customers c ON c.id = o.id`},
+		{`SELECT c.id, (SELECT o.*::text FROM orders o WHERE o.id = c.id) FROM customers c`, `SELECT c.id, (SELECT o.*::text FROM ref o WHERE o.id = c.id) FROM customers c`},
+		{`DELETE FROM orders o WHERE id < 4 RETURNING o::text`, `SELECT o::text FROM ref o WHERE id < 4`},
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, c := range cases {
+			checkScope(t, mode, conn, direct, c)
+		}
+		for _, refused := range []string{
+			`SELECT row_to_json(o) FROM orders o JOIN customers c ON c.id = o.id`,
+			`SELECT o.id FROM orders o JOIN orders p USING (client_ip)`,
+			`SELECT * FROM orders AS x(a, b, c, d, e, f, g)`,
 		} {
 			_, err := conn.Exec(context.Background(), refused)
 			if got := sqlstate(err); got != "0A000" {
