@@ -817,8 +817,10 @@ func (g *colGen) statement() colCase {
 		return g.insert()
 	case n < 88:
 		return g.join()
-	case n < 98:
+	case n < 94:
 		return g.subquery()
+	case n < 98:
+		return g.wholeRow()
 	default:
 		return g.probe()
 	}
@@ -1276,6 +1278,34 @@ func (g *colGen) subquery() colCase {
 	}
 }
 
+// wholeRow reads a table's whole row (`x`, `x.*` as a value, ROW(x.*)),
+// its columns in functional notation, or its columns under a column alias
+// list.
+func (g *colGen) wholeRow() colCase {
+	t, u := g.pickTable(), g.pickTable()
+	g.side(t, "x")
+	where := g.where()
+	switch g.r.IntN(8) {
+	case 0:
+		return colCase{sql: fmt.Sprintf("SELECT x.id, row_to_json(x) FROM %s x%s", t.name, where), kind: "whole row"}
+	case 1:
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s x%s", g.pick("x::text", "x.*::text", "ROW(x.*)::text", "ROW(x.*, 1)::text"), t.name, where), kind: "whole row"}
+	case 2:
+		return colCase{sql: fmt.Sprintf("SELECT (x).id, (x).%s, (x).%s FROM %s x%s", t.text, t.num, t.name, where), kind: "whole row"}
+	case 3:
+		return colCase{sql: fmt.Sprintf("SELECT id(x), %s(x), %s(x)%s FROM %s x%s", t.text, t.num, g.pick("", "::int"), t.name, where), kind: "whole row"}
+	case 4:
+		return colCase{sql: fmt.Sprintf("SELECT x.id FROM %s x WHERE x IS %s", t.name, g.pick("NULL", "NOT NULL")), kind: "whole row"}
+	case 5:
+		return colCase{sql: fmt.Sprintf("SELECT y.id, (SELECT row_to_json(x) FROM %s x WHERE x.id = y.id) FROM %s y", t.name, u.name), kind: "whole row"}
+	case 6:
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s AS x(i, g)", g.pick("*", "x.*", "i, x.g, label"), t.name), kind: "alias list"}
+	default:
+		p := g.pick("tv IS NULL", "x.tv = 'alpha'", "nv > 1", "nv IS NOT NULL OR tv LIKE 'a%'", "NOT (x.nv = 2)", "te IS NULL")
+		return colCase{sql: fmt.Sprintf("SELECT i, tv, x.nv%s FROM %s AS x(i, g, l, tv, te, nv) WHERE %s", g.pick("", ", te", ", *"), t.name, p), kind: "alias list"}
+	}
+}
+
 // probe is a shape the proxy refuses (a whole row, an unqualified column
 // beside a table whose columns it does not know, a join merging an
 // expiring column): counted as refused, compared when served.
@@ -1289,7 +1319,7 @@ func (g *colGen) probe() colCase {
 	case 1:
 		return colCase{sql: fmt.Sprintf("SELECT * FROM %s a JOIN %s b USING (id)", t.name, t.name), kind: "probe"}
 	case 2:
-		return colCase{sql: fmt.Sprintf("SELECT row_to_json(x) FROM %s x", t.name), kind: "probe"}
+		return colCase{sql: fmt.Sprintf("SELECT row_to_json(x) FROM %s x JOIN plain p ON p.id = x.id", t.name), kind: "probe"}
 	default:
 		return colCase{sql: fmt.Sprintf("SELECT id FROM %s NATURAL JOIN plain", t.name), kind: "probe"}
 	}
