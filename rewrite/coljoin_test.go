@@ -71,3 +71,37 @@ func TestExpiringColumnJoins(t *testing.T) {
 		checkReject(t, rw, s, c)
 	}
 }
+
+// TestExpiringColumnJoinedWrites: UPDATE … FROM, DELETE … USING and MERGE
+// read the expiring columns of the written table and of the other items
+// as one query level: WHERE, ON and WHEN conditions as filters, SET and
+// action values and RETURNING as values; writing an expiring column there
+// stays refused.
+func TestExpiringColumnJoinedWrites(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	o, O := colText{`"o"`}, colText{`"orders"`}
+	cases := []rwCase{
+		{"update from", `UPDATE users u SET name = o.note FROM orders o WHERE o.id = u.id AND o.client_ip IS NULL`,
+			`UPDATE users u SET name = ` + o.noteV() + ` FROM ` + join("orders o", `"o"`, 0) + ` WHERE o.id = u.id AND (o.client_ip IS NULL OR ` + o.ipExpired() + `)`},
+		{"update from returning", `UPDATE orders SET status = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note, u.name`,
+			`UPDATE orders SET status = 'x' FROM users u WHERE (u.id = orders.id) AND ` + live(`"orders"`) + ` RETURNING ` + O.noteV() + ` AS "note", u.name`},
+		{"delete using", `DELETE FROM orders USING users u WHERE u.id = orders.id AND orders.note = u.name RETURNING orders.client_ip`,
+			`DELETE FROM orders USING users u WHERE (u.id = orders.id AND ` + O.noteLive() + ` AND orders.note = u.name) AND ` + live(`"orders"`) +
+				` RETURNING ` + O.ipV() + ` AS "client_ip"`},
+		{"merge reads", `MERGE INTO users u USING orders o ON o.id = u.id AND o.note = u.name WHEN MATCHED AND o.client_ip IS NULL THEN UPDATE SET name = o.note WHEN NOT MATCHED THEN INSERT (id, name) VALUES (o.id, o.note)`,
+			`MERGE INTO users u USING ` + join("orders o", `"o"`, 0) + ` ON o.id = u.id AND ` + o.noteLive() + ` AND o.note = u.name WHEN MATCHED AND (o.client_ip IS NULL OR ` +
+				o.ipExpired() + `) THEN UPDATE SET name = ` + o.noteV() + ` WHEN NOT MATCHED THEN INSERT (id, name) VALUES (o.id, ` + o.noteV() + `)`},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, s, c)
+	}
+	for _, c := range []rejCase{
+		{"update from writing the column", `UPDATE orders SET note = u.name FROM users u WHERE u.id = orders.id`, "", []string{"note", "FROM"}},
+		{"merge writing the column", `MERGE INTO orders o USING users u ON o.id = u.id WHEN MATCHED THEN UPDATE SET note = u.name`, "", []string{"note", "MERGE"}},
+		{"merge unqualified beside unknown columns", `MERGE INTO users u USING orders o ON o.id = u.id WHEN MATCHED THEN UPDATE SET name = note`, "", []string{"note"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, s, c)
+	}
+}

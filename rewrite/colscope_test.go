@@ -100,8 +100,8 @@ func TestExpiringColumnReturning(t *testing.T) {
 		checkStable(t, rw, s, c)
 	}
 	for _, c := range []rejCase{
-		{"update from", `UPDATE orders SET status = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note`, "", []string{"note"}},
-		{"delete using", `DELETE FROM orders USING users u WHERE u.id = orders.id RETURNING *`, "", []string{"client_ip"}},
+		{"update from writing the column", `UPDATE orders SET note = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note`, "", []string{"note"}},
+		{"delete using, unqualified beside unknown columns", `DELETE FROM orders USING users u WHERE u.id = orders.id RETURNING note`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)

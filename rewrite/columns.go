@@ -267,11 +267,16 @@ func (c *columnCheck) visit(n any) {
 		c.returning(x.Relation, x.ReturningList)
 	case *pg.UpdateStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
-		if r := c.refs[x.Relation]; r != nil {
-			if len(x.FromClause) > 0 {
+		if len(x.FromClause) > 0 {
+			if r := c.refs[x.Relation]; r != nil {
 				c.targets(r, x.TargetList, "UPDATE … SET … FROM")
-				return
 			}
+			if c.w.err == nil {
+				c.readJoinedWrite(x.Relation, x.FromClause, x.WithClause, x.TargetList, x.WhereClause, x.ReturningList)
+			}
+			return
+		}
+		if r := c.refs[x.Relation]; r != nil {
 			c.readWrite(x.Relation, x.TargetList, x.WhereClause)
 			c.writeUpdate(r, x)
 			c.returning(x.Relation, x.ReturningList)
@@ -281,19 +286,22 @@ func (c *columnCheck) visit(n any) {
 		if len(x.UsingClause) == 0 {
 			c.readWrite(x.Relation, nil, x.WhereClause)
 			c.returning(x.Relation, x.ReturningList)
-		}
-	case *pg.MergeStmt:
-		r := c.refs[x.Relation]
-		if r == nil {
 			return
 		}
-		for _, wc := range x.MergeWhenClauses {
-			mw := wc.GetMergeWhenClause()
-			if mw.GetCommandType() == pg.CmdType_CMD_INSERT && len(mw.TargetList) == 0 && len(mw.Values) > 0 {
-				c.fail(r, r.Columns[0].Column, "MERGE … INSERT without a column list")
-				return
+		c.readJoinedWrite(x.Relation, x.UsingClause, x.WithClause, nil, x.WhereClause, x.ReturningList)
+	case *pg.MergeStmt:
+		if r := c.refs[x.Relation]; r != nil {
+			for _, wc := range x.MergeWhenClauses {
+				mw := wc.GetMergeWhenClause()
+				if mw.GetCommandType() == pg.CmdType_CMD_INSERT && len(mw.TargetList) == 0 && len(mw.Values) > 0 {
+					c.fail(r, r.Columns[0].Column, "MERGE … INSERT without a column list")
+					return
+				}
+				c.targets(r, mw.GetTargetList(), "MERGE")
 			}
-			c.targets(r, mw.GetTargetList(), "MERGE")
+		}
+		if c.w.err == nil {
+			c.readMerge(x)
 		}
 	case *pg.CopyStmt:
 		r := c.refs[x.Relation]

@@ -147,7 +147,7 @@ func TestExpiringColumnsRefused(t *testing.T) {
 		"star": true, "star with where": true, "star in a cte": true, "star in a subquery": true, "qualified star": true,
 		"table star": true, "explain analyze": true, "star over a join": true,
 		"functional notation": true, "whole row": true, "whole row in a function": true, "whole row field": true,
-		"whole row test": true, "row of star": true, "column alias list": true, "create view": true,
+		"whole row test": true, "row of star": true, "column alias list": true, "returning star of update from": true, "create view": true,
 		"group by": true, "order by": true, "returning column": true, "copy to": true, "copy to with the column": true, "returning star of delete": true, "returning star of insert": true}
 	for _, s := range []*State{nil, NewState(Session{Catalog: columnCatalog()})} {
 		for _, c := range cases {

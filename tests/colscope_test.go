@@ -210,6 +210,71 @@ func TestExpiringColumnWholeRows(t *testing.T) {
 	}
 }
 
+// TestExpiringColumnJoinedWrites: through the proxy, UPDATE … FROM and
+// DELETE … USING read the expiring columns of both sides, in WHERE and
+// RETURNING, and MERGE in its ON, WHEN conditions and action values, as a
+// direct read of the copy does. Both query protocols.
+func TestExpiringColumnJoinedWrites(t *testing.T) {
+	s := scopeStack(t)
+	ctx := context.Background()
+	direct := s.connect(s.direct)
+	cases := []scopeCase{
+		{`UPDATE orders SET id = orders.id FROM customers c WHERE c.id = orders.id RETURNING orders.id, orders.note, orders.client_ip, c.name`,
+			`SELECT ref.id, ref.note, ref.client_ip, c.name FROM ref JOIN customers c ON c.id = ref.id`},
+		{`UPDATE customers c SET name = o.client_ip FROM orders o WHERE o.id = c.id AND o.note IS NOT NULL RETURNING c.id, c.name`,
+			`SELECT c.id, o.client_ip FROM customers c JOIN ref o ON o.id = c.id WHERE o.note IS NOT NULL`},
+		{`DELETE FROM orders o USING customers c WHERE c.id = o.id AND (o.client_ip IS NULL OR o.note > 2) RETURNING o.*`,
+			`SELECT o.* FROM ref o JOIN customers c ON c.id = o.id WHERE o.client_ip IS NULL OR o.note > 2`},
+	}
+	// MERGE returns no rows (before PostgreSQL 17): the command tags and
+	// what the tables hold after it, in the same transaction, are
+	// compared.
+	type mergeCase struct{ q, ref, after, afterRef string }
+	merges := []mergeCase{
+		{`MERGE INTO customers c USING orders o ON o.id = c.id AND o.note IS NOT NULL
+			WHEN MATCHED AND o.client_ip IS NULL THEN UPDATE SET name = 'gone'
+			WHEN MATCHED THEN UPDATE SET name = o.client_ip
+			WHEN NOT MATCHED THEN INSERT (id, name) VALUES (o.id + 100, o.client_ip)`,
+			`MERGE INTO customers c USING ref o ON o.id = c.id AND o.note IS NOT NULL
+			WHEN MATCHED AND o.client_ip IS NULL THEN UPDATE SET name = 'gone'
+			WHEN MATCHED THEN UPDATE SET name = o.client_ip
+			WHEN NOT MATCHED THEN INSERT (id, name) VALUES (o.id + 100, o.client_ip)`,
+			`SELECT string_agg(id || '=' || coalesce(name, '-'), ' ' ORDER BY id) FROM customers`,
+			`SELECT string_agg(id || '=' || coalesce(name, '-'), ' ' ORDER BY id) FROM customers`},
+		{`MERGE INTO orders o USING customers c ON c.id = o.id WHEN MATCHED AND o.client_ip IS NOT NULL THEN DELETE`,
+			`MERGE INTO ref o USING customers c ON c.id = o.id WHEN MATCHED AND o.client_ip IS NOT NULL THEN DELETE`,
+			`SELECT string_agg(id::text, ' ' ORDER BY id) FROM orders`,
+			`SELECT string_agg(id::text, ' ' ORDER BY id) FROM ref`},
+	}
+	afterMerge := func(mode pgx.QueryExecMode, conn *pgx.Conn, merge, after string) string {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		tag, err := tx.Exec(ctx, merge)
+		if err != nil {
+			t.Fatalf("mode %v: %s: %v", mode, merge, err)
+		}
+		var out string
+		if err := tx.QueryRow(ctx, after).Scan(&out); err != nil {
+			t.Fatal(err)
+		}
+		return tag.String() + ": " + out
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, c := range cases {
+			checkScope(t, mode, conn, direct, c)
+		}
+		for _, m := range merges {
+			if got, want := afterMerge(mode, conn, m.q, m.after), afterMerge(mode, direct, m.ref, m.afterRef); got != want {
+				t.Errorf("mode %v: %s:\n got  %s\n want %s", mode, m.q, got, want)
+			}
+		}
+	}
+}
+
 // checkScope runs c through conn and directly, inside transactions rolled
 // back, and compares the RowDescriptions and the rows (sorted unless the
 // statement orders them).
