@@ -791,8 +791,10 @@ func (g *colGen) where() string {
 // statement generates one case.
 func (g *colGen) statement() colCase {
 	switch n := g.r.IntN(100); {
-	case n < 27:
+	case n < 25:
 		return g.plainSelect()
+	case n < 27:
+		return g.joinedWrite()
 	case n < 35:
 		return g.groupBy()
 	case n < 41:
@@ -1036,6 +1038,40 @@ func (g *colGen) write() colCase {
 		// and keeps its expiry (the rules stamp nothing).
 		t+" = "+g.text()+" || 'x'", n+" = "+g.num()+" + 1", t+" = upper("+g.text()+"), label = "+g.text(), t+" = "+g.text()+" || '!', "+n+" = "+g.num()+" * 2")
 	return colCase{sql: "UPDATE " + name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update"}
+}
+
+// joinedWrite is an UPDATE … FROM, a DELETE … USING or a MERGE joining two
+// of the tables (one of them without a rule at times), reading the
+// expiring columns of both in WHERE, ON, WHEN conditions, SET values and
+// RETURNING; it writes no expiring column.
+func (g *colGen) joinedWrite() colCase {
+	ta, tb := g.pickTable(), g.pickTable()
+	g.side(tb, "b")
+	other, bcols := tb.name+" b", []string{"b.id", "b." + tb.text, "b." + tb.num}
+	bp := g.pred(1)
+	if g.chance(0.25) {
+		other, bcols, bp = "plain b", []string{"b.id", "b.info"}, "b.info <> 'p3'"
+	}
+	g.side(ta, "a")
+	ap := g.pred(2)
+	ret := ""
+	if g.chance(0.8) {
+		ret = " RETURNING a.id, " + g.joinTarget() + ", " + bcols[g.r.IntN(len(bcols))]
+	}
+	on := g.pick("b.id = a.id", "b.id = a.id + 1")
+	switch g.r.IntN(3) {
+	case 0:
+		set := g.pick("label = a.label || '+'", "grp = b.id", "label = coalesce(a."+ta.text+", 'none')", "label = "+bcols[len(bcols)-1]+"::text")
+		return colCase{sql: fmt.Sprintf("UPDATE %s a SET %s FROM %s WHERE %s AND (%s %s %s)%s", ta.name, set, other, on, ap, g.pick("AND", "OR"), bp, ret),
+			write: true, kind: "update from"}
+	case 1:
+		return colCase{sql: fmt.Sprintf("DELETE FROM %s a USING %s WHERE %s AND (%s %s %s)%s", ta.name, other, on, ap, g.pick("AND", "OR"), bp, ret),
+			write: true, kind: "delete using"}
+	default:
+		action := g.pick("UPDATE SET label = coalesce(a."+ta.text+", 'none')", "UPDATE SET grp = 9", "DELETE", "DO NOTHING")
+		return colCase{sql: fmt.Sprintf("MERGE INTO %s a USING %s ON %s AND %s WHEN MATCHED AND %s THEN %s WHEN MATCHED THEN UPDATE SET label = 'm'",
+			ta.name, other, on, bp, ap, action), write: true, kind: "merge"}
+	}
 }
 
 // copyTo is a COPY of the table, of some of its columns, or of a query.
