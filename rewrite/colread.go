@@ -9,16 +9,15 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// Reads of expiring columns at a query level whose one FROM item is their
-// table (docs/design/column-ttl.md §2 and §3): the SELECT of the table
-// alone (the proxy's filter join aside), the UPDATE or DELETE of it
-// without FROM or USING, the DO UPDATE of an INSERT into it, and the
-// RETURNING of those writes and of the INSERT. Every reference to an
-// expiring column there, unqualified or qualified by the table's name or
-// alias, in the target list (`*` and `t.*` expanded from the catalog),
-// WHERE, HAVING, RETURNING, or the values of a SET list, is rewritten;
-// references elsewhere (GROUP BY, ORDER BY, WINDOW, other levels) are
-// left to be refused by the column check.
+// Reads of expiring columns at a query level (docs/design/column-ttl.md §2
+// and §3): a SELECT, the UPDATE or DELETE of the table (with its FROM or
+// USING items, colfrom.go), a MERGE, the DO UPDATE of an INSERT into it,
+// and the RETURNING of those writes and of the INSERT. Every reference the
+// level's scope resolves to an expiring column (colscope.go), in the
+// target list (`*` and `t.*` expanded from the catalog), WHERE, JOIN ON,
+// GROUP BY, HAVING, ORDER BY, DISTINCT ON, WINDOW, RETURNING, or the values
+// of a SET list, is rewritten; whole rows are colrow.go's. A reference
+// left unresolved is refused by the column check.
 //
 // A value reads V, the value's expression (ttl.ColumnRule.ValueExpr): the
 // value while live, NULL once expired. A predicate is rewritten so that an

@@ -13,7 +13,8 @@ import (
 // instead of being served the expired value. The check is blind to scope,
 // which errs toward refusing: a column reference of that name is refused
 // whatever relation it belongs to, a name that is the table's or its alias
-// is taken for a whole-row reference. It reads names and structure only,
+// is taken for a whole-row reference, unless the reads resolved it
+// (colscope.go: read, or another FROM item's column). It reads names and structure only,
 // never literals (the recognition of the proxy's own expressions says when
 // it does, walker.matchText), so shapes share its outcome.
 //
