@@ -105,3 +105,24 @@ func TestExpiringColumnJoinedWrites(t *testing.T) {
 		checkReject(t, rw, s, c)
 	}
 }
+
+// TestExpiringColumnNaturalJoin: a NATURAL join whose common columns are
+// known and none expiring is read as any join (its `*` stays refused: the
+// merged columns come first); one that may merge an expiring column, or
+// whose columns are not all known, is refused.
+func TestExpiringColumnNaturalJoin(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	o := colText{`"o"`}
+	checkRewrite(t, rw, s, rwCase{"no expiring column in common", `SELECT o.client_ip FROM orders o NATURAL JOIN (SELECT 1 AS id) x`,
+		`SELECT ` + o.ipV() + ` AS "client_ip" FROM ` + join("orders o", `"o"`, 0) + ` NATURAL JOIN (SELECT 1 AS id) x`})
+	for _, c := range []rejCase{
+		{"an expiring column in common", `SELECT o.id FROM orders o NATURAL JOIN (SELECT 1 AS note) x`, "", []string{"NATURAL JOIN"}},
+		{"the table twice", `SELECT o.id FROM orders o NATURAL JOIN orders p`, "", []string{"NATURAL JOIN"}},
+		{"unknown columns", `SELECT o.id FROM orders o NATURAL JOIN users u`, "", []string{"NATURAL JOIN"}},
+		{"star", `SELECT * FROM orders o NATURAL JOIN (SELECT 1 AS id) x`, "", []string{"client_ip"}},
+	} {
+		c.code = sqlstate.FeatureNotSupported
+		checkReject(t, rw, s, c)
+	}
+}

@@ -330,10 +330,15 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 			l.merged = true
 			return
 		}
+		first := len(l.rels)
 		c.fromItem(l, j.Larg, ctes)
+		mid := len(l.rels)
 		c.fromItem(l, j.Rarg, ctes)
 		if j.IsNatural || len(j.UsingClause) > 0 {
 			l.merged = true
+		}
+		if j.IsNatural && naturalKeepsValues(l.rels[first:mid], l.rels[mid:]) {
+			c.natural[j] = true
 		}
 		switch {
 		case j.Quals == nil:
@@ -375,6 +380,40 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 		// XMLTABLE, JSON_TABLE: columns not modelled.
 		l.rels = append(l.rels, &colRel{})
 	}
+}
+
+// naturalKeepsValues reports that a NATURAL join of the items left and
+// right merges no expiring column: every item's columns are known and no
+// name common to both sides is an expiring column of either.
+func naturalKeepsValues(left, right []*colRel) bool {
+	names := func(rels []*colRel) (map[string]bool, bool) {
+		out := map[string]bool{}
+		for _, rel := range rels {
+			if rel.tainted || (!rel.known && !rel.filter) {
+				return nil, false
+			}
+			for _, col := range rel.cols {
+				out[col.Name] = true
+			}
+		}
+		return out, true
+	}
+	l, lok := names(left)
+	r, rok := names(right)
+	if !lok || !rok {
+		return false
+	}
+	for name := range l {
+		if !r[name] {
+			continue
+		}
+		for _, rel := range append(append([]*colRel(nil), left...), right...) {
+			if rel.expiring(name) != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // rangeRel is the FROM item of a table or CTE reference.

@@ -158,6 +158,9 @@ type columnCheck struct {
 	done map[*pg.SelectStmt]bool
 	// funcs are the calls in functional notation read as columns.
 	funcs map[*pg.FuncCall]bool
+	// natural are the NATURAL joins whose merged columns are known and
+	// none of them an expiring column (colscope.go).
+	natural map[*pg.JoinExpr]bool
 }
 
 func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
@@ -207,7 +210,7 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 
 func (c *columnCheck) run(stmt *pg.Node) {
 	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
-	c.done, c.funcs = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}
+	c.done, c.funcs, c.natural = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}, map[*pg.JoinExpr]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
 	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
@@ -335,7 +338,7 @@ func (c *columnCheck) visit(n any) {
 		if r == nil {
 			return
 		}
-		if x.IsNatural {
+		if x.IsNatural && !c.natural[x] {
 			c.fail(r, r.Columns[0].Column, "NATURAL JOIN")
 			return
 		}

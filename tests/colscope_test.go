@@ -132,6 +132,8 @@ func TestExpiringColumnJoins(t *testing.T) {
 		{`SELECT client_ip, note, o.id FROM orders o JOIN (SELECT 1 AS one) s ON true ORDER BY 3`,
 			`SELECT client_ip, note, o.id FROM ref o JOIN (SELECT 1 AS one) s ON true ORDER BY 3`},
 		{`SELECT o.id, l.ip FROM orders o, LATERAL (SELECT o.client_ip AS ip) l`, `SELECT o.id, l.ip FROM ref o, LATERAL (SELECT o.client_ip AS ip) l`},
+		{`SELECT id, o.client_ip, c.name FROM orders o NATURAL JOIN (SELECT id, name FROM customers) c`,
+			`SELECT id, o.client_ip, c.name FROM ref o NATURAL JOIN (SELECT id, name FROM customers) c`},
 		// Subqueries, each level in its own scope.
 		{`SELECT s.id, s.note FROM (SELECT id, note FROM orders WHERE note IS NOT NULL) s`,
 			`SELECT s.id, s.note FROM (SELECT id, note FROM ref WHERE note IS NOT NULL) s`},

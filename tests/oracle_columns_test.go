@@ -1165,7 +1165,7 @@ func (g *colGen) pickTable() *colTable { return g.tables[g.r.IntN(len(g.tables))
 // sides, every column qualified.
 func (g *colGen) join() colCase {
 	ta, tb := g.pickTable(), g.pickTable()
-	kind := g.pick("JOIN", "JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN", ",", "plain")
+	kind := g.pick("JOIN", "JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN", ",", "plain", "natural")
 	g.side(ta, "a")
 	targets := []string{"a.id"}
 	for range 1 + g.r.IntN(3) {
@@ -1174,6 +1174,22 @@ func (g *colGen) join() colCase {
 	wherePreds := []string{}
 	if g.chance(0.7) {
 		wherePreds = append(wherePreds, g.pred(2))
+	}
+	if kind == "natural" {
+		// Common columns none of which expires: the id, grp and label of
+		// two tables (and expires_at of some), or of a derived table.
+		if ta == tb {
+			tb = g.tables[(slices.Index(g.tables, ta)+1)%len(g.tables)]
+		}
+		g.side(tb, "b")
+		targets = append(targets, "b."+tb.text, "grp")
+		right := g.pick(tb.name+" b", "(SELECT id, grp, "+tb.text+" FROM "+tb.name+") b")
+		where := ""
+		if len(wherePreds) > 0 {
+			where = " WHERE " + wherePreds[0]
+		}
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s a NATURAL %sJOIN %s%s", strings.Join(targets, ", "), ta.name,
+			g.pick("", "LEFT "), right, where), kind: "natural join"}
 	}
 	if kind == "plain" {
 		on := g.pick("p.id = a.id", "p.grp = a.grp AND p.id < 12")
