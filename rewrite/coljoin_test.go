@@ -53,6 +53,9 @@ func TestExpiringColumnJoins(t *testing.T) {
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
+		if c.out != "" {
+			checkStable(t, rw, s, c)
+		}
 	}
 	for _, c := range []rejCase{
 		{"unqualified beside unknown columns", `SELECT note FROM orders o JOIN users u ON u.id = o.id`, "", []string{"note", "without a qualifier"}},
@@ -95,6 +98,7 @@ func TestExpiringColumnJoinedWrites(t *testing.T) {
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
+		checkStable(t, rw, s, c)
 	}
 	for _, c := range []rejCase{
 		{"update from writing the column", `UPDATE orders SET note = u.name FROM users u WHERE u.id = orders.id`, "", []string{"note", "FROM"}},
