@@ -34,6 +34,7 @@ func colViewCatalog() *Catalog {
 		"public.order_ips_2": {Reads: []string{"public.order_ips"}, Definition: ` SELECT order_ips.client_ip FROM public.order_ips;`, Columns: []string{"client_ip"}},
 		"public.order_rows":  v(` SELECT row_to_json(o.*) AS j FROM public.orders o;`, "j"),
 		"public.order_join":  {Reads: []string{"public.orders", "public.users"}, Definition: ` SELECT o.client_ip FROM (public.orders o JOIN public.users u ON ((u.id = o.id)));`, Columns: []string{"client_ip"}},
+		"public.order_using": {Reads: []string{"public.orders"}, Definition: ` SELECT o.id FROM (public.orders o JOIN public.orders p USING (client_ip));`, Columns: []string{"id"}},
 		"public.order_mat":   {Materialized: true, Reads: []string{"public.orders"}, Columns: []string{"client_ip"}},
 		// Created through the proxy.
 		"public.order_proxy": v(` SELECT o.id,
@@ -126,23 +127,46 @@ func TestColumnViewsNoRowRule(t *testing.T) {
 	}
 }
 
+// TestColumnViewsJoinsAndRows: a view created directly whose definition
+// reads the column in a join or a whole row is expanded, the value read as
+// V there, at any level of the statement that reads the view.
+func TestColumnViewsJoinsAndRows(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: colViewCatalog()})
+	r := &columnRules()[len(columnRules())-1]
+	ip := r.ExpiringColumn("client_ip").ValueExpr(r, `"o"`, "inet")
+	for _, q := range []string{
+		`SELECT * FROM order_rows`,
+		`SELECT client_ip FROM order_join`,
+		`SELECT 1 FROM users u WHERE EXISTS (SELECT 1 FROM order_rows)`,
+	} {
+		res, err := rw.Rewrite(q, s)
+		if err != nil || !strings.Contains(res.SQL, ip) || !strings.Contains(res.SQL, "_ttl_") {
+			t.Errorf("%s: %q, %v; want the view expanded, client_ip read as %s and the row filter", q, res.SQL, err, ip)
+			continue
+		}
+		if _, err := pg.Parse(res.SQL); err != nil {
+			t.Errorf("%s: output does not parse: %v", q, err)
+		}
+	}
+}
+
 // TestColumnViewsRefused: what cannot be expanded is refused, naming the
-// view: a definition that reads the column where the reads of its level
-// do not (a whole row, a join), a materialized view, writes and COPY
-// through a view that is expanded for reads.
+// view: a definition that reads the column where no read can (a join
+// USING it), a materialized view, writes and COPY through a view that is
+// expanded for reads.
 func TestColumnViewsRefused(t *testing.T) {
 	rw := newColumnRewriter(t)
 	s := NewState(Session{Catalog: colViewCatalog()})
 	for _, c := range []rejCase{
-		{"whole row", `SELECT * FROM order_rows`, "", []string{"public.orders", "view public.order_rows"}},
-		{"join", `SELECT client_ip FROM order_join`, "", []string{"client_ip", "view public.order_join"}},
+		{"join using the column", `SELECT id FROM order_using`, "", []string{"view public.order_using"}},
 		{"materialized", `SELECT * FROM order_mat`, "", []string{"view public.order_mat"}},
 		{"update", `UPDATE order_ips SET id = 2`, "", []string{"view public.order_ips"}},
 		{"update of a view of a view", `UPDATE order_ips_2 SET client_ip = NULL`, "", []string{"view public.order_ips_2"}},
 		{"delete", `DELETE FROM order_ips WHERE id = 1`, "", []string{"view public.order_ips"}},
 		{"insert", `INSERT INTO order_ips (id) VALUES (1)`, "", []string{"view public.order_ips"}},
 		{"copy", `COPY order_ips TO STDOUT`, "", []string{"view public.order_ips"}},
-		{"view in a subquery of a join", `SELECT 1 FROM users u WHERE EXISTS (SELECT 1 FROM order_rows)`, "", []string{"view public.order_rows"}},
+		{"view in a subquery", `SELECT 1 FROM users u WHERE EXISTS (SELECT 1 FROM order_using)`, "", []string{"view public.order_using"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)
@@ -160,7 +184,7 @@ func TestColumnLeakyViews(t *testing.T) {
 			}
 		}
 	})
-	want := []string{"public.order_ips", "public.order_ips_2", "public.order_join", "public.order_mat", "public.order_old_rule", "public.order_rows"}
+	want := []string{"public.order_ips", "public.order_ips_2", "public.order_join", "public.order_mat", "public.order_old_rule", "public.order_rows", "public.order_using"}
 	if !slices.Equal(got, want) {
 		t.Errorf("ColumnLeakyViews = %v, want %v", got, want)
 	}
