@@ -302,7 +302,7 @@ func checkColumns(r *ttl.Rule, cols map[string]column, add func(check, status, d
 		for i := range r.Columns {
 			names[i] = r.Columns[i].Column
 		}
-		add("expiring columns", checkOK, "statements naming "+strings.Join(names, ", ")+" are refused (0A000) except as a plain column in the target list of a SELECT of the table alone")
+		add("expiring columns", checkOK, strings.Join(names, ", ")+" read as NULL once expired in every clause; the few positions the proxy cannot rewrite (a join USING them, an unqualified name beside a table of unknown columns) are refused (0A000)")
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range want {
