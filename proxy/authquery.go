@@ -99,10 +99,11 @@ type querySource struct {
 }
 
 // newQuerySource parses dsn (its password from the DSN, PGPASSWORD or
-// .pgpass, as libpq's) and makes the pool; it connects on the first
-// lookup. Errors name the key: `auth_dsn: …`; pgconn's parse errors never
-// show the password.
-func newQuerySource(dsn, query string) (*querySource, error) {
+// .pgpass, as libpq's) and makes the pool, whose connections dial with
+// dial (nil: pgconn's dialer); it connects on the first lookup. Errors
+// name the key: `auth_dsn: …`; pgconn's parse errors never show the
+// password.
+func newQuerySource(dsn, query string, dial pgconn.DialFunc) (*querySource, error) {
 	if query == "" {
 		query = DefaultAuthQuery
 	}
@@ -112,6 +113,9 @@ func newQuerySource(dsn, query string) (*querySource, error) {
 	}
 	cfg.MaxConns = authQueryMaxConns
 	cfg.MinConns = 0
+	if dial != nil {
+		cfg.ConnConfig.DialFunc = dial
+	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = AuthQueryApplicationName
 	}

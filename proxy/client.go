@@ -56,6 +56,9 @@ type clientConn struct {
 	ncOnce sync.Once
 	// link binds the client to its server connection.
 	link *link
+	// authOK is the end of a transaction-mode login's exchange
+	// (loginSecret.ok), sent with the welcome.
+	authOK []byte
 
 	user, database string
 	replication    bool

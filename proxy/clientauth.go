@@ -74,6 +74,8 @@ type authConfig struct {
 	Query string
 	// Logger receives the failures of the auth query; nil discards them.
 	Logger *slog.Logger
+	// DialFunc dials DSN's server (UpstreamTCP.DialFunc); nil is pgconn's.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // clientAuth authenticates clients against one loaded auth_file or an auth
@@ -117,7 +119,7 @@ func newClientAuth(cfg authConfig) (*clientAuth, error) {
 		}
 		a.source = f
 	case cfg.DSN != "":
-		q, err := newQuerySource(cfg.DSN, cfg.Query)
+		q, err := newQuerySource(cfg.DSN, cfg.Query, cfg.DialFunc)
 		if err != nil {
 			return nil, err
 		}
@@ -165,6 +167,10 @@ type loginSecret struct {
 	// client's database (install.PlanAuthQuery), part of the pool key: ""
 	// from an auth_file or a two-column auth_query.
 	settings string
+	// ok is the end of the exchange still to send: AuthenticationOk,
+	// after AuthenticationSASLFinal for SCRAM. The caller sends it with
+	// the rest of the welcome, in one write.
+	ok []byte
 }
 
 // authFailed is PostgreSQL's answer to a wrong password, an unknown user or
@@ -175,9 +181,9 @@ func authFailed(user string) error {
 }
 
 // authenticate runs the authentication exchange on conn, whose client has
-// sent its StartupMessage for user and database, and writes AuthenticationOk
-// when it succeeds; the caller then sends ParameterStatus, BackendKeyData
-// and ReadyForQuery. It reads conn unbuffered, so nothing after the exchange
+// sent its StartupMessage for user and database; when it succeeds the
+// caller sends the login's ok (AuthenticationOk) with ParameterStatus,
+// BackendKeyData and ReadyForQuery. It reads conn unbuffered, so nothing after the exchange
 // is consumed; ctx bounds the auth query. Errors: a *protocolError the
 // caller answers with a FATAL ErrorResponse (28P01 for a failed login, 28000
 // for a user trust does not know, 08001 when the auth query could not
@@ -222,7 +228,8 @@ func (a *clientAuth) exchange(conn net.Conn, user string, known bool, secret *au
 				login.md5 = secret.text
 			}
 		}
-		return login, writeAuthOK(conn, nil)
+		login.ok = authOK(nil)
+		return login, nil
 	}
 
 	var (
@@ -241,7 +248,8 @@ func (a *clientAuth) exchange(conn net.Conn, user string, known bool, secret *au
 	if err != nil {
 		return nil, err
 	}
-	return login, writeAuthOK(conn, final)
+	login.ok = authOK(final)
+	return login, nil
 }
 
 // scram runs a SCRAM-SHA-256 exchange (PostgreSQL's CheckSASLAuth). A user
@@ -455,9 +463,8 @@ func writeMessage(conn net.Conn, msg pgproto3.BackendMessage) error {
 	return nil
 }
 
-// writeAuthOK writes first, when not nil, and AuthenticationOk in one
-// write.
-func writeAuthOK(conn net.Conn, first pgproto3.BackendMessage) error {
+// authOK encodes first, when not nil, and AuthenticationOk.
+func authOK(first pgproto3.BackendMessage) []byte {
 	var buf []byte
 	var err error
 	if first != nil {
@@ -468,8 +475,5 @@ func writeAuthOK(conn net.Conn, first pgproto3.BackendMessage) error {
 	if buf, err = (&pgproto3.AuthenticationOk{}).Encode(buf); err != nil {
 		panic(err)
 	}
-	if _, err := conn.Write(buf); err != nil {
-		return fmt.Errorf("writing AuthenticationOk: %w", err)
-	}
-	return nil
+	return buf
 }

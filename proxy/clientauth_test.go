@@ -70,7 +70,7 @@ func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan
 				case err != nil:
 					return
 				}
-				buf, _ := (&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}).Encode(nil)
+				buf, _ := (&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}).Encode(login.ok)
 				buf, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(buf)
 				if _, err := conn.Write(buf); err != nil {
 					return

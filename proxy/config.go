@@ -451,7 +451,8 @@ func (p *PoolSettings) setDefaults() error {
 
 // authConfig is what newClientAuth takes. Call after setDefaults.
 func (c *Config) authConfig() authConfig {
-	return authConfig{Type: c.Auth.Type, File: c.Auth.File, DSN: c.Auth.DSN, Query: c.Auth.Query, Logger: c.Logger}
+	return authConfig{Type: c.Auth.Type, File: c.Auth.File, DSN: c.Auth.DSN, Query: c.Auth.Query, Logger: c.Logger,
+		DialFunc: c.UpstreamTCP.DialFunc()}
 }
 
 // poolConfig is what newPool takes, for every pool alike. Call after

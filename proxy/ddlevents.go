@@ -106,6 +106,7 @@ func newDDLEvents(srv *Server, dsn string) (*ddlEvents, error) {
 	// view reads) gives up instead of holding statements back.
 	conf.RuntimeParams["lock_timeout"] = "2s"
 	conf.RuntimeParams["statement_timeout"] = "10s"
+	conf.DialFunc = srv.cfg.UpstreamTCP.DialFunc()
 	e.conf = conf
 	return e, nil
 }

@@ -484,6 +484,7 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 	if err != nil {
 		return err
 	}
+	s.authOK = login.ok
 	key := poolKey{database: s.database, user: s.user, params: keyParams(keyed), settings: login.settings}
 	startup := make(map[string]string, len(params)+1)
 	for k, v := range params {
@@ -531,13 +532,12 @@ func (s *clientConn) welcome() error {
 	}
 	close(s.ready)
 	pl.reported = newReportedParams(params)
+	b := s.authOK
+	s.authOK = nil
 	for _, p := range params {
-		m := pgproto3.ParameterStatus{Name: p.name, Value: p.value}
-		b, _ := m.Encode(nil)
-		_, _ = l.cw.Write(b)
+		b, _ = (&pgproto3.ParameterStatus{Name: p.name, Value: p.value}).Encode(b)
 	}
-	key := pgproto3.BackendKeyData{ProcessID: s.cancelKey.pid, SecretKey: s.cancelKey.secret[:]}
-	b, _ := key.Encode(nil)
+	b, _ = (&pgproto3.BackendKeyData{ProcessID: s.cancelKey.pid, SecretKey: s.cancelKey.secret[:]}).Encode(b)
 	_, _ = l.cw.Write(b)
 	l.idleAt.Store(monoNow())
 	l.txStatus.Store('I')

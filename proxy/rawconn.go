@@ -95,8 +95,11 @@ func newRawConn(c net.Conn) net.Conn {
 	}
 	nonblocking := false
 	if err := rc.Control(func(fd uintptr) {
-		flags, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
-		nonblocking = err == nil && flags&unix.O_NONBLOCK != 0
+		// Raw: fcntl(F_GETFL) never blocks, and a raw call does not wake
+		// the runtime's sysmon thread as a syscall.Syscall does when the
+		// process was idle (one wake-up less per accepted connection).
+		flags, _, errno := unix.RawSyscall(unix.SYS_FCNTL, fd, unix.F_GETFL, 0)
+		nonblocking = errno == 0 && flags&unix.O_NONBLOCK != 0
 	}); err != nil || !nonblocking {
 		// A blocking socket would hold an OS thread and its P in a raw
 		// call: keep the runtime's path.
@@ -234,6 +237,7 @@ func (c *rawConn) drive(pump func() error) (err error) {
 	c.driving.Store(true)
 	defer c.driving.Store(false)
 	next, stop := iter.Pull(func(yield func(struct{}) bool) {
+		growStack()
 		c.yield = yield
 		defer func() { c.yield = nil }()
 		err = pump()
@@ -373,7 +377,9 @@ func (c *rawConn) Close() error {
 	if !c.driving.Load() {
 		return c.Conn.Close()
 	}
-	_ = c.rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	// shutdown(2) of a non-blocking socket does not block: raw, as fcntl
+	// in newRawConn.
+	_ = c.rc.Control(func(fd uintptr) { _, _, _ = unix.RawSyscall(unix.SYS_SHUTDOWN, fd, unix.SHUT_RDWR, 0) })
 	go func() { _ = c.Conn.Close() }()
 	return nil
 }

@@ -175,6 +175,7 @@ func (s *Server) startSession(conn net.Conn) {
 	}
 	s.active.Add(1)
 	go func() {
+		growStack()
 		defer s.wg.Done()
 		defer s.active.Add(-1)
 		defer func() {

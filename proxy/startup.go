@@ -20,21 +20,25 @@ var errStartupDone = errors.New("startup finished without a session")
 
 // readStartupPacket reads one length-prefixed startup-phase packet straight
 // from conn: no buffering, so that nothing sent in plaintext before a TLS
-// handshake can be mistaken for data after it. first, when not nil, is the
-// packet's first byte, already read.
+// handshake can be mistaken for data after it. first holds the packet's
+// first bytes already read (at most 8, the shortest packet's length).
 func readStartupPacket(conn net.Conn, first []byte) ([]byte, error) {
-	var lenBuf [4]byte
-	n := copy(lenBuf[:], first)
-	if _, err := io.ReadFull(conn, lenBuf[n:]); err != nil {
-		return nil, err
+	var head [8]byte
+	n := copy(head[:], first)
+	if n < 4 {
+		m, err := io.ReadFull(conn, head[n:4])
+		if err != nil {
+			return nil, err
+		}
+		n += m
 	}
-	l := int(int32(binary.BigEndian.Uint32(lenBuf[:])))
+	l := int(int32(binary.BigEndian.Uint32(head[:4])))
 	if l < 8 || l > maxStartupPacket {
 		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid length of startup packet"}
 	}
 	pkt := make([]byte, l)
-	copy(pkt, lenBuf[:])
-	if _, err := io.ReadFull(conn, pkt[4:]); err != nil {
+	copy(pkt, head[:n])
+	if _, err := io.ReadFull(conn, pkt[n:]); err != nil {
 		return nil, err
 	}
 	return pkt, nil
@@ -77,11 +81,15 @@ func (e *protocolError) Error() string { return e.msg }
 // On success the link's server connection is attached.
 func (s *clientConn) startup() error {
 	_ = s.nc.SetDeadline(time.Now().Add(s.rs.Load().clientLoginTimeout))
-	var first [1]byte
-	if _, err := io.ReadFull(s.nc, first[:]); err != nil {
+	// Up to the first 8 bytes in one read: no packet of the startup phase
+	// is shorter (length and code), and a TLS ClientHello is longer, so
+	// nothing of what follows is read.
+	var first [8]byte
+	n, err := io.ReadAtLeast(s.nc, first[:], 1)
+	if err != nil {
 		return fmt.Errorf("reading startup packet: %w", err)
 	}
-	prefix := first[:]
+	prefix := first[:n]
 	tlsConfig := s.srv.tlsConfig
 	tlsDone := false
 	if first[0] == tlsHandshakeRecord && tlsConfig != nil {

@@ -19,8 +19,23 @@ import (
 
 // upstreamDialer returns the dialer of the sockets to the upstream server.
 func (s *Server) upstreamDialer() *net.Dialer {
-	u := s.cfg.UpstreamTCP
-	d := &net.Dialer{Timeout: s.cfg.DialTimeout}
+	d := s.cfg.UpstreamTCP.dialer()
+	d.Timeout = s.cfg.DialTimeout
+	return d
+}
+
+// DialFunc returns a dial function with u's keepalive and TCP_USER_TIMEOUT,
+// for the proxy's other connections to PostgreSQL (the sweeper's, the DDL
+// events' and the auth query's: pgconn.Config.DialFunc), which bound the
+// connect with their own context. Zero fields take the defaults, as in
+// Config; invalid settings are refused by Config's checks, not here.
+func (u UpstreamTCP) DialFunc() func(ctx context.Context, network, addr string) (net.Conn, error) {
+	_ = u.setDefaults()
+	return u.dialer().DialContext
+}
+
+func (u UpstreamTCP) dialer() *net.Dialer {
+	d := &net.Dialer{}
 	if u.KeepalivesDisabled {
 		d.KeepAliveConfig = net.KeepAliveConfig{Enable: false}
 		d.KeepAlive = -1

@@ -98,3 +98,41 @@ func TestUpstreamKeepalive(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamDialFunc: the dial function of the proxy's other connections
+// to PostgreSQL (sweeper, DDL events, auth query) sets the same options as
+// the relay's dialer, its zero fields the defaults.
+func TestUpstreamDialFunc(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	for _, tc := range []struct {
+		name string
+		cfg  UpstreamTCP
+		want tcpOptions
+	}{
+		{"defaults", UpstreamTCP{}, tcpOptions{1, 30, 10, 3, 60000}},
+		{"configured", UpstreamTCP{KeepalivesIdle: 4 * time.Second, KeepalivesInterval: 2 * time.Second, KeepalivesCount: 6, TCPUserTimeout: 2500 * time.Millisecond},
+			tcpOptions{1, 4, 2, 6, 2500}},
+	} {
+		c, err := tc.cfg.DialFunc()(context.Background(), "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readTCPOptions(t, c); got != tc.want {
+			t.Errorf("%s: socket options %+v, want %+v", tc.name, got, tc.want)
+		}
+		_ = c.Close()
+	}
+}

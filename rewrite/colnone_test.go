@@ -60,6 +60,8 @@ func TestColumnsOnlyTable(t *testing.T) {
 		{"a partition", `SELECT id FROM orders_2026 WHERE status = 'x'`, ``},
 		{"a partition's value", `DELETE FROM orders_2026 WHERE client_ip IS NULL`,
 			`DELETE FROM orders_2026 WHERE (client_ip IS NULL OR ` + colText{`"orders_2026"`}.ipExpired() + `)`},
+		// No row filter to miss, no value named: read as it is.
+		{"a view over it without a value", `SELECT id FROM order_ids`, ``},
 		{"a row rule's table beside it", `SELECT s.id FROM sessions s JOIN orders o ON o.id = s.id`,
 			`SELECT s.id FROM ` + join("sessions s", `"s"`, 0) + ` JOIN orders o ON o.id = s.id`},
 	}
@@ -67,9 +69,8 @@ func TestColumnsOnlyTable(t *testing.T) {
 		checkRewrite(t, rw, s, c)
 	}
 	for _, c := range []rejCase{
-		{"a view over it", `SELECT id FROM order_ids`, "0A000", []string{"client_ip"}},
 		{"a value in a function body", `CREATE FUNCTION f() RETURNS inet LANGUAGE sql AS 'SELECT client_ip FROM orders'`, "0A000", []string{"orders"}},
-		{"star without the catalog", `SELECT * FROM orders o JOIN users u ON u.id = o.id`, "0A000", []string{"client_ip"}},
+		{"star over a join merging columns", `SELECT * FROM orders o JOIN users u USING (id)`, "0A000", []string{"client_ip"}},
 	} {
 		checkReject(t, rw, s, c)
 	}

@@ -9,16 +9,15 @@ import (
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
-// Reads of expiring columns at a query level whose one FROM item is their
-// table (docs/design/column-ttl.md §2 and §3): the SELECT of the table
-// alone (the proxy's filter join aside), the UPDATE or DELETE of it
-// without FROM or USING, the DO UPDATE of an INSERT into it, and the
-// RETURNING of those writes and of the INSERT. Every reference to an
-// expiring column there, unqualified or qualified by the table's name or
-// alias, in the target list (`*` and `t.*` expanded from the catalog),
-// WHERE, HAVING, RETURNING, or the values of a SET list, is rewritten;
-// references elsewhere (GROUP BY, ORDER BY, WINDOW, other levels) are
-// left to be refused by the column check.
+// Reads of expiring columns at a query level (docs/design/column-ttl.md §2
+// and §3): a SELECT, the UPDATE or DELETE of the table (with its FROM or
+// USING items, colfrom.go), a MERGE, the DO UPDATE of an INSERT into it,
+// and the RETURNING of those writes and of the INSERT. Every reference the
+// level's scope resolves to an expiring column (colscope.go), in the
+// target list (`*` and `t.*` expanded from the catalog), WHERE, JOIN ON,
+// GROUP BY, HAVING, ORDER BY, DISTINCT ON, WINDOW, RETURNING, or the values
+// of a SET list, is rewritten; whole rows are colrow.go's. A reference
+// left unresolved is refused by the column check.
 //
 // A value reads V, the value's expression (ttl.ColumnRule.ValueExpr): the
 // value while live, NULL once expired. A predicate is rewritten so that an
@@ -50,15 +49,17 @@ import (
 // A guard does not reach into a function call's arguments: an aggregate or
 // window function reads them in other rows than the one the guard tests.
 
-// colLevel is one query level whose FROM is one table with expiring
-// columns.
+// colLevel is one query level: its FROM items and the level it is nested
+// in (colscope.go).
 type colLevel struct {
-	c *columnCheck
-	r *ttl.Rule
-	// name is how the level qualifies the table (its alias, else its
-	// name), qual the same quoted.
-	name, qual string
-	cols       []Column
+	c      *columnCheck
+	parent *colLevel
+	rels   []*colRel
+	// quals are the join conditions of the level's FROM items; merged
+	// says a join merges columns (USING, NATURAL) or hides its items
+	// behind an alias, so that `*` is not the items' columns in turn.
+	quals, fullQuals []*pg.Node
+	merged           bool
 	// pure makes every reference read V, predicates too: after grouping.
 	pure bool
 	// wrapped are the references rewritten to V.
@@ -70,53 +71,41 @@ type colLevel struct {
 
 // guards are the expiring columns whose references an enclosing guard (or
 // the live condition put in front of an atom) covers.
-type guards map[string]bool
+type guards map[guardKey]bool
 
-func (g guards) with(cols ...string) guards {
-	if len(cols) == 0 {
+func (g guards) with(keys ...guardKey) guards {
+	if len(keys) == 0 {
 		return g
 	}
-	out := make(guards, len(g)+len(cols))
+	out := make(guards, len(g)+len(keys))
 	for k := range g {
 		out[k] = true
 	}
-	for _, c := range cols {
-		out[c] = true
+	for _, k := range keys {
+		out[k] = true
 	}
 	return out
 }
 
-// level returns the level over rv, or nil when rv is no table with
-// expiring columns.
+// level returns the level of a write to rv, or nil when rv is no table
+// with expiring columns.
 func (c *columnCheck) level(rv *pg.RangeVar) *colLevel {
-	r := c.refs[rv]
-	if r == nil {
+	if c.refs[rv] == nil {
 		return nil
 	}
-	name := rv.Relname
-	if rv.Alias != nil {
-		name = rv.Alias.Aliasname
-	}
-	return &colLevel{c: c, r: r, name: name, qual: ttl.QuoteIdent(name), cols: c.w.columns(r), wrapped: map[*pg.ColumnRef]bool{}}
+	return c.tableLevel(rv)
 }
 
-// readSelect rewrites the reads of a SELECT whose FROM is one table with
-// expiring columns.
-func (c *columnCheck) readSelect(sel *pg.SelectStmt) {
-	if sel.Op != pg.SetOperation_SETOP_NONE || len(sel.FromClause) != 1 {
-		return
-	}
-	from := sel.FromClause[0]
-	// The proxy's filter join adds no column: a rewritten statement,
-	// rewritten again, is still a read of the table alone.
-	for j := from.GetJoinExpr(); j != nil && isFilterJoin(j); j = from.GetJoinExpr() {
-		from = j.Larg
-	}
-	l := c.level(from.GetRangeVar())
-	if l == nil {
-		return
-	}
+// readSelect rewrites the reads of the query level l of sel (its FROM
+// items already in l).
+func (c *columnCheck) readSelect(sel *pg.SelectStmt, l *colLevel) {
 	l.filter(sel.WhereClause, nil)
+	for _, q := range l.quals {
+		l.filter(q, nil)
+	}
+	for _, q := range l.fullQuals {
+		l.value(q, nil)
+	}
 	// After grouping, a column is read only inside the grouped
 	// expression: the GROUP BY items read V, and every reference of the
 	// levels after it (target list, HAVING, ORDER BY, windows) reads V
@@ -155,7 +144,7 @@ func (l *colLevel) sortKey(n *pg.Node, outputs map[string]bool, known bool) {
 			l.c.read[cr] = true
 			return
 		}
-		if !known && l.mine(cr) != nil {
+		if _, col, _ := l.mine(cr); !known && col != nil {
 			return
 		}
 	}
@@ -177,8 +166,18 @@ func (l *colLevel) outputNames(list []*pg.Node) (map[string]bool, bool) {
 			continue
 		}
 		if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-			for _, col := range l.cols {
-				out[col.Name] = true
+			q := ""
+			if len(cr.Fields) == 2 {
+				q = cr.Fields[0].GetString_().GetSval()
+			}
+			for _, rel := range l.rels {
+				if q != "" && rel.name != q {
+					continue
+				}
+				known = known && (rel.known || rel.filter) && len(cr.Fields) <= 2
+				for _, col := range rel.cols {
+					out[col.Name] = true
+				}
 			}
 			continue
 		}
@@ -208,9 +207,9 @@ func figureNameInternal(n *pg.Node) (string, int, bool) {
 	case nil:
 		return "", 0, true // a CASE without ELSE
 	case *pg.Node_ColumnRef:
-		f := x.ColumnRef.Fields
-		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
-			return f[len(f)-1].GetString_().GetSval(), 2, true
+		// The last field name, `*` ignored: `t.*` is named "t".
+		if name := lastName(x.ColumnRef); name != "" {
+			return name, 2, true
 		}
 	case *pg.Node_AIndirection:
 		// The last field name among the subscripts: (c).f[1] is "f".
@@ -302,8 +301,10 @@ func (c *columnCheck) readWriteLevel(l *colLevel, set []*pg.Node, where *pg.Node
 		for _, ind := range rt.GetIndirection() {
 			l.value(ind, nil)
 		}
+		c.subLevels(rt.GetVal(), l, nil)
 	}
 	l.filter(where, nil)
+	c.subLevels(where, l, nil)
 }
 
 // returning rewrites the RETURNING list of an INSERT into rv, or of an
@@ -317,27 +318,6 @@ func (c *columnCheck) returning(rv *pg.RangeVar, list []*pg.Node) {
 	if l := c.level(rv); l != nil {
 		l.targets(list)
 	}
-}
-
-// mine returns the column rule of cr when it is a reference of this level
-// to an expiring column: `c` or `q.c` with q the level's qualifier.
-func (l *colLevel) mine(cr *pg.ColumnRef) *ttl.ColumnRule {
-	var name string
-	switch f := cr.Fields; len(f) {
-	case 1:
-		if l.qualifiedOnly {
-			return nil
-		}
-		name = f[0].GetString_().GetSval()
-	case 2:
-		if f[0].GetString_().GetSval() == l.name {
-			name = f[1].GetString_().GetSval()
-		}
-	}
-	if name == "" {
-		return nil
-	}
-	return l.r.ExpiringColumn(name)
 }
 
 // targets rewrites a target list. An entry without a name of its own whose
@@ -358,7 +338,13 @@ func (l *colLevel) targets(list []*pg.Node) {
 			continue
 		}
 		ref, _ := nameSource(rt.Val)
-		if ref == nil || !l.wrapped[ref] {
+		name := ""
+		switch fc := funcSource(rt.Val); {
+		case ref != nil && l.wrapped[ref]:
+			name = lastName(ref)
+		case fc != nil && l.c.funcs[fc]:
+			name = fc.Funcname[0].GetString_().GetSval()
+		default:
 			continue
 		}
 		ts := l.c.w.tokens()
@@ -379,23 +365,40 @@ func (l *colLevel) targets(list []*pg.Node) {
 			l.c.w.fail(internalError("cannot locate the end of a target list entry"))
 			return
 		}
-		l.c.w.insert(ts[last].end, " AS "+ttl.QuoteIdent(ref.Fields[len(ref.Fields)-1].GetString_().GetSval()))
+		l.c.w.insert(ts[last].end, " AS "+ttl.QuoteIdent(name))
 	}
 }
 
-// star expands `*` or `q.*` (q the level's qualifier) in a target or
-// RETURNING list into the catalog's columns, in their order, each expiring
-// column as `V AS "c"` and the others as `q."a"`, and reports whether cr
-// was such a `*`. Without the catalog's columns it is left to be refused.
+// star expands `*` or `q.*` in a target or RETURNING list when it
+// carries a table with expiring columns: `q.*` of such a table into the
+// catalog's columns, in their order, each expiring column as `V AS "c"`
+// and the others as `q."a"`; `*` into each FROM item's columns in turn (a
+// table with expiring columns so, any other as `x.*`). It reports whether
+// cr was such a `*`; one that cannot be expanded (no catalog, an item
+// without a name, a join merging columns) is left to be refused.
 func (l *colLevel) star(cr *pg.ColumnRef) bool {
 	f := cr.Fields
-	if len(f) == 0 || f[len(f)-1].GetAStar() == nil {
+	if len(f) == 0 || f[len(f)-1].GetAStar() == nil || len(f) > 2 {
 		return false
 	}
-	if len(f) > 2 || (len(f) == 2 && f[0].GetString_().GetSval() != l.name) {
+	rels := l.rels
+	if len(f) == 2 {
+		rels = nil
+		for _, rel := range l.rels {
+			if rel.name == f[0].GetString_().GetSval() {
+				rels = []*colRel{rel}
+				break
+			}
+		}
+	}
+	expiring := false
+	for _, rel := range rels {
+		expiring = expiring || rel.r != nil || rel.tainted
+	}
+	if !expiring {
 		return false
 	}
-	if len(l.cols) == 0 {
+	if len(f) == 1 && l.merged {
 		return true
 	}
 	ts := l.c.w.tokens()
@@ -405,15 +408,24 @@ func (l *colLevel) star(cr *pg.ColumnRef) bool {
 	}
 	end := ts.nameEnd(i)
 	var b strings.Builder
-	for k, col := range l.cols {
-		if k > 0 {
+	for _, rel := range rels {
+		item := ""
+		switch {
+		case rel.filter:
+			continue
+		case rel.r == nil && (rel.name == "" || rel.tainted):
+			return true
+		case rel.r == nil:
+			item = rel.qual + ".*"
+		default:
+			if item = rel.columnList(true); item == "" {
+				return true
+			}
+		}
+		if b.Len() > 0 {
 			b.WriteString(", ")
 		}
-		if e := l.r.ExpiringColumn(col.Name); e != nil {
-			b.WriteString(e.ValueExpr(l.r, l.qual, col.Type) + " AS " + ttl.QuoteIdent(col.Name))
-			continue
-		}
-		b.WriteString(l.qual + "." + ttl.QuoteIdent(col.Name))
+		b.WriteString(item)
 	}
 	l.c.w.replace(ts[i].start, ts[end-1].end, b.String())
 	l.c.read[cr] = true
@@ -428,8 +440,7 @@ func (l *colLevel) star(cr *pg.ColumnRef) bool {
 func nameSource(n *pg.Node) (*pg.ColumnRef, int) {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_ColumnRef:
-		f := x.ColumnRef.Fields
-		if len(f) > 0 && f[len(f)-1].GetString_() != nil {
+		if lastName(x.ColumnRef) != "" {
 			return x.ColumnRef, 2
 		}
 	case *pg.Node_AIndirection:
@@ -487,27 +498,27 @@ func (l *colLevel) filter(n *pg.Node, g guards) {
 		}
 	}
 	// An atom.
-	var cols []string
-	seen := map[string]bool{}
-	l.strictRoot(n, func(col *ttl.ColumnRule) {
-		if !g[col.Column] && !seen[col.Column] {
-			seen[col.Column] = true
-			cols = append(cols, col.Column)
+	var keys []guardKey
+	seen := map[guardKey]bool{}
+	l.strictRoot(n, func(rel *colRel, col *ttl.ColumnRule) {
+		k := guardKey{rel, col.Column}
+		if !g[k] && !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
 		}
 	})
-	if len(cols) > 0 {
+	if len(keys) > 0 {
 		start := l.atomStart(n)
 		if start < 0 {
 			return
 		}
 		var b strings.Builder
-		for _, name := range cols {
-			e := l.r.ExpiringColumn(name).Expiry(l.r)
-			b.WriteString(e.LiveCondition(l.qual, "now()"))
+		for _, k := range keys {
+			b.WriteString(k.rel.live(k.rel.r.ExpiringColumn(k.col)))
 			b.WriteString(" AND ")
 		}
 		l.c.w.insertLast(l.c.w.tokens()[start].start, b.String())
-		g = g.with(cols...)
+		g = g.with(keys...)
 	}
 	l.value(n, g)
 }
@@ -516,19 +527,21 @@ func (l *colLevel) filter(n *pg.Node, g guards) {
 // filter is set, recognising the guards among them.
 func (l *colLevel) boolArgs(b *pg.BoolExpr, g guards, filter bool) {
 	guard := map[*pg.Node]bool{}
-	var cols []string
+	var keys []guardKey
 	for _, arg := range b.Args {
-		if col := l.guardOf(arg, b.Boolop); col != "" {
+		if k, ok := l.guardOf(arg, b.Boolop); ok {
 			guard[arg] = true
-			cols = append(cols, col)
+			keys = append(keys, k)
 		}
 	}
-	g = g.with(cols...)
+	g = g.with(keys...)
 	for _, arg := range b.Args {
 		switch {
 		case guard[arg]:
 			// The expiry columns it reads are not expiring columns
-			// (ttl.Rule.Validate).
+			// (ttl.Rule.Validate); walked only to resolve their names
+			// (a column alias list may give them any).
+			l.value(arg, g)
 		case filter:
 			l.filter(arg, g)
 		default:
@@ -538,34 +551,44 @@ func (l *colLevel) boolArgs(b *pg.BoolExpr, g guards, filter bool) {
 }
 
 // guardOf returns the expiring column whose live condition (op AND) or
-// expired condition (op OR) arg is, or "".
-func (l *colLevel) guardOf(arg *pg.Node, op pg.BoolExprType) string {
+// expired condition (op OR) arg is.
+func (l *colLevel) guardOf(arg *pg.Node, op pg.BoolExprType) (guardKey, bool) {
 	// A live condition is an OR, an expired condition its NOT.
 	shape := pg.BoolExprType_OR_EXPR
 	if op == pg.BoolExprType_OR_EXPR {
 		shape = pg.BoolExprType_NOT_EXPR
 	}
 	if be := arg.GetBoolExpr(); be == nil || be.Boolop != shape {
-		return ""
+		return guardKey{}, false
 	}
 	lo, hi := locRange(arg)
 	ts := l.c.w.tokens()
 	s := ts.at(lo)
 	if s < 1 || ts[s-1].kind != pg.Token_ASCII_40 {
-		return ""
+		return guardKey{}, false
 	}
 	at := ts[s-1].start
-	for i := range l.r.Columns {
-		e := l.r.Columns[i].Expiry(l.r)
-		want := e.LiveCondition(l.qual, "now()")
-		if op == pg.BoolExprType_OR_EXPR {
-			want = e.ExpiredCondition(l.qual, "now()")
+	var found guardKey
+	ok := false
+	l.expiringRels(func(rel *colRel) {
+		if ok {
+			return
 		}
-		if hi < at+len(want) && l.c.w.matchText(at, want) {
-			return l.r.Columns[i].Column
+		if near, _ := l.named(rel.name); near != rel {
+			return
 		}
-	}
-	return ""
+		for i := range rel.r.Columns {
+			want := rel.live(&rel.r.Columns[i])
+			if op == pg.BoolExprType_OR_EXPR {
+				want = rel.expired(&rel.r.Columns[i])
+			}
+			if hi < at+len(want) && l.c.w.matchText(at, want) {
+				found, ok = guardKey{rel, rel.r.Columns[i].Column}, true
+				return
+			}
+		}
+	})
+	return found, ok
 }
 
 // nullTest rewrites `c IS [NOT] NULL` of a column of this level and
@@ -575,12 +598,12 @@ func (l *colLevel) nullTest(nt *pg.NullTest, g guards) bool {
 	if cr == nil || nt.Argisrow {
 		return false
 	}
-	col := l.mine(cr)
-	if col == nil || l.pure {
+	rel, col, owner := l.mine(cr)
+	if col == nil || owner.pure {
 		return false
 	}
 	l.c.read[cr] = true
-	if g[col.Column] {
+	if g[guardKey{rel, col.Column}] {
 		return true
 	}
 	ts := l.c.w.tokens()
@@ -602,10 +625,9 @@ func (l *colLevel) nullTest(nt *pg.NullTest, g guards) bool {
 		l.c.w.fail(internalError("cannot locate IS NULL"))
 		return true
 	}
-	e := col.Expiry(l.r)
-	tail := " OR " + e.ExpiredCondition(l.qual, "now()") + ")"
+	tail := " OR " + rel.expired(col) + ")"
 	if nt.Nulltesttype == pg.NullTestType_IS_NOT_NULL {
-		tail = " AND " + e.LiveCondition(l.qual, "now()") + ")"
+		tail = " AND " + rel.live(col) + ")"
 	}
 	l.c.w.insert(ts[start].start, "(")
 	l.c.w.insert(ts[end].end, tail)
@@ -649,8 +671,19 @@ func (l *colLevel) value(n *pg.Node, g guards) {
 		}
 		l.value(ce.Defresult, g)
 		return
+	case *pg.Node_RowExpr:
+		done := l.rowStars(x.RowExpr.Args)
+		for _, a := range x.RowExpr.Args {
+			if !done[a] {
+				l.value(a, g)
+			}
+		}
+		return
 	case *pg.Node_FuncCall:
 		fc := x.FuncCall
+		if l.funcColumn(fc) {
+			return
+		}
 		if !caseFold(fc) {
 			// An aggregate's or a window function's arguments are read in
 			// other rows than the one a guard tests (first_value(c) OVER
@@ -693,15 +726,27 @@ func (l *colLevel) children(m protoreflect.Message, g guards) {
 // unless a guard covers it. Without the column's type from the catalog it
 // is left to be refused.
 func (l *colLevel) ref(cr *pg.ColumnRef, g guards) {
-	col := l.mine(cr)
-	if col == nil {
+	if l.wholeRow(cr) {
 		return
 	}
-	if g[col.Column] {
+	rel, col, owner := l.mine(cr)
+	if col == nil {
+		// Another FROM item's column: read at its own level.
+		if rel != nil && !rel.tainted {
+			l.c.read[cr] = true
+		}
+		return
+	}
+	if g[guardKey{rel, col.Column}] {
 		l.c.read[cr] = true
 		return
 	}
-	typ := columnType(l.cols, col.Column)
+	if owner != l && owner.pure {
+		// PostgreSQL matches a grouped expression at its own level only:
+		// V of an outer grouped level's column would be ungrouped here.
+		return
+	}
+	typ := rel.typeOf(col)
 	if typ == "" {
 		return
 	}
@@ -711,7 +756,7 @@ func (l *colLevel) ref(cr *pg.ColumnRef, g guards) {
 		return
 	}
 	end := ts.nameEnd(i)
-	text := col.ValueExpr(l.r, l.qual, typ)
+	text := rel.value(col, typ)
 	if ts.kind(end) == pg.Token_ASCII_91 {
 		text = "(" + text + ")" // CASE … END[1] does not parse
 	}
@@ -745,7 +790,7 @@ func strictOp(name []*pg.Node) bool {
 // strictRoot calls fn for each expiring column of this level that stands
 // in a null-rejecting position of the atom n: a NULL there makes n NULL or
 // FALSE, never TRUE.
-func (l *colLevel) strictRoot(n *pg.Node, fn func(*ttl.ColumnRule)) {
+func (l *colLevel) strictRoot(n *pg.Node, fn func(*colRel, *ttl.ColumnRule)) {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_ColumnRef:
 		l.strictChain(n, fn) // a boolean column
@@ -785,11 +830,11 @@ func (l *colLevel) strictRoot(n *pg.Node, fn func(*ttl.ColumnRule)) {
 // strictChain calls fn for the expiring column of this level that n is,
 // or that n reaches through expressions NULL on a NULL input: COLLATE and
 // lower() and upper(), which an expression index may serve.
-func (l *colLevel) strictChain(n *pg.Node, fn func(*ttl.ColumnRule)) {
+func (l *colLevel) strictChain(n *pg.Node, fn func(*colRel, *ttl.ColumnRule)) {
 	switch x := n.GetNode().(type) {
 	case *pg.Node_ColumnRef:
-		if col := l.mine(x.ColumnRef); col != nil {
-			fn(col)
+		if rel, col, owner := l.mine(x.ColumnRef); col != nil && !owner.pure {
+			fn(rel, col)
 		}
 	case *pg.Node_CollateClause:
 		l.strictChain(x.CollateClause.Arg, fn)
@@ -857,4 +902,16 @@ func locRange(n *pg.Node) (lo, hi int) {
 		return true
 	})
 	return lo, hi
+}
+
+// lastName returns the last field name of a column reference, `*`
+// ignored, as PostgreSQL's FigureColname takes it; "" without one.
+func lastName(cr *pg.ColumnRef) string {
+	name := ""
+	for _, f := range cr.Fields {
+		if f.GetString_() != nil {
+			name = f.GetString_().GetSval()
+		}
+	}
+	return name
 }

@@ -50,8 +50,7 @@ func TestExpiringColumnStar(t *testing.T) {
 		checkReject(t, rw, nil, c)
 	}
 	for _, c := range []rejCase{
-		{"a join", `SELECT * FROM orders o JOIN users u ON u.id = o.id`, "", []string{"client_ip"}},
-		{"star as a value", `SELECT row_to_json(o.*) FROM orders o`, "", []string{"client_ip"}},
+		{"a join merging columns", `SELECT * FROM orders o JOIN users u USING (id)`, "", []string{"client_ip"}},
 		{"TABLE", `TABLE orders`, "", []string{"client_ip"}},
 		{"schema-qualified star", `SELECT public.orders.* FROM public.orders`, "", []string{"client_ip"}},
 	} {
@@ -101,9 +100,8 @@ func TestExpiringColumnReturning(t *testing.T) {
 		checkStable(t, rw, s, c)
 	}
 	for _, c := range []rejCase{
-		{"update from", `UPDATE orders SET status = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note`, "", []string{"note"}},
-		{"delete using", `DELETE FROM orders USING users u WHERE u.id = orders.id RETURNING *`, "", []string{"client_ip"}},
-		{"a whole row", `DELETE FROM orders RETURNING orders`, "", []string{"whole-row"}},
+		{"update from writing the column", `UPDATE orders SET note = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note`, "", []string{"note"}},
+		{"delete using, unqualified beside unknown columns", `DELETE FROM orders USING users u WHERE u.id = orders.id RETURNING note`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)
@@ -161,7 +159,6 @@ func TestExpiringColumnOrderGroup(t *testing.T) {
 	for _, c := range []rejCase{
 		{"an output name the proxy cannot figure", `SELECT (SELECT 1) , id FROM orders ORDER BY note`, "", []string{"note"}},
 		{"order by of a set operation", `SELECT id FROM orders UNION SELECT id FROM orders ORDER BY note`, "", []string{"note"}},
-		{"order by of a join", `SELECT o.id FROM orders o JOIN users u ON u.id = o.id ORDER BY o.note`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)

@@ -13,7 +13,8 @@ import (
 // instead of being served the expired value. The check is blind to scope,
 // which errs toward refusing: a column reference of that name is refused
 // whatever relation it belongs to, a name that is the table's or its alias
-// is taken for a whole-row reference. It reads names and structure only,
+// is taken for a whole-row reference, unless the reads resolved it
+// (colscope.go: read, or another FROM item's column). It reads names and structure only,
 // never literals (the recognition of the proxy's own expressions says when
 // it does, walker.matchText), so shapes share its outcome.
 //
@@ -33,8 +34,10 @@ import (
 //     list whose columns the catalog cannot give, a COPY TO of a table
 //     whose columns the catalog cannot give (copy.go reads the values
 //     when it can);
-//   - a view that reads the table, directly or through other views: its
-//     definition runs inside the server.
+//
+// A view over the table is not checked here: colviews.go decides whether
+// its definition reads the values as the reads do, and leaky.go expands or
+// refuses it when it does not.
 //
 // DDL that names the column without reading or writing its values
 // (CREATE TABLE, ALTER TABLE, CREATE INDEX, COMMENT, …) is not checked.
@@ -68,9 +71,7 @@ func (w *walker) expiringColumns(stmt *pg.Node) {
 		if r := w.peekRule(rv); r != nil && len(r.Columns) > 0 {
 			refs[rv] = r
 			order = append(order, expiringRef{r, rv})
-			return
 		}
-		w.viewOverExpiring(rv)
 	})
 	if w.err != nil || len(order) == 0 {
 		return
@@ -86,9 +87,17 @@ func (w *walker) expiringColumns(stmt *pg.Node) {
 		c.names[rv.Relname] = r
 		if rv.Alias != nil {
 			c.names[rv.Alias.Aliasname] = r
-			if len(rv.Alias.Colnames) > 0 {
+			// A column alias list may rename an expiring column: each of
+			// its names may be one (colscope.go resolves them by position,
+			// from the catalog's columns).
+			if cols := w.columns(r); len(rv.Alias.Colnames) > 0 && len(cols) < len(rv.Alias.Colnames) {
 				w.fail(errExpiringColumn(r, r.Columns[0].Column, "the column alias list of "+ttl.QuoteIdent(rv.Alias.Aliasname)))
 				return
+			}
+			for _, n := range rv.Alias.Colnames {
+				if name := n.GetString_().GetSval(); c.columns[name] == nil {
+					c.columns[name] = r
+				}
 			}
 		}
 	}
@@ -125,49 +134,6 @@ func (w *walker) peekRule(rv *pg.RangeVar) *ttl.Rule {
 	return nil
 }
 
-// viewOverExpiring fails the walk when rv names a view (CatalogData.Views)
-// that reads a table with expiring columns, directly or through other
-// views: its definition runs inside the server, where the proxy cannot hide
-// the values.
-func (w *walker) viewOverExpiring(rv *pg.RangeVar) {
-	cat := w.s.Catalog
-	if cat == nil || len(cat.d.Views) == 0 {
-		return
-	}
-	key := rv.Schemaname + "." + rv.Relname
-	if rv.Schemaname == "" {
-		key = w.resolveIn(rv.Relname, cat.viewKeys)
-	}
-	if _, ok := cat.d.Views[key]; !ok {
-		return
-	}
-	seen := map[string]bool{}
-	var reads func(name string, depth int) *ttl.Rule
-	reads = func(name string, depth int) *ttl.Rule {
-		if seen[name] || depth > maxViewDepth {
-			return nil
-		}
-		seen[name] = true
-		v, isView := cat.d.Views[name]
-		if !isView {
-			parts := childNames(name)
-			if r := w.ruleAt(name[:len(name)-len(parts[1])-1], parts[1]); r != nil && len(r.Columns) > 0 {
-				return r
-			}
-			return nil
-		}
-		for _, r := range v.Reads {
-			if rule := reads(r, depth+1); rule != nil {
-				return rule
-			}
-		}
-		return nil
-	}
-	if r := reads(key, 0); r != nil {
-		w.fail(errExpiringColumn(r, r.Columns[0].Column, "view "+key+", which reads the table inside the server"))
-	}
-}
-
 // columnCheck is the walk of one statement for expiring columns.
 type columnCheck struct {
 	w *walker
@@ -182,8 +148,19 @@ type columnCheck struct {
 	// FROM items without such a table: they carry no expiring column.
 	stars map[*pg.ColumnRef]bool
 	// read are the references the reads of colread.go rewrote to the
-	// value's expression or left under a live or expired condition.
+	// value's expression or left under a live or expired condition, and
+	// those that name a column of another FROM item (colscope.go).
 	read map[*pg.ColumnRef]bool
+	// unqualified are the references left unresolved because a FROM item
+	// in scope has columns the proxy does not know.
+	unqualified map[*pg.ColumnRef]bool
+	// done are the query levels read.
+	done map[*pg.SelectStmt]bool
+	// funcs are the calls in functional notation read as columns.
+	funcs map[*pg.FuncCall]bool
+	// natural are the NATURAL joins whose merged columns are known and
+	// none of them an expiring column (colscope.go).
+	natural map[*pg.JoinExpr]bool
 }
 
 func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
@@ -232,7 +209,8 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 }
 
 func (c *columnCheck) run(stmt *pg.Node) {
-	c.stars, c.read = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
+	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
+	c.done, c.funcs, c.natural = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}, map[*pg.JoinExpr]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
 	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
@@ -271,7 +249,7 @@ func (c *columnCheck) visit(n any) {
 	switch x := n.(type) {
 	case *pg.SelectStmt:
 		c.allowStars(x.TargetList, x.FromClause...)
-		c.readSelect(x)
+		c.selectLevel(x, nil, nil)
 	case *pg.InsertStmt:
 		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
 		r := c.refs[x.Relation]
@@ -293,11 +271,16 @@ func (c *columnCheck) visit(n any) {
 		c.returning(x.Relation, x.ReturningList)
 	case *pg.UpdateStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.FromClause...)...)
-		if r := c.refs[x.Relation]; r != nil {
-			if len(x.FromClause) > 0 {
+		if len(x.FromClause) > 0 {
+			if r := c.refs[x.Relation]; r != nil {
 				c.targets(r, x.TargetList, "UPDATE … SET … FROM")
-				return
 			}
+			if c.w.err == nil {
+				c.readJoinedWrite(x.Relation, x.FromClause, x.WithClause, x.TargetList, x.WhereClause, x.ReturningList)
+			}
+			return
+		}
+		if r := c.refs[x.Relation]; r != nil {
 			c.readWrite(x.Relation, x.TargetList, x.WhereClause)
 			c.writeUpdate(r, x)
 			c.returning(x.Relation, x.ReturningList)
@@ -307,19 +290,22 @@ func (c *columnCheck) visit(n any) {
 		if len(x.UsingClause) == 0 {
 			c.readWrite(x.Relation, nil, x.WhereClause)
 			c.returning(x.Relation, x.ReturningList)
-		}
-	case *pg.MergeStmt:
-		r := c.refs[x.Relation]
-		if r == nil {
 			return
 		}
-		for _, wc := range x.MergeWhenClauses {
-			mw := wc.GetMergeWhenClause()
-			if mw.GetCommandType() == pg.CmdType_CMD_INSERT && len(mw.TargetList) == 0 && len(mw.Values) > 0 {
-				c.fail(r, r.Columns[0].Column, "MERGE … INSERT without a column list")
-				return
+		c.readJoinedWrite(x.Relation, x.UsingClause, x.WithClause, nil, x.WhereClause, x.ReturningList)
+	case *pg.MergeStmt:
+		if r := c.refs[x.Relation]; r != nil {
+			for _, wc := range x.MergeWhenClauses {
+				mw := wc.GetMergeWhenClause()
+				if mw.GetCommandType() == pg.CmdType_CMD_INSERT && len(mw.TargetList) == 0 && len(mw.Values) > 0 {
+					c.fail(r, r.Columns[0].Column, "MERGE … INSERT without a column list")
+					return
+				}
+				c.targets(r, mw.GetTargetList(), "MERGE")
 			}
-			c.targets(r, mw.GetTargetList(), "MERGE")
+		}
+		if c.w.err == nil {
+			c.readMerge(x)
 		}
 	case *pg.CopyStmt:
 		r := c.refs[x.Relation]
@@ -352,7 +338,7 @@ func (c *columnCheck) visit(n any) {
 		if r == nil {
 			return
 		}
-		if x.IsNatural {
+		if x.IsNatural && !c.natural[x] {
 			c.fail(r, r.Columns[0].Column, "NATURAL JOIN")
 			return
 		}
@@ -363,7 +349,7 @@ func (c *columnCheck) visit(n any) {
 			}
 		}
 	case *pg.FuncCall:
-		if len(x.Funcname) > 0 && len(x.Args) == 1 {
+		if len(x.Funcname) > 0 && len(x.Args) == 1 && !c.funcs[x] {
 			if name := x.Funcname[len(x.Funcname)-1].GetString_().GetSval(); c.columns[name] != nil {
 				c.fail(c.columns[name], name, "the functional notation "+ttl.QuoteIdent(name)+"(…)")
 			}
@@ -400,6 +386,10 @@ func (c *columnCheck) columnRef(cr *pg.ColumnRef) {
 	// column.
 	for _, n := range f {
 		if r := c.columns[n.GetString_().GetSval()]; r != nil {
+			if c.unqualified[cr] {
+				c.w.fail(errUnqualifiedColumn(r, n.GetString_().GetSval()))
+				return
+			}
 			c.fail(r, n.GetString_().GetSval(), "the reference "+columnRefText(f))
 			return
 		}

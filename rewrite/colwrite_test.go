@@ -99,7 +99,7 @@ func TestExpiringColumnWrites(t *testing.T) {
 	for _, c := range []rejCase{
 		{"insert of a star without a column list", `INSERT INTO orders SELECT * FROM orders_2026`, "", []string{"INSERT without a column list"}},
 		{"insert of more values than columns", `INSERT INTO orders VALUES (1, 2, 3, 4, 5, 6, 7, 8)`, "", []string{"INSERT without a column list"}},
-		{"on conflict set reading another level", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT name FROM users WHERE ip = o.client_ip)`, "", []string{"client_ip"}},
+		{"on conflict set reading another level unqualified", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT name FROM users WHERE ip = client_ip)`, "", []string{"client_ip"}},
 		{"merge", `MERGE INTO orders o USING staging s ON o.id = s.id WHEN MATCHED THEN UPDATE SET client_ip = s.ip`, "", []string{"client_ip"}},
 		{"update from", `UPDATE orders SET client_ip = u.ip FROM users u WHERE u.id = orders.id`, "", []string{"client_ip"}},
 		{"returning of update from", `UPDATE orders SET status = u.name FROM users u WHERE u.id = orders.id RETURNING client_ip`, "", []string{"client_ip"}},

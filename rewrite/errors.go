@@ -166,7 +166,7 @@ func errSessionTTLInvalid(r *ttl.Rule, value string) *Error {
 // errLeakyView: a view or materialized view reads a TTL table (or such a
 // view, reads) inside the server, where the proxy cannot filter (0A000).
 func errLeakyView(view, reads string, materialized bool) *Error {
-	why := fmt.Sprintf("it reads %s inside the server, where the proxy cannot hide expired rows", reads)
+	why := fmt.Sprintf("it reads %s inside the server, where the proxy cannot hide expired rows or values", reads)
 	if materialized {
 		why = fmt.Sprintf("its rows of %s were computed at its last refresh and may have expired since", reads)
 	}
@@ -196,7 +196,21 @@ func errExpiringColumn(r *ttl.Rule, column, how string) *Error {
 		Code: sqlstate.FeatureNotSupported,
 		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it through %s, where the proxy does not hide expired values yet",
 			ttl.QuoteIdent(column), r.QualifiedName(), how),
-		Detail: "The proxy reads an expiring column only as a plain column in the target list of a SELECT whose FROM is the table alone; a statement that names it anywhere else is refused.",
+		Detail: "The proxy reads an expiring column where it can rewrite the read exactly; a statement that names it anywhere else is refused.",
 		Hint:   "Select the column by name from the table alone and leave it out of every other clause; list the other columns instead of * or a whole-row reference; write it through a direct connection.",
+	}
+}
+
+// errUnqualifiedColumn: a statement names column, an expiring column of the
+// rule's table, without a qualifier at a query level where a FROM item has
+// columns the proxy does not know, so that it cannot tell which item the
+// name reads (0A000).
+func errUnqualifiedColumn(r *ttl.Rule, column string) *Error {
+	return &Error{
+		Code: sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it without a qualifier beside a relation whose columns the proxy does not know",
+			ttl.QuoteIdent(column), r.QualifiedName()),
+		Detail: "The proxy knows the columns of its TTL tables only; an unqualified name could be another relation's column.",
+		Hint:   "Qualify the column with its table's name or alias.",
 	}
 }

@@ -131,18 +131,36 @@ func (rw *Rewriter) mentionsCatalogName(sql string, s *Session) bool {
 }
 
 // leakyKey returns the "schema.name" of the view that may return expired
-// rows rv (a reference outside the CTEs of sc) names, and what it reads.
+// rows, or expired values of an expiring column (colviews.go), rv (a
+// reference outside the CTEs of sc) names, and what it reads. Under rules
+// with expiring columns a table without a row rule makes no view leak rows.
 func (w *walker) leakyKey(rv *pg.RangeVar, sc *scope) (key, reads string, ok bool) {
 	cat := w.s.Catalog
-	if cat == nil || len(cat.leaky) == 0 {
+	columns := w.rw.hasColumns && cat != nil && len(cat.viewKeys) > 0
+	if cat == nil || (len(cat.leaky) == 0 && !columns) {
 		return "", "", false
+	}
+	known := cat.leaky
+	if columns {
+		known = cat.viewKeys
 	}
 	if rv.Schemaname != "" {
 		key = rv.Schemaname + "." + rv.Relname
 	} else if !sc.has(rv.Relname) {
-		key = w.resolveIn(rv.Relname, cat.leaky)
+		key = w.resolveIn(rv.Relname, known)
 	}
-	reads, ok = cat.leaky[key]
+	if reads, ok = cat.leaky[key]; !columns {
+		return key, reads, ok
+	}
+	if ok {
+		if reads = w.columnViews().rowLeaky(key, reads); reads != "" {
+			return key, reads, true
+		}
+	}
+	// A view that shows expired values of an expiring column
+	// (colviews.go) is expanded and refused like one that shows expired
+	// rows.
+	reads, ok = w.columnLeaky(key)
 	return key, reads, ok
 }
 
@@ -172,8 +190,9 @@ func (w *walker) leakyView(rv *pg.RangeVar, sc *scope) (rule *ttl.Rule, ok bool)
 // operation or WITH: what PostgreSQL can update through), with the view's
 // name and the view's names for the columns the rule reads, so that the
 // filter and the stamp are written on the view and reach the table through
-// it. nil for any other view, one that hides a column the rule needs, and a
-// sidecar rule (the registry is keyed by the table's columns).
+// it. nil for any other view, one that hides a column the rule needs, a
+// sidecar rule (the registry is keyed by the table's columns) and a table
+// with expiring columns (writes are not read through the view's names).
 func (w *walker) viewRule(key string) *ttl.Rule {
 	v := w.s.Catalog.d.Views[key]
 	if v.Materialized || len(v.Reads) != 1 || v.Definition == "" {
@@ -182,7 +201,7 @@ func (w *walker) viewRule(key string) *ttl.Rule {
 	names := childNames(v.Reads[0])
 	sch := v.Reads[0][:len(v.Reads[0])-len(names[1])-1]
 	r := w.ruleAt(sch, names[1])
-	if r == nil || r.RuleKind() == ttl.KindSidecar || !r.HasRowRule() {
+	if r == nil || r.RuleKind() == ttl.KindSidecar || !r.HasRowRule() || len(r.Columns) > 0 {
 		return nil
 	}
 	tree, err := pg.Parse(strings.TrimRight(strings.TrimSpace(v.Definition), "; \t\n"))
@@ -260,7 +279,7 @@ func (w *walker) expandView(rv *pg.RangeVar, sc *scope, tableForm bool) bool {
 	}
 	inner, e := w.rw.rewriteView(v.Definition, w.s, w.viewDepth+1)
 	if e != nil {
-		w.fail(e)
+		w.fail(inView(key, e))
 		return true
 	}
 	ts := w.tokens()

@@ -56,6 +56,9 @@ type walker struct {
 	// listed marks INSERTs without a column list that the stamps of
 	// expiring columns gave one (colwrite.go).
 	listed map[*pg.InsertStmt]bool
+	// colViews decides which views show expired values of expiring
+	// columns (colviews.go), made on first use.
+	colViews *columnViews
 }
 
 // newWalker returns a walker for sql; lits, when known, are its literals.

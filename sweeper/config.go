@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -78,6 +79,11 @@ type Config struct {
 	// CDCOrigin, when set, is the replication origin the sweeper's deletes
 	// carry, for change-data-capture consumers to filter them (origin.go).
 	CDCOrigin string
+	// DialFunc, when set, dials every connection of the sweeper (its pool,
+	// and the connections of index builds and partition drops), so that
+	// they carry the proxy's upstream_tcp keepalive and TCP_USER_TIMEOUT;
+	// nil is pgconn's dialer.
+	DialFunc pgconn.DialFunc
 	// BatchPause is the mean pause between batches; 0 means none
 	// (DefaultConfig sets DefaultBatchPause); negative is an error.
 	BatchPause time.Duration

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -76,7 +74,7 @@ func (s *Sweeper) createIndex(ctx context.Context, r *ttl.Rule, col string) erro
 	if indexed, err := s.btreeIndexed(ctx, r, col); err != nil || indexed {
 		return err
 	}
-	conn, err := pgx.Connect(ctx, s.cfg.DSN)
+	conn, err := s.connect(ctx)
 	if err != nil {
 		return err
 	}

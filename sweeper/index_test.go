@@ -1,6 +1,9 @@
 package sweeper
 
 import (
+	"context"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,7 +13,8 @@ import (
 // TestCreateIndex: with create_index the sweeper builds the missing
 // indexes on the expiry column and on an expiring column's expiry column
 // at start, concurrently, and sweeps as usual; a derived expiring column's
-// base column gets none.
+// base column gets none. Every connection, the pool's and the index
+// builds' own, is dialled with Config.DialFunc.
 func TestCreateIndex(t *testing.T) {
 	e := setup(t)
 	createSessions(t, e, "unindexed", 50, 5, 0)
@@ -21,7 +25,13 @@ func TestCreateIndex(t *testing.T) {
 		{Column: "note", ExpiresAtColumn: "note_exp"},
 		{Column: "memo", BaseColumn: "created_at", ExpireAfter: time.Hour},
 	}
-	s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}, Interval: time.Hour})
+	var dials atomic.Int32
+	var d net.Dialer
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}
+	s := e.newSweeper(t, Config{Rules: []ttl.Rule{r}, Interval: time.Hour, DialFunc: dial})
 	if err := s.Start(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +53,10 @@ func TestCreateIndex(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.Stop()
+	// The pool's connection and one per index build.
+	if n := dials.Load(); n < 3 {
+		t.Errorf("%d connections dialled with Config.DialFunc, want at least 3", n)
+	}
 	// Exactly the two indexes were added.
 	var n int
 	if err := e.conn.QueryRow(e.ctx, "SELECT count(*) FROM pg_indexes WHERE tablename = 'unindexed'").Scan(&n); err != nil || n != 3 {

@@ -138,7 +138,7 @@ func (s *Sweeper) expiredPartitions(ctx context.Context, r *ttl.Rule, cutoff tim
 // dropPartitions detaches and drops parts of r on a connection of its own
 // that holds r's partition lock.
 func (s *Sweeper) dropPartitions(ctx context.Context, log *slog.Logger, r *ttl.Rule, parts []partition, concurrently bool) (int, error) {
-	conn, err := pgx.Connect(ctx, s.cfg.DSN)
+	conn, err := s.connect(ctx)
 	if err != nil {
 		return 0, err
 	}

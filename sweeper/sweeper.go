@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -137,6 +138,9 @@ func New(cfg Config) (*Sweeper, error) {
 	// Per worker, one connection holds the slice's advisory lock and one
 	// runs its batches; one more serves the odd catalog query without
 	// waiting.
+	if cfg.DialFunc != nil {
+		pcfg.ConnConfig.DialFunc = cfg.DialFunc
+	}
 	pcfg.MaxConns = int32(2*cfg.Workers + 1)
 	rp := pcfg.ConnConfig.RuntimeParams
 	// The server-side timeout of each batch, so that a stuck DELETE is
@@ -742,4 +746,17 @@ func (s *Sweeper) pause(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// connect opens a connection of its own to the sweeper's DSN, outside the
+// pool, dialled as the pool's.
+func (s *Sweeper) connect(ctx context.Context) (*pgx.Conn, error) {
+	conf, err := pgx.ParseConfig(s.cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.DialFunc != nil {
+		conf.DialFunc = s.cfg.DialFunc
+	}
+	return pgx.ConnectConfig(ctx, conf)
 }

@@ -263,6 +263,9 @@ func TestColumnOracle(t *testing.T) {
 		setup = append(setup, tb.createSQL)
 	}
 	setup = append(setup, colOracleData(tables)...)
+	// A table without a rule, the same on both sides.
+	setup = append(setup, `CREATE TABLE plain (id int PRIMARY KEY, grp int, info text)`,
+		`INSERT INTO plain SELECT i, i % 4, 'p' || i FROM generate_series(1, 40, 2) i`)
 	s := newStack(t, stackOptions{setup: setup, rules: colOracleRules()})
 	ctx := context.Background()
 
@@ -788,30 +791,38 @@ func (g *colGen) where() string {
 // statement generates one case.
 func (g *colGen) statement() colCase {
 	switch n := g.r.IntN(100); {
-	case n < 35:
+	case n < 25:
 		return g.plainSelect()
-	case n < 45:
+	case n < 27:
+		return g.joinedWrite()
+	case n < 35:
 		return g.groupBy()
-	case n < 53:
+	case n < 41:
 		return g.aggregates()
-	case n < 60:
+	case n < 47:
 		return g.distinct()
-	case n < 62:
+	case n < 49:
 		return g.window()
-	case n < 65:
+	case n < 51:
 		return g.grouping()
-	case n < 83:
+	case n < 64:
 		return g.ordered()
-	case n < 90:
+	case n < 70:
 		return g.named()
-	case n < 94:
+	case n < 74:
 		return g.write()
-	case n < 96:
+	case n < 76:
 		return g.copyTo()
-	case n < 97:
+	case n < 77:
 		return g.upsert()
-	case n < 98:
+	case n < 78:
 		return g.insert()
+	case n < 88:
+		return g.join()
+	case n < 94:
+		return g.subquery()
+	case n < 98:
+		return g.wholeRow()
 	default:
 		return g.probe()
 	}
@@ -1029,6 +1040,40 @@ func (g *colGen) write() colCase {
 	return colCase{sql: "UPDATE " + name + " SET " + set + " WHERE " + g.pred(3) + ret, write: true, kind: "update"}
 }
 
+// joinedWrite is an UPDATE … FROM, a DELETE … USING or a MERGE joining two
+// of the tables (one of them without a rule at times), reading the
+// expiring columns of both in WHERE, ON, WHEN conditions, SET values and
+// RETURNING; it writes no expiring column.
+func (g *colGen) joinedWrite() colCase {
+	ta, tb := g.pickTable(), g.pickTable()
+	g.side(tb, "b")
+	other, bcols := tb.name+" b", []string{"b.id", "b." + tb.text, "b." + tb.num}
+	bp := g.pred(1)
+	if g.chance(0.25) {
+		other, bcols, bp = "plain b", []string{"b.id", "b.info"}, "b.info <> 'p3'"
+	}
+	g.side(ta, "a")
+	ap := g.pred(2)
+	ret := ""
+	if g.chance(0.8) {
+		ret = " RETURNING a.id, " + g.joinTarget() + ", " + bcols[g.r.IntN(len(bcols))]
+	}
+	on := g.pick("b.id = a.id", "b.id = a.id + 1")
+	switch g.r.IntN(3) {
+	case 0:
+		set := g.pick("label = a.label || '+'", "grp = b.id", "label = coalesce(a."+ta.text+", 'none')", "label = "+bcols[len(bcols)-1]+"::text")
+		return colCase{sql: fmt.Sprintf("UPDATE %s a SET %s FROM %s WHERE %s AND (%s %s %s)%s", ta.name, set, other, on, ap, g.pick("AND", "OR"), bp, ret),
+			write: true, kind: "update from"}
+	case 1:
+		return colCase{sql: fmt.Sprintf("DELETE FROM %s a USING %s WHERE %s AND (%s %s %s)%s", ta.name, other, on, ap, g.pick("AND", "OR"), bp, ret),
+			write: true, kind: "delete using"}
+	default:
+		action := g.pick("UPDATE SET label = coalesce(a."+ta.text+", 'none')", "UPDATE SET grp = 9", "DELETE", "DO NOTHING")
+		return colCase{sql: fmt.Sprintf("MERGE INTO %s a USING %s ON %s AND %s WHEN MATCHED AND %s THEN %s WHEN MATCHED THEN UPDATE SET label = 'm'",
+			ta.name, other, on, bp, ap, action), write: true, kind: "merge"}
+	}
+}
+
 // copyTo is a COPY of the table, of some of its columns, or of a query.
 func (g *colGen) copyTo() colCase {
 	g.bind = false // COPY takes no parameters
@@ -1106,29 +1151,228 @@ func (g *colGen) upsert() colCase {
 		write: true, kind: "upsert"}
 }
 
-// probe is a shape the proxy does not rewrite yet (a join, a subquery
-// reading the table, a whole row): counted as refused, compared when
-// served.
+// side puts the generator on one FROM item of several: the table t under
+// the alias a, every column qualified.
+func (g *colGen) side(t *colTable, a string) {
+	g.t, g.alias, g.qual = t, a, true
+}
+
+// pickTable returns one of the oracle's tables.
+func (g *colGen) pickTable() *colTable { return g.tables[g.r.IntN(len(g.tables))] }
+
+// join is a query level of two tables (the same one twice at times):
+// inner, outer and comma joins, targets, ON and WHERE predicates over both
+// sides, every column qualified.
+func (g *colGen) join() colCase {
+	ta, tb := g.pickTable(), g.pickTable()
+	kind := g.pick("JOIN", "JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN", ",", "plain", "natural")
+	g.side(ta, "a")
+	targets := []string{"a.id"}
+	for range 1 + g.r.IntN(3) {
+		targets = append(targets, g.joinTarget())
+	}
+	wherePreds := []string{}
+	if g.chance(0.7) {
+		wherePreds = append(wherePreds, g.pred(2))
+	}
+	if kind == "natural" {
+		// Common columns none of which expires: the id, grp and label of
+		// two tables (and expires_at of some), or of a derived table.
+		if ta == tb {
+			tb = g.tables[(slices.Index(g.tables, ta)+1)%len(g.tables)]
+		}
+		g.side(tb, "b")
+		targets = append(targets, "b."+tb.text, "grp")
+		right := g.pick(tb.name+" b", "(SELECT id, grp, "+tb.text+" FROM "+tb.name+") b")
+		where := ""
+		if len(wherePreds) > 0 {
+			where = " WHERE " + wherePreds[0]
+		}
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s a NATURAL %sJOIN %s%s", strings.Join(targets, ", "), ta.name,
+			g.pick("", "LEFT "), right, where), kind: "natural join"}
+	}
+	if kind == "plain" {
+		on := g.pick("p.id = a.id", "p.grp = a.grp AND p.id < 12")
+		if g.chance(0.4) {
+			targets = append(targets, "p.info")
+		}
+		where := ""
+		if len(wherePreds) > 0 {
+			where = " WHERE " + wherePreds[0]
+		}
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s a %s plain p ON %s%s", strings.Join(targets, ", "), ta.name,
+			g.pick("JOIN", "LEFT JOIN"), on, where), kind: "join"}
+	}
+	g.side(tb, "b")
+	targets = append(targets, "b.id")
+	for range 1 + g.r.IntN(3) {
+		targets = append(targets, g.joinTarget())
+	}
+	on := g.pick("b.id = a.id", "b.grp = a.grp AND b.id <= a.id + 2", "b.id = a.id + 1")
+	switch {
+	case kind == "FULL JOIN":
+		// Only equalities: FULL JOIN needs merge- or hash-joinable
+		// conditions.
+		if g.chance(0.5) {
+			on += g.pick(" AND b."+tb.text+" = a."+ta.text, " AND b."+tb.num+" = a."+ta.num)
+		}
+	case g.chance(0.6):
+		g.side(g.pickTable(), "")
+		if g.chance(0.5) {
+			g.side(ta, "a")
+		} else {
+			g.side(tb, "b")
+		}
+		on += " AND " + g.pred(1)
+	}
+	g.side(tb, "b")
+	if g.chance(0.6) {
+		wherePreds = append(wherePreds, g.pred(2))
+	}
+	if g.chance(0.2) {
+		wherePreds = append(wherePreds, g.pick("b."+tb.text+" = a."+ta.text, "a."+ta.num+" < b."+tb.num, "b."+tb.text+" IS NULL"))
+	}
+	if g.chance(0.15) {
+		targets = append(targets, g.pick("*", "a.*", "b.*"))
+	}
+	var from string
+	if kind == "," {
+		from = fmt.Sprintf("%s a, %s b", ta.name, tb.name)
+		wherePreds = append(wherePreds, on)
+	} else {
+		from = fmt.Sprintf("%s a %s %s b ON %s", ta.name, kind, tb.name, on)
+	}
+	where := ""
+	if len(wherePreds) > 0 {
+		where = " WHERE " + strings.Join(wherePreds, g.pick(" AND ", " OR "))
+	}
+	return colCase{sql: fmt.Sprintf("SELECT %s FROM %s%s", strings.Join(targets, ", "), from, where), kind: "join"}
+}
+
+// joinTarget is a target entry over the current side, never `*`.
+func (g *colGen) joinTarget() string {
+	for {
+		if t := g.target(); t != "*" {
+			return t
+		}
+	}
+}
+
+// subquery is a statement with a query level inside another: derived
+// tables, CTEs, correlated EXISTS, scalar and IN subqueries, set
+// operations and LATERAL, reading the expiring columns at each level and
+// across levels.
+func (g *colGen) subquery() colCase {
+	ta, tb := g.pickTable(), g.pickTable()
+	inner := func(t *colTable) string {
+		g.side(t, "")
+		g.qual = false
+		w := g.where()
+		return fmt.Sprintf("SELECT id, grp, label, %s, %s FROM %s%s", t.text, t.num, t.name, w)
+	}
+	switch g.r.IntN(10) {
+	case 0, 1:
+		q := inner(ta)
+		if g.chance(0.3) {
+			q = "SELECT * FROM " + ta.name + g.where()
+		}
+		g.side(ta, "s")
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM (%s) s WHERE %s", g.targets(1+g.r.IntN(3)), q, g.pred(2)), kind: "subquery"}
+	case 2:
+		q := inner(ta)
+		g.side(ta, "w")
+		g.qual = g.chance(0.5)
+		return colCase{sql: fmt.Sprintf("WITH w AS (%s) SELECT %s FROM w%s", q, g.targets(1+g.r.IntN(3)), g.where()), kind: "subquery"}
+	case 3:
+		g.side(ta, "x")
+		outer := g.pred(1)
+		tx := g.joinTarget()
+		g.side(tb, "y")
+		return colCase{sql: fmt.Sprintf("SELECT x.id, %s FROM %s x WHERE %sEXISTS (SELECT 1 FROM %s y WHERE y.grp = x.grp AND %s AND %s)",
+			tx, ta.name, g.pick("", "NOT "), tb.name, g.pred(1), outer), kind: "subquery"}
+	case 4:
+		g.side(tb, "y")
+		sub := fmt.Sprintf("(SELECT %s FROM %s y WHERE y.grp = x.grp AND %s)", g.pick("max(y."+tb.text+")", "sum(y."+tb.num+")", "count(y."+tb.text+")"), tb.name, g.pred(1))
+		g.side(ta, "x")
+		return colCase{sql: fmt.Sprintf("SELECT x.id, %s AS m, %s FROM %s x%s", sub, g.joinTarget(), ta.name, g.where()), kind: "subquery"}
+	case 5:
+		g.side(tb, "y")
+		yw := g.where()
+		g.side(ta, "")
+		g.qual = false
+		col, other := ta.text, tb.text
+		if g.chance(0.5) {
+			col, other = ta.num, tb.num
+		}
+		return colCase{sql: fmt.Sprintf("SELECT id, %s FROM %s WHERE %s %s (SELECT y.%s FROM %s y%s)", col, ta.name, col, g.pick("IN", "NOT IN", "= ANY", "> ALL"), other, tb.name, yw), kind: "subquery"}
+	case 6:
+		g.side(ta, "")
+		g.qual = false
+		wa := g.where()
+		g.side(tb, "")
+		g.qual = false
+		wb := g.where()
+		return colCase{sql: fmt.Sprintf("SELECT id, %s, %s FROM %s%s %s SELECT id, %s, %s FROM %s%s ORDER BY %s", ta.text, ta.num, ta.name, wa,
+			g.pick("UNION", "UNION ALL", "EXCEPT", "INTERSECT"), tb.text, tb.num, tb.name, wb, g.pick("1, 2, 3", "2, 1, 3", "3, 1, 2")), kind: "subquery", ordered: true}
+	case 7:
+		g.side(ta, "x")
+		w := g.where()
+		return colCase{sql: fmt.Sprintf("SELECT x.id, l.v, l.w FROM %s x%s LATERAL (SELECT x.%s AS v, x.%s + 1 AS w) l%s", ta.name,
+			g.pick(",", " CROSS JOIN"), ta.text, ta.num, w), kind: "subquery"}
+	case 8:
+		g.side(ta, "x")
+		return colCase{sql: fmt.Sprintf("SELECT x.id FROM %s x WHERE x.%s %s (SELECT min(y.%s) FROM %s y WHERE y.grp = x.grp)", ta.name, ta.num,
+			g.pick(">", "=", "<="), tb.num, tb.name), kind: "subquery"}
+	default:
+		g.side(ta, "x")
+		w := g.where()
+		return colCase{sql: fmt.Sprintf("SELECT x.id, (SELECT x.%s || y.label FROM %s y WHERE y.id = x.id) AS v FROM %s x%s", ta.text, tb.name, ta.name, w), kind: "subquery"}
+	}
+}
+
+// wholeRow reads a table's whole row (`x`, `x.*` as a value, ROW(x.*)),
+// its columns in functional notation, or its columns under a column alias
+// list.
+func (g *colGen) wholeRow() colCase {
+	t, u := g.pickTable(), g.pickTable()
+	g.side(t, "x")
+	where := g.where()
+	switch g.r.IntN(8) {
+	case 0:
+		return colCase{sql: fmt.Sprintf("SELECT x.id, row_to_json(x) FROM %s x%s", t.name, where), kind: "whole row"}
+	case 1:
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s x%s", g.pick("x::text", "x.*::text", "ROW(x.*)::text", "ROW(x.*, 1)::text"), t.name, where), kind: "whole row"}
+	case 2:
+		return colCase{sql: fmt.Sprintf("SELECT (x).id, (x).%s, (x).%s FROM %s x%s", t.text, t.num, t.name, where), kind: "whole row"}
+	case 3:
+		return colCase{sql: fmt.Sprintf("SELECT id(x), %s(x), %s(x)%s FROM %s x%s", t.text, t.num, g.pick("", "::int"), t.name, where), kind: "whole row"}
+	case 4:
+		return colCase{sql: fmt.Sprintf("SELECT x.id FROM %s x WHERE x IS %s", t.name, g.pick("NULL", "NOT NULL")), kind: "whole row"}
+	case 5:
+		return colCase{sql: fmt.Sprintf("SELECT y.id, (SELECT row_to_json(x) FROM %s x WHERE x.id = y.id) FROM %s y", t.name, u.name), kind: "whole row"}
+	case 6:
+		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s AS x(i, g)", g.pick("*", "x.*", "i, x.g, label"), t.name), kind: "alias list"}
+	default:
+		p := g.pick("tv IS NULL", "x.tv = 'alpha'", "nv > 1", "nv IS NOT NULL OR tv LIKE 'a%'", "NOT (x.nv = 2)", "te IS NULL")
+		return colCase{sql: fmt.Sprintf("SELECT i, tv, x.nv%s FROM %s AS x(i, g, l, tv, te, nv) WHERE %s", g.pick("", ", te", ", *"), t.name, p), kind: "alias list"}
+	}
+}
+
+// probe is a shape the proxy refuses (a whole row, an unqualified column
+// beside a table whose columns it does not know, a join merging an
+// expiring column): counted as refused, compared when served.
 func (g *colGen) probe() colCase {
 	g.t = g.tables[g.r.IntN(len(g.tables))]
 	g.alias = ""
 	t := g.t
-	switch g.r.IntN(8) {
-	case 4:
-		return colCase{sql: fmt.Sprintf("WITH w AS (SELECT id, %s FROM %s) SELECT * FROM w", t.text, t.name), kind: "probe"}
-	case 5:
-		return colCase{sql: fmt.Sprintf("SELECT s.%s FROM (SELECT %s FROM %s) s", t.num, t.num, t.name), kind: "probe"}
-	case 6:
-		return colCase{sql: fmt.Sprintf("SELECT %s FROM %s UNION SELECT %s FROM %s ORDER BY 1", t.text, t.name, t.text, t.name), ordered: true, kind: "probe"}
-	case 7:
-		return colCase{sql: fmt.Sprintf("SELECT (SELECT 1) AS one, %s FROM %s ORDER BY %s, id", t.text, t.name, t.text), ordered: true, kind: "probe"}
+	switch g.r.IntN(4) {
 	case 0:
-		return colCase{sql: fmt.Sprintf("SELECT a.id, b.%s FROM %s a JOIN %s b ON b.id = a.id WHERE a.%s IS NULL", t.text, t.name, t.name, t.num), kind: "probe"}
+		return colCase{sql: fmt.Sprintf("SELECT a.id, %s FROM %s a JOIN plain p ON p.id = a.id", t.text, t.name), kind: "probe"}
 	case 1:
-		return colCase{sql: fmt.Sprintf("SELECT id, (SELECT max(%s) FROM %s) FROM %s", t.text, t.name, t.name), kind: "probe"}
+		return colCase{sql: fmt.Sprintf("SELECT * FROM %s a JOIN %s b USING (id)", t.name, t.name), kind: "probe"}
 	case 2:
-		return colCase{sql: fmt.Sprintf("SELECT row_to_json(x) FROM %s x", t.name), kind: "probe"}
+		return colCase{sql: fmt.Sprintf("SELECT row_to_json(x) FROM %s x JOIN plain p ON p.id = x.id", t.name), kind: "probe"}
 	default:
-		return colCase{sql: fmt.Sprintf("SELECT id FROM %s WHERE EXISTS (SELECT 1 FROM %s y WHERE y.%s = %s.%s AND y.id <> %s.id)", t.name, t.name, t.text, t.name, t.text, t.name), kind: "probe"}
+		return colCase{sql: fmt.Sprintf("SELECT id FROM %s NATURAL JOIN plain", t.name), kind: "probe"}
 	}
 }

@@ -140,6 +140,10 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sweepe
 	if err != nil {
 		return nil, fmt.Errorf("reading views and functions: %w", err)
 	}
+	views, err := newViewReads(ctx, conn, cfg, paths)
+	if err != nil {
+		return nil, fmt.Errorf("reading the tables' columns for their views: %w", err)
+	}
 	var out []tableReport
 	for i := range cfg.Tables {
 		r := &cfg.Tables[i]
@@ -171,7 +175,7 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sweepe
 				return nil, err
 			}
 		}
-		checkPaths(r, paths, cfg.TrustedFunctions, add)
+		checkPaths(r, paths, views, cfg.TrustedFunctions, add)
 		out = append(out, rep)
 	}
 	return out, nil
@@ -298,7 +302,7 @@ func checkColumns(r *ttl.Rule, cols map[string]column, add func(check, status, d
 		for i := range r.Columns {
 			names[i] = r.Columns[i].Column
 		}
-		add("expiring columns", checkOK, "statements naming "+strings.Join(names, ", ")+" are refused (0A000) except as a plain column in the target list of a SELECT of the table alone")
+		add("expiring columns", checkOK, strings.Join(names, ", ")+" read as NULL once expired in every clause; the few positions the proxy cannot rewrite (a join USING them, an unqualified name beside a table of unknown columns) are refused (0A000)")
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for k := range want {
@@ -471,7 +475,7 @@ func readLeakPaths(ctx context.Context, conn *pgx.Conn, rules []ttl.Rule) (proxy
 // checkPaths lists the views, materialized views, functions, rules and
 // triggers that read r's table inside the server, with what the proxy does
 // for each.
-func checkPaths(r *ttl.Rule, paths proxy.LeakPaths, trusted []string, add func(check, status, detail string)) {
+func checkPaths(r *ttl.Rule, paths proxy.LeakPaths, views *viewReads, trusted []string, add func(check, status, detail string)) {
 	leaky := rewrite.NewCatalog(rewrite.CatalogData{Views: paths.Views}).Leaky()
 	name := r.QualifiedName()
 	reads := func(v rewrite.View) bool {
@@ -500,10 +504,17 @@ func checkPaths(r *ttl.Rule, paths proxy.LeakPaths, trusted []string, add func(c
 		found = true
 		_, leaks := leaky[key]
 		switch {
-		case len(r.Columns) > 0:
-			// docs/design/column-ttl.md §5: until views follow expiring
-			// columns, every read of one over such a table is refused.
-			add("view "+key, checkWarn, "reads are refused (0A000): it reads a table with expiring columns, which views do not follow yet")
+		case len(r.Columns) > 0 && !v.Materialized:
+			// docs/design/column-ttl.md §5: whether the definition reads
+			// the values as the proxy does decides; the rewriter answers.
+			switch expanded, refused := views.read(key); {
+			case refused != "":
+				add("view "+key, checkWarn, "reads are refused (0A000): "+refused)
+			case expanded:
+				add("view "+key, checkOK, "reads are expanded into its rewritten definition, expired values read as NULL; writes through it are refused (0A000)")
+			default:
+				add("view "+key, checkOK, "read as it is: its definition reads the expiring columns as NULL once expired, as a view created through the proxy does")
+			}
 		case !leaks:
 			add("view "+key, checkOK, "created through the proxy: its definition holds the filter")
 		case v.Materialized:

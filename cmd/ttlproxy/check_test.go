@@ -28,6 +28,9 @@ func TestCheckCommand(t *testing.T) {
 		"GRANT SELECT, UPDATE ON sessions TO ttl_sweeper",
 		"CREATE VIEW v_sessions AS SELECT * FROM sessions",
 		"CREATE VIEW v_events AS SELECT id FROM events",
+		"CREATE VIEW v_contacts AS SELECT id, phone FROM contacts",
+		"CREATE VIEW v_events_join AS SELECT e.valid_until FROM events e JOIN events f USING (id)",
+		"CREATE VIEW v_contacts_v AS SELECT id, CASE WHEN (phone_exp IS NULL OR phone_exp >= now()) THEN phone ELSE NULL::text END AS phone FROM contacts",
 		"CREATE MATERIALIZED VIEW m_sessions AS SELECT * FROM sessions",
 		"CREATE FUNCTION f_sessions() RETURNS bigint LANGUAGE sql AS 'SELECT count(*) FROM sessions'",
 		"CREATE FUNCTION f_calls() RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RETURN f_sessions(); END $$",
@@ -70,9 +73,11 @@ func TestCheckCommand(t *testing.T) {
 		"column valid_until",
 		"type text, the rule wants timestamp with time zone",
 		"public.events (column valid_until timestamptz; expiring: memo until memo_exp timestamptz, id at valid_until + 1h0m0s)",
-		"statements naming memo, id are refused (0A000)",
+		"memo, id read as NULL once expired in every clause",
 		"view public.v_events",
-		"it reads a table with expiring columns, which views do not follow yet",
+		"reads are expanded into its rewritten definition, expired values read as NULL",
+		"view public.v_events_join",
+		`reads are refused (0A000): cannot serve expiring column "id" of table public.events`,
 		"column memo_exp",
 		"index on memo_exp",
 		"none: each sweep of memo's expired values scans the table",
@@ -114,7 +119,9 @@ func TestCheckCommand(t *testing.T) {
 		}
 	}
 	got := strings.Join(contacts, "\n")
-	for _, want := range []string{"index on phone_exp: ok contacts_phone_exp", "column phone_exp: ok", "sweeper privileges: ok ttl_sweeper: SELECT, UPDATE"} {
+	for _, want := range []string{"index on phone_exp: ok contacts_phone_exp", "column phone_exp: ok", "sweeper privileges: ok ttl_sweeper: SELECT, UPDATE",
+		"view public.v_contacts: ok reads are expanded into its rewritten definition",
+		"view public.v_contacts_v: ok read as it is: its definition reads the expiring columns as NULL once expired"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("public.contacts checks lack %q:\n%s", want, got)
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 )
 
@@ -111,4 +113,52 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestListenKeepalive: a connection accepted on the client listener has
+// TCP keepalive on with the listener's idle time, interval and count
+// (inherited from the listening socket), and TCP_NODELAY.
+func TestListenKeepalive(t *testing.T) {
+	for _, reusePort := range []bool{false, true} {
+		ln, err := listen(context.Background(), "127.0.0.1:0", reusePort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := a.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []struct {
+			name       string
+			level, opt int
+			value      int
+		}{
+			{"SO_KEEPALIVE", unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+			{"TCP_KEEPIDLE", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, clientKeepaliveIdleSecs},
+			{"TCP_KEEPINTVL", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, clientKeepaliveIntervalSecs},
+			{"TCP_KEEPCNT", unix.IPPROTO_TCP, unix.TCP_KEEPCNT, clientKeepaliveCount},
+			{"TCP_NODELAY", unix.IPPROTO_TCP, unix.TCP_NODELAY, 1},
+		}
+		if err := rc.Control(func(fd uintptr) {
+			for _, w := range want {
+				got, err := unix.GetsockoptInt(int(fd), w.level, w.opt)
+				if err != nil || got != w.value {
+					t.Errorf("reusePort %v: %s = %d (%v), want %d", reusePort, w.name, got, err, w.value)
+				}
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		_ = a.Close()
+		_ = c.Close()
+		_ = ln.Close()
+	}
 }

@@ -198,6 +198,7 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	}
 	swc := sweeper.DefaultConfig()
 	swc.DSN, swc.Rules = sc.DSN, cfg.Tables
+	swc.DialFunc = upstreamTCP(cfg.UpstreamTCP).DialFunc()
 	swc.Logger, swc.Metrics = s.log.With("component", "sweeper"), s.sweeperMetrics
 	if sc.Interval > 0 {
 		swc.Interval = sc.Interval
