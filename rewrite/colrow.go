@@ -10,11 +10,43 @@ import (
 
 // Whole rows of a table with expiring columns (docs/design/column-ttl.md
 // §2): a whole-row reference `t`, or `t.*` used as a value
-// (`row_to_json(t.*)`, `t.*::text`), becomes `ROW(t."a", V(t.c), …)::
-// schema.t`, which keeps the row type and its field names; `t.*` inside
-// ROW(…) is the columns themselves, each expiring one as V; functional
-// notation `c(t)` is `t.c`. Each needs the catalog's column list; without
-// it the reference is left to be refused.
+// (`row_to_json(t.*)`, `t.*::text`), becomes
+//
+//	CASE WHEN t.* IS NOT DISTINCT FROM NULL THEN NULL
+//	ELSE ROW(t."a", V(t.c), …)::schema.t END
+//
+// which keeps the row type and its field names. The CASE keeps two
+// things of PostgreSQL's whole-row value that the ROW(…) alone loses: it
+// is NULL for the NULL-extended side of an outer join (a ROW of NULL
+// fields is not NULL: count(t.*) would count it, row_to_json print it),
+// and it is compared as one composite value (`t IN (SELECT u …)`, `t =
+// ROW(1, 2)`), where a ROW(…) cast to the type is taken for a row
+// constructor and compared field by field. `t.* IS NOT DISTINCT FROM NULL`
+// tests the row's datum, not its fields (an existing row whose fields are
+// all NULL is not distinct from NULL only field by field, as `t IS NULL`
+// is), so it reveals no value and is left as it is (rowNullTest). `t.*`
+// inside ROW(…) is the columns themselves, each expiring one as V;
+// functional notation `c(t)` is `t.c`. Each needs the catalog's column
+// list; without it the reference is left to be refused.
+
+// rowNullTest returns the whole-row reference e tests with `IS [NOT]
+// DISTINCT FROM NULL`, or nil.
+func rowNullTest(e *pg.A_Expr) *pg.ColumnRef {
+	if e.Kind != pg.A_Expr_Kind_AEXPR_DISTINCT && e.Kind != pg.A_Expr_Kind_AEXPR_NOT_DISTINCT {
+		return nil
+	}
+	isNull := func(n *pg.Node) bool {
+		c := n.GetAConst()
+		return c != nil && c.Isnull
+	}
+	switch {
+	case isNull(e.Rexpr) && e.Lexpr.GetColumnRef() != nil:
+		return e.Lexpr.GetColumnRef()
+	case isNull(e.Lexpr) && e.Rexpr.GetColumnRef() != nil:
+		return e.Rexpr.GetColumnRef()
+	}
+	return nil
+}
 
 // columnList writes the item's columns in order, each expiring one as V
 // (with `AS "c"` when named is set), the others as `q."a"`; "" without
@@ -87,11 +119,15 @@ func (l *colLevel) wholeRow(cr *pg.ColumnRef) bool {
 	if rel == nil || (owner != l && owner.pure) {
 		return false
 	}
+	if l.c.rowNull[cr] {
+		l.c.read[cr] = true
+		return true
+	}
 	list := rel.columnList(false)
 	if list == "" {
 		return false
 	}
-	return l.replaceRef(cr, "ROW("+list+")::"+rowType(rel.r))
+	return l.replaceRef(cr, "CASE WHEN "+rel.qual+".* IS NOT DISTINCT FROM NULL THEN NULL ELSE ROW("+list+")::"+rowType(rel.r)+" END")
 }
 
 // replaceRef replaces the text of cr (its names, `.*` included) with

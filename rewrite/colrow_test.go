@@ -15,9 +15,16 @@ func rowOf(q string) string {
 		c.noteV() + `, ` + q + `."created_at", ` + q + `."expires_at")`
 }
 
+// wholeOf is the whole-row value of orders under qualifier q: NULL for a
+// NULL-extended row, else its row with each expiring column as V.
+func wholeOf(q string) string {
+	return `CASE WHEN ` + q + `.* IS NOT DISTINCT FROM NULL THEN NULL ELSE ` + rowOf(q) + `::"public"."orders" END`
+}
+
 // TestExpiringColumnWholeRows: a whole-row reference and `t.*` as a value
-// become the row of the catalog's columns cast to the table's row type,
-// named as before; `t.*` inside ROW(…) is the columns; functional
+// become the row of the catalog's columns cast to the table's row type
+// (NULL for a NULL-extended row), named as before; a NULL test of the row
+// itself (`IS [NOT] DISTINCT FROM NULL`) is left as it is; `t.*` inside ROW(…) is the columns; functional
 // notation is the column; a column alias list renames by position. A
 // whole-row name beside a FROM item of unknown columns, and an alias list
 // without the catalog's columns, stay refused.
@@ -26,24 +33,25 @@ func TestExpiringColumnWholeRows(t *testing.T) {
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"o"`}
 	jo := join("orders o", `"o"`, 0)
-	typ := `::"public"."orders"`
 	cases := []rwCase{
-		{"function argument", `SELECT row_to_json(o) FROM orders o`, `SELECT row_to_json(` + rowOf(`"o"`) + typ + `) FROM ` + jo},
-		{"target keeps its name", `SELECT o FROM orders o`, `SELECT ` + rowOf(`"o"`) + typ + ` AS "o" FROM ` + jo},
-		{"star as a value keeps its name", `SELECT o.*::text FROM orders o`, `SELECT ` + rowOf(`"o"`) + typ + `::text AS "o" FROM ` + jo},
-		{"field", `SELECT (o).note AS n FROM orders o`, `SELECT (` + rowOf(`"o"`) + typ + `).note AS n FROM ` + jo},
+		{"function argument", `SELECT row_to_json(o) FROM orders o`, `SELECT row_to_json(` + wholeOf(`"o"`) + `) FROM ` + jo},
+		{"target keeps its name", `SELECT o FROM orders o`, `SELECT ` + wholeOf(`"o"`) + ` AS "o" FROM ` + jo},
+		{"star as a value keeps its name", `SELECT o.*::text FROM orders o`, `SELECT ` + wholeOf(`"o"`) + `::text AS "o" FROM ` + jo},
+		{"field", `SELECT (o).note AS n FROM orders o`, `SELECT (` + wholeOf(`"o"`) + `).note AS n FROM ` + jo},
 		{"row of star", `SELECT ROW(o.*, 1) FROM orders o`, `SELECT ` + rowOf(`"o"`)[:len(rowOf(`"o"`))-1] + `, 1) FROM ` + jo},
 		{"functional notation", `SELECT note(o), client_ip(o)::text FROM orders o`,
 			`SELECT ` + o.noteV() + ` AS "note", ` + o.ipV() + `::text AS "client_ip" FROM ` + jo},
 		// A field of the row, which holds V.
-		{"functional notation of another column", `SELECT id(o) FROM orders o`, `SELECT id(` + rowOf(`"o"`) + typ + `) FROM ` + jo},
+		{"functional notation of another column", `SELECT id(o) FROM orders o`, `SELECT id(` + wholeOf(`"o"`) + `) FROM ` + jo},
 		{"alias list", `SELECT x.a, c FROM orders AS x(a, b, c) WHERE c IS NULL`,
 			`SELECT x.a, CASE WHEN ` + colText{`"x"`}.ipLive() + ` THEN "x"."c" ELSE NULL::inet END AS "c" FROM ` +
 				`(orders AS x(a, b, c) JOIN (SELECT) AS _ttl_0 ON ` + live(`"x"`) + `) WHERE (c IS NULL OR ` + colText{`"x"`}.ipExpired() + `)`},
 		{"alias list renaming the expiry", `SELECT d FROM orders AS x(a, b, c, d) WHERE c = '10.0.0.1'`,
 			`SELECT d FROM (orders AS x(a, b, c, d) JOIN (SELECT) AS _ttl_0 ON ` + live(`"x"`) + `) WHERE ("x"."d" IS NULL OR "x"."d" >= now()) AND c = '10.0.0.1'`},
+		{"null test of the row", `SELECT o.id FROM orders o WHERE o IS DISTINCT FROM NULL AND NULL IS NOT DISTINCT FROM o.*`,
+			`SELECT o.id FROM ` + jo + ` WHERE o IS DISTINCT FROM NULL AND NULL IS NOT DISTINCT FROM o.*`},
 		{"star over a join beside unknown columns", `SELECT row_to_json(o.*) FROM orders o JOIN users u ON u.id = o.id`,
-			`SELECT row_to_json(` + rowOf(`"o"`) + typ + `) FROM ` + jo + ` JOIN users u ON u.id = o.id`},
+			`SELECT row_to_json(` + wholeOf(`"o"`) + `) FROM ` + jo + ` JOIN users u ON u.id = o.id`},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)

@@ -161,6 +161,10 @@ type columnCheck struct {
 	// natural are the NATURAL joins whose merged columns are known and
 	// none of them an expiring column (colscope.go).
 	natural map[*pg.JoinExpr]bool
+	// rowNull are whole-row references tested with `IS [NOT] DISTINCT FROM
+	// NULL` (colrow.go): the test sees whether there is a row, not its
+	// values, and is left as it is.
+	rowNull map[*pg.ColumnRef]bool
 }
 
 func (c *columnCheck) fail(r *ttl.Rule, column, how string) {
@@ -211,12 +215,20 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 func (c *columnCheck) run(stmt *pg.Node) {
 	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
 	c.done, c.funcs, c.natural = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}, map[*pg.JoinExpr]bool{}
+	c.rowNull = map[*pg.ColumnRef]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
 	walkMessages(stmt.ProtoReflect(), func(m protoreflect.Message) bool {
-		if j, ok := m.Interface().(*pg.JoinExpr); ok && j.Alias != nil {
-			if r := c.direct(j.Larg, j.Rarg); r != nil {
-				c.names[j.Alias.Aliasname] = r
+		switch x := m.Interface().(type) {
+		case *pg.JoinExpr:
+			if x.Alias != nil {
+				if r := c.direct(x.Larg, x.Rarg); r != nil {
+					c.names[x.Alias.Aliasname] = r
+				}
+			}
+		case *pg.A_Expr:
+			if cr := rowNullTest(x); cr != nil {
+				c.rowNull[cr] = true
 			}
 		}
 		return !isLeaf(m)

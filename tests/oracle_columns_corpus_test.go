@@ -945,16 +945,7 @@ func colCorpusReason(msg string) string {
 // differences are counted, not failed, and one that no longer differs
 // fails the test, so that the list does not outlive the bug.
 // TestColumnOracleCorpusWholeRows holds each as a minimal statement.
-var colCorpusKnown = map[string]string{
-	// The whole row of the NULL-extended side of an outer join is NULL;
-	// the proxy's ROW(t2.q1, V(t2.xt), …)::int8_tbl is a row of NULLs,
-	// which count() counts (1 where PostgreSQL says 0).
-	"count(t2.*)": "F3",
-	// A whole row written as ROW(…) turns a composite comparison into a
-	// comparison of row constructors: other errors (42601 for 42804), and
-	// w IN (SELECT x FROM t x) fails.
-	"i8in(row(123,456))": "F4",
-}
+var colCorpusKnown = map[string]string{}
 
 // colCorpusKnownFinding returns the finding of a known difference of the
 // corpus statement sql, or "".
@@ -1048,11 +1039,11 @@ func colCorpusTiesOnly(sql string, p, d colResult) bool {
 }
 
 // TestColumnOracleCorpusWholeRows holds the whole-row differences the
-// corpus run found (colCorpusKnown), each as a minimal statement compared
-// through the proxy with the copy. They are the whole-row rewrite's to fix
-// (rewrite/colrow.go): skipped until then.
+// corpus run found, each as a minimal statement compared through the
+// proxy with the copy: the whole row of a NULL-extended join side is NULL
+// (count(b.*) 0, row_to_json(b) NULL), and whole rows compare as composite
+// values, not as row constructors (rewrite/colrow.go).
 func TestColumnOracleCorpusWholeRows(t *testing.T) {
-	t.Skip("known differences F3 and F4 of the corpus column oracle's findings: whole rows of a NULL-extended join side, whole rows compared with a subquery's")
 	tb := &colTable{name: "wr", text: "c", num: "n", rowLive: "true",
 		textLive: "c_exp IS NULL OR c_exp >= now()", numLive: "n_exp IS NULL OR n_exp >= now()",
 		columns:   []string{"id", "c", "c_exp", "n", "n_exp"},
@@ -1069,15 +1060,18 @@ func TestColumnOracleCorpusWholeRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []colCase{
-		// F3: the whole row of a NULL-extended side of an outer join is
-		// NULL; ROW(b.id, V(b.c), …) is a row of NULLs.
+		// The whole row of a NULL-extended side of an outer join is
+		// NULL, not a row of NULLs.
 		{sql: `SELECT a.id, count(b.*) FROM wr a LEFT JOIN wr b ON b.id = a.id + 10 GROUP BY a.id`},
 		{sql: `SELECT a.id, row_to_json(b) FROM wr a LEFT JOIN wr b ON b.id = a.id + 10`},
-		// F4: a whole row compared with another is a composite
-		// comparison (NULL fields equal); ROW(…) = ROW(…) compares row
-		// constructors (NULL fields unknown).
+		// A whole row compared with another is a composite comparison
+		// (NULL fields equal), not one of row constructors (NULL fields
+		// unknown), and compares with a subquery's one column.
 		{sql: `SELECT a.id FROM wr a JOIN wr b ON a = b`},
 		{sql: `SELECT id FROM wr w WHERE w IN (SELECT x FROM wr x)`},
+		{sql: `SELECT id FROM wr w WHERE w IN (ROW(1, 'live', NULL, 1, NULL))`},
+		{sql: `SELECT id FROM wr w WHERE w = ROW(1, 2)`},
+		{sql: `SELECT a.id, b IS NULL, b IS NOT DISTINCT FROM NULL FROM wr a LEFT JOIN wr b ON b.id = a.id - 1`},
 	} {
 		for _, mode := range []execMode{modeSimple, modeExtended} {
 			p, d := colRun(ctx, proxied, c, mode), colRun(ctx, ref, c, mode)
