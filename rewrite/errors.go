@@ -189,15 +189,15 @@ func errLeakyFunction(fn, reads string) *Error {
 
 // errExpiringColumn: a statement names column, an expiring column of the
 // rule's table, in the way how describes (a column reference, `*`, a
-// whole-row reference, a write, a view) where the proxy does not yet hide
-// expired values (0A000).
+// whole-row reference, a write, a view) where the proxy cannot rewrite the
+// read or write exactly (0A000).
 func errExpiringColumn(r *ttl.Rule, column, how string) *Error {
 	return &Error{
 		Code: sqlstate.FeatureNotSupported,
-		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it through %s, where the proxy does not hide expired values yet",
+		Message: fmt.Sprintf("ttlproxy: cannot serve expiring column %s of table %s: the statement names it through %s, where the proxy cannot hide expired values",
 			ttl.QuoteIdent(column), r.QualifiedName(), how),
-		Detail: "The proxy reads an expiring column where it can rewrite the read exactly; a statement that names it anywhere else is refused.",
-		Hint:   "Select the column by name from the table alone and leave it out of every other clause; list the other columns instead of * or a whole-row reference; write it through a direct connection.",
+		Detail: "The proxy reads an expiring column wherever it can rewrite the read exactly; a statement that names it anywhere else is refused.",
+		Hint:   "Qualify the column with its table's name or alias; list the columns instead of * over a join that merges them (USING, NATURAL); write the column with INSERT or UPDATE without FROM; or use a direct connection.",
 	}
 }
 
