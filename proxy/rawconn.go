@@ -237,7 +237,7 @@ func (c *rawConn) drive(pump func() error) (err error) {
 	c.driving.Store(true)
 	defer c.driving.Store(false)
 	next, stop := iter.Pull(func(yield func(struct{}) bool) {
-		growStack()
+		_ = growStack(0)
 		c.yield = yield
 		defer func() { c.yield = nil }()
 		err = pump()

@@ -175,7 +175,7 @@ func (s *Server) startSession(conn net.Conn) {
 	}
 	s.active.Add(1)
 	go func() {
-		growStack()
+		_ = growStack(0)
 		defer s.wg.Done()
 		defer s.active.Add(-1)
 		defer func() {
