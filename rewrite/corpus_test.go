@@ -6,12 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
 
+	"github.com/ttlproxy/ttlproxy/internal/corpus"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -70,12 +70,7 @@ func eachCorpusStatement(t *testing.T, fn func(file, stmt string)) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stmts, err := corpusStatements(string(raw))
-		if err != nil {
-			t.Logf("%s: cannot split: %v", filepath.Base(file), err)
-			continue
-		}
-		for _, stmt := range stmts {
+		for _, stmt := range corpus.Statements(string(raw)) {
 			fn(filepath.Base(file), stmt)
 		}
 	}
@@ -106,42 +101,6 @@ var corpusRules = []ttl.Rule{
 
 var tenk1Columns = []string{"unique1", "unique2", "two", "four", "ten", "twenty", "hundred", "thousand",
 	"twothousand", "fivethous", "tenthous", "odd", "even", "stringu1", "stringu2", "string4", "expires_at"}
-
-// corpusStatements returns the statements of a psql script: meta-command
-// lines and COPY … FROM stdin data are dropped, the rest is split by the
-// scanner.
-func corpusStatements(text string) ([]string, error) {
-	var b strings.Builder
-	inData := false
-	for _, line := range strings.SplitAfter(text, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if inData {
-			if trimmed == `\.` {
-				inData = false
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, `\`) {
-			continue
-		}
-		b.WriteString(line)
-		low := strings.ToLower(trimmed)
-		if strings.HasPrefix(low, "copy ") && strings.Contains(low, "from stdin") && strings.HasSuffix(low, ";") {
-			inData = true
-		}
-	}
-	stmts, err := pg.SplitWithScanner(b.String(), true)
-	if err != nil {
-		// Scripts that test lexer errors: fall back to lines ending in ;.
-		stmts = nil
-		for _, s := range strings.SplitAfter(b.String(), ";\n") {
-			if s = strings.TrimSpace(s); s != "" {
-				stmts = append(stmts, s)
-			}
-		}
-	}
-	return stmts, nil
-}
 
 func TestCorpusPgRegress(t *testing.T) {
 	rw, err := New(corpusRules, Options{})

@@ -17,6 +17,7 @@ import (
 	pg "github.com/pganalyze/pg_query_go/v6"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/ttlproxy/ttlproxy/internal/corpus"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
@@ -198,7 +199,7 @@ func colCorpusSelect(t *testing.T, names map[string]bool) (sel []colCorpusStmt, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, stmt := range colCorpusSplit(string(raw)) {
+		for _, stmt := range corpus.Statements(string(raw)) {
 			js, err := pg.ParseToJSON(stmt)
 			if err != nil {
 				continue
@@ -239,42 +240,6 @@ func colCorpusSelect(t *testing.T, names map[string]bool) (sel []colCorpusStmt, 
 		}
 	}
 	return sel, skipped
-}
-
-// colCorpusSplit returns the statements of a psql script, as
-// rewrite/corpus_test.go's corpusStatements does: meta-command lines and
-// COPY … FROM stdin data dropped, the rest split by the scanner.
-func colCorpusSplit(text string) []string {
-	var b strings.Builder
-	inData := false
-	for _, line := range strings.SplitAfter(text, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if inData {
-			if trimmed == `\.` {
-				inData = false
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, `\`) {
-			continue
-		}
-		b.WriteString(line)
-		low := strings.ToLower(trimmed)
-		if strings.HasPrefix(low, "copy ") && strings.Contains(low, "from stdin") && strings.HasSuffix(low, ";") {
-			inData = true
-		}
-	}
-	stmts, err := pg.SplitWithScanner(b.String(), true)
-	if err != nil {
-		// Scripts that test lexer errors: lines ending in ;.
-		stmts = nil
-		for _, s := range strings.SplitAfter(b.String(), ";\n") {
-			if s = strings.TrimSpace(s); s != "" {
-				stmts = append(stmts, s)
-			}
-		}
-	}
-	return stmts
 }
 
 // colCorpusRef is a table of the selection as a query level names it,
