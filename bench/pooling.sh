@@ -83,6 +83,13 @@
 #   POOL           default_pool_size of every pooler (default 20)
 #   SMOKE=1        scale 1, 1 s runs (row 3 keeps 10 s), 1 round: every run must
 #                  succeed; timings are printed, never checked
+#   FLOOR=1        row 1's trust line also through bench/poolfloor, the least
+#                  a transaction pooler can do (fixed welcome, each Query
+#                  relayed on a pooled server, nothing else): floor (a
+#                  goroutine per client, ttlproxy's engine), floor-epoll (an
+#                  epoll loop of its own), and each with -reset (ttlproxy's
+#                  RESET ROLE; RESET ALL before a server serves another
+#                  client): floor-reset, floor-epoll-reset; a table of its own
 #   BOUNCER_RESET=1  row 3 also through a PgBouncer (pgb-reset, SCRAM) with
 #                  server_reset_query = RESET ROLE; RESET ALL and
 #                  server_reset_query_always = 1: the round trip ttlproxy
@@ -257,11 +264,34 @@ INI
 	wait_port "$port" "$name"
 }
 
+# start_floor NAME: bench/poolfloor for one run (run starts and stops it,
+# so that its servers are not held beside the other targets' pools within
+# max_connections), four servers logged in as bench_trust (trust) to
+# database bench; the engine and -reset follow from NAME (floor,
+# floor-epoll, floor-reset, floor-epoll-reset).
+start_floor() {
+	local name=$1 engine=goroutine reset='' port
+	case $name in *-epoll*) engine=epoll ;; esac
+	case $name in *-reset) reset=1 ;; esac
+	port=$(free_port)
+	"$WORK/poolfloor" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PGPORT" -user bench_trust -database bench \
+		-pool 4 -engine "$engine" ${reset:+-reset} >"$WORK/$name.log" 2>&1 &
+	T_PID[$name]=$!
+	PIDS+=("${T_PID[$name]}")
+	T_PORT[$name]=$port T_LOG[$name]=$WORK/$name.log
+	wait_port "$port" "$name"
+}
+
 start_ttlproxy session session ""
 start_ttlproxy txn-scram transaction scram-sha-256
 start_ttlproxy txn-trust transaction trust
 start_pgbouncer pgb-scram scram-sha-256
 start_pgbouncer pgb-trust trust
+FLOOR_T=
+if [ "${FLOOR:-}" = 1 ]; then
+	(cd "$ROOT" && go build -o "$WORK/poolfloor" ./bench/poolfloor) || die "go build of bench/poolfloor failed"
+	FLOOR_T=" floor floor-epoll floor-reset floor-epoll-reset"
+fi
 RESET_T=
 if [ "${BOUNCER_RESET:-}" = 1 ]; then
 	start_pgbouncer pgb-reset scram-sha-256 1
@@ -272,7 +302,7 @@ fi
 # row's options; ttlproxy the built-in script, the others the filtered one.
 ROWS=(
 	"C-scram|-C -c 4, SCRAM|bench_scram|-C -c 4 -j 1 -M simple|$DURATION|direct session txn-scram pgb-scram"
-	"C-trust|-C -c 4, trust|bench_trust|-C -c 4 -j 1 -M simple|$DURATION|direct session txn-trust pgb-trust"
+	"C-trust|-C -c 4, trust|bench_trust|-C -c 4 -j 1 -M simple|$DURATION|direct session txn-trust pgb-trust$FLOOR_T"
 	"S-simple|-c 8 simple|bench_scram|-c 8 -j 2 -M simple|$DURATION|direct session txn-scram pgb-scram"
 	"S-extended|-c 8 extended|bench_scram|-c 8 -j 2 -M extended|$DURATION|direct session txn-scram pgb-scram"
 	"S-prepared|-c 8 prepared|bench_scram|-c 8 -j 2 -M prepared|$DURATION|direct session txn-scram${BOUNCER_PREPARED:+ pgb-scram}"
@@ -315,6 +345,7 @@ run() {
 		count_servers "$appname" "$out.servers" &
 		sampler=$!
 	fi
+	case $t in floor*) start_floor "$t" ;; esac
 	psql_q -d postgres -c 'SELECT pg_stat_statements_reset()' >/dev/null
 	pid=${T_PID[$t]:-}
 	[ -z "$pid" ] || t0=$(cpu_ticks "$pid")
@@ -322,6 +353,7 @@ run() {
 	PGAPPNAME=$appname timeout -k 10 $((secs + 120)) "$PGBENCH" -h 127.0.0.1 -p "${T_PORT[$t]}" -U "$user" -n \
 		"${script[@]}" $opts -T "$secs" "${lg[@]}" bench >"$out" 2>&1 || rc=$?
 	[ -z "$pid" ] || t1=$(cpu_ticks "$pid")
+	case $t in floor*) stop_pid "$pid" ;; esac
 	if [ -n "$sampler" ]; then
 		kill "$sampler" 2>/dev/null || true
 		wait "$sampler" 2>/dev/null || true
@@ -439,6 +471,18 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 			"$(fmt %.2f "$(med "C-$a" direct 5)") / $(fmt %.2f "$(med "C-$a" session 5)") / $(fmt %.2f "$(med "C-$a" "txn-$a" 5)") / $(fmt %.2f "$(med "C-$a" "pgb-$a" 5)")" \
 			"$(fmt %.0f "$(med "C-$a" session 12)") / $(fmt %.0f "$(med "C-$a" "txn-$a" 12)") / $(fmt %.0f "$(med "C-$a" "pgb-$a" 12)")"
 	done
+	if [ -n "$FLOOR_T" ]; then
+		echo
+		echo "Connect per transaction, trust, against bench/poolfloor (the least a transaction pooler can do; reset: ttlproxy's RESET ROLE; RESET ALL before a server serves another client):"
+		echo
+		row target tps 'of pgbouncer' 'CPU µs/conn' 'server statements per tx'
+		echo '|---|--:|--:|--:|--:|'
+		b=$(med C-trust pgb-trust 4)
+		for t in pgb-trust txn-trust$FLOOR_T; do
+			x=$(med C-trust "$t" 4)
+			row "$t" "$(fmt %.0f "$x")" "$(ratio "$x" "$b")" "$(fmt %.0f "$(med C-trust "$t" 12)")" "$(fmt %.2f "$(med C-trust "$t" 14)")"
+		done
+	fi
 	echo
 	echo "Select-only, pgbench -c 8 -j 2, SCRAM logins (transaction: ttlproxy pool_mode transaction; named statements move with their client there):"
 	echo
