@@ -414,12 +414,23 @@ func (p *pool) startLoginsLocked(now int64) int {
 	return n
 }
 
-// runLogins starts n logins reserved by startLoginsLocked.
+// runLogins starts n logins reserved by startLoginsLocked. When the pool
+// was closed since (a sweep or a waiter reserved them as it closed), the
+// reservation is given back instead: close waits only for the logins
+// started before it.
 func (p *pool) runLogins(n int) {
 	if n == 0 {
 		return
 	}
 	p.mu.Lock()
+	if p.closed {
+		p.logins -= n
+		p.mu.Unlock()
+		for range n {
+			p.db.give()
+		}
+		return
+	}
 	lg := serverLogin{params: p.params, secret: p.secret}
 	timeout := p.cfg.connectTimeout
 	p.wg.Add(n)

@@ -382,6 +382,33 @@ func TestPoolClose(t *testing.T) {
 	}
 }
 
+// TestPoolLoginsReservedAsItCloses: logins reserved just before the pool
+// closed (the sweep's min_pool_size, a waiter) are not started after it:
+// close has returned, and nothing may outlive it.
+func TestPoolLoginsReservedAsItCloses(t *testing.T) {
+	p := newTestPool(t, poolConfig{size: 2, minSize: 2}, newDBSlots(2), nil)
+	p.mu.Lock()
+	n := p.startLoginsLocked(monoNow())
+	p.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d logins reserved for min_pool_size 2", n)
+	}
+	p.close()
+	p.runLogins(n)
+	p.wg.Wait()
+	if got := p.logins.Load(); got != 0 {
+		t.Fatalf("%d logins started after the pool closed", got)
+	}
+	if s := p.stats(); s.logins != 0 {
+		t.Fatalf("the closed pool still counts %d logins", s.logins)
+	}
+	for i := range 2 {
+		if !p.db.take() {
+			t.Fatalf("database slot %d not given back", i+1)
+		}
+	}
+}
+
 // TestPoolConcurrent: many clients on a small pool never open more than
 // its size and are all served.
 func TestPoolConcurrent(t *testing.T) {
