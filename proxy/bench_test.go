@@ -2,10 +2,13 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"net"
 	"runtime"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -145,4 +148,95 @@ func TestRelayAllocations(t *testing.T) {
 	if extra := proxied - direct; extra > 0.5 {
 		t.Errorf("the proxy allocates %.2f times per relayed round trip (%.2f through it, %.2f direct), want 0", extra, proxied, direct)
 	}
+}
+
+// BenchmarkPooledConnect measures a client that connects per transaction
+// (pgbench -C) through transaction mode with auth_type trust: dial,
+// StartupMessage to ReadyForQuery, one simple-protocol SELECT 1, Terminate.
+// The client is a few raw writes and reads in this process; the same loop
+// straight to the server gives the client's own allocations, and the
+// difference is reported as proxy-allocs/op and proxy-bytes/op. The
+// timing is the round trips on a busy machine, not the proxy's cost
+// (bench/pooling.sh measures that against PgBouncer).
+func BenchmarkPooledConnect(b *testing.B) {
+	ensureRole(b, roleSQL("ttl_trust", "unused"))
+	p := startProxy(b, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authTrust},
+		Pool: PoolSettings{DefaultPoolSize: 4}})
+	startup, err := (&pgproto3.StartupMessage{
+		ProtocolVersion: pgproto3.ProtocolVersionNumber,
+		Parameters:      map[string]string{"user": "ttl_trust", "database": "postgres"},
+	}).Encode(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	query := appendQuery(nil, "SELECT 1")
+	var directAllocs, directBytes float64
+	for _, target := range []struct{ name, addr string }{
+		{"direct", pgtest.Server(b).Addr()},
+		{"proxy", p.addr},
+	} {
+		b.Run(target.name, func(b *testing.B) {
+			buf := make([]byte, 16<<10)
+			b.ReportAllocs()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			n := 0
+			for b.Loop() {
+				if err := connectOnce(target.addr, startup, query, buf); err != nil {
+					b.Fatal(err)
+				}
+				n++
+			}
+			runtime.ReadMemStats(&after)
+			allocs := float64(after.Mallocs-before.Mallocs) / float64(n)
+			bytes := float64(after.TotalAlloc-before.TotalAlloc) / float64(n)
+			if target.name == "direct" {
+				directAllocs, directBytes = allocs, bytes
+			} else {
+				b.ReportMetric(max(allocs-directAllocs, 0), "proxy-allocs/op")
+				b.ReportMetric(max(bytes-directBytes, 0), "proxy-bytes/op")
+			}
+		})
+	}
+}
+
+// connectOnce is BenchmarkPooledConnect's client: it logs in (trust),
+// runs query and terminates, reading each answer to its ReadyForQuery.
+func connectOnce(addr string, startup, query, buf []byte) error {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	untilReady := func() error {
+		have := 0
+		for {
+			n, err := c.Read(buf[have:])
+			if err != nil {
+				return err
+			}
+			have += n
+			// The answer ends with ReadyForQuery: 'Z', length 5, status.
+			if have >= 6 && buf[have-6] == 'Z' && buf[have-2] == 5 {
+				return nil
+			}
+			if have == len(buf) {
+				return errors.New("answer larger than the buffer")
+			}
+		}
+	}
+	if _, err := c.Write(startup); err != nil {
+		return err
+	}
+	if err := untilReady(); err != nil {
+		return err
+	}
+	if _, err := c.Write(query); err != nil {
+		return err
+	}
+	if err := untilReady(); err != nil {
+		return err
+	}
+	_, err = c.Write([]byte(terminateMsg))
+	return err
 }
