@@ -86,10 +86,13 @@
 #   FLOOR=1        row 1's trust line also through bench/poolfloor, the least
 #                  a transaction pooler can do (fixed welcome, each Query
 #                  relayed on a pooled server, nothing else): floor (a
-#                  goroutine per client, ttlproxy's engine), floor-epoll (an
-#                  epoll loop of its own), and each with -reset (ttlproxy's
-#                  RESET ROLE; RESET ALL before a server serves another
-#                  client): floor-reset, floor-epoll-reset; a table of its own
+#                  goroutine per client, ttlproxy's engine), floor-hybrid
+#                  (the same sessions over client sockets of its own: raw
+#                  accept, read, write, close, an epoll set of its own),
+#                  floor-epoll (an epoll loop of its own), and each with
+#                  -reset (ttlproxy's RESET ROLE; RESET ALL before a server
+#                  serves another client): floor-reset, floor-hybrid-reset,
+#                  floor-epoll-reset; a table of its own
 #   BOUNCER_RESET=1  row 3 also through a PgBouncer (pgb-reset, SCRAM) with
 #                  server_reset_query = RESET ROLE; RESET ALL and
 #                  server_reset_query_always = 1: the round trip ttlproxy
@@ -268,10 +271,10 @@ INI
 # so that its servers are not held beside the other targets' pools within
 # max_connections), four servers logged in as bench_trust (trust) to
 # database bench; the engine and -reset follow from NAME (floor,
-# floor-epoll, floor-reset, floor-epoll-reset).
+# floor-hybrid, floor-epoll, each with -reset at the end).
 start_floor() {
 	local name=$1 engine=goroutine reset='' port
-	case $name in *-epoll*) engine=epoll ;; esac
+	case $name in *-epoll*) engine=epoll ;; *-hybrid*) engine=hybrid ;; esac
 	case $name in *-reset) reset=1 ;; esac
 	port=$(free_port)
 	"$WORK/poolfloor" -listen "127.0.0.1:$port" -upstream "127.0.0.1:$PGPORT" -user bench_trust -database bench \
@@ -290,7 +293,7 @@ start_pgbouncer pgb-trust trust
 FLOOR_T=
 if [ "${FLOOR:-}" = 1 ]; then
 	(cd "$ROOT" && go build -o "$WORK/poolfloor" ./bench/poolfloor) || die "go build of bench/poolfloor failed"
-	FLOOR_T=" floor floor-epoll floor-reset floor-epoll-reset"
+	FLOOR_T=" floor floor-hybrid floor-epoll floor-reset floor-hybrid-reset floor-epoll-reset"
 fi
 RESET_T=
 if [ "${BOUNCER_RESET:-}" = 1 ]; then

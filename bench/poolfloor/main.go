@@ -14,8 +14,8 @@
 // Engines:
 //
 //   - goroutine (default): a goroutine per client over the net package, as
-//     ttlproxy's sessions, with read(2) and write(2) as raw system calls
-//     (ttlproxy's proxy/rawconn.go). accept(2), close(2) and the socket
+//     ttlproxy's sessions, with read(2) and write(2) as raw system calls on
+//     clients and servers (ttlproxy's proxy/rawconn.go). accept(2), close(2) and the socket
 //     options the net package sets on an accepted socket go through the
 //     runtime's entersyscall, which wakes its sysmon thread when the
 //     process was idle.
@@ -26,6 +26,10 @@
 //     and close(2) is a raw system call, and the runtime never leaves
 //     user code for the clients' sockets. Server connections log in on the
 //     net package and are then driven by the loop.
+//   - hybrid: the goroutine engine's sessions over the epoll engine's
+//     sockets: a goroutine per client whose reads park on a channel the
+//     loop signals, and raw accept(2), read(2), write(2), close(2). What
+//     ttlproxy could adopt without turning its sessions into callbacks.
 //
 // Upstream logins use trust (the server must not ask for a password), only
 // the simple query protocol is relayed, and a server is given to one client
@@ -64,7 +68,7 @@ func main() {
 	user := flag.String("user", "postgres", "role the pooled server connections log in as (trust)")
 	database := flag.String("database", "postgres", "database of the pooled server connections")
 	size := flag.Int("pool", 20, "server connections, opened at start")
-	engine := flag.String("engine", "goroutine", "goroutine or epoll")
+	engine := flag.String("engine", "goroutine", "goroutine, epoll or hybrid")
 	flag.BoolVar(&resetOnSwitch, "reset", false, "reset a server (RESET ROLE; RESET ALL) ahead of the first query of a client it did not serve last, as ttlproxy does")
 	flag.Parse()
 	if os.Getenv("GOMAXPROCS") == "" {
@@ -84,8 +88,10 @@ func main() {
 		err = goroutineEngine(*listen, servers)
 	case "epoll":
 		err = epollEngine(*listen, servers)
+	case "hybrid":
+		err = hybridEngine(*listen, servers)
 	default:
-		err = fmt.Errorf("unknown -engine %q (goroutine or epoll)", *engine)
+		err = fmt.Errorf("unknown -engine %q (goroutine, epoll or hybrid)", *engine)
 	}
 	log.Fatal(err)
 }
@@ -106,6 +112,7 @@ var resetQuery = func() []byte {
 type server struct {
 	nc net.Conn
 	br *bufio.Reader
+	w  *rawWriter
 	fd int
 	// last is the client it served last (an id; 0 none).
 	last uint64
@@ -147,6 +154,12 @@ func login(addr, user, database string) (*server, error) {
 				return nil, err
 			}
 			_ = rc.Control(func(fd uintptr) { s.fd = int(fd) }) //nolint:gosec // a descriptor
+			// From here on raw reads and writes, as ttlproxy's servers.
+			in := &rawReader{rc: rc}
+			in.fn = in.read
+			s.br = bufio.NewReaderSize(in, 16<<10)
+			s.w = &rawWriter{rc: rc}
+			s.w.fn = s.w.write
 			return s, nil
 		}
 	}
@@ -305,7 +318,7 @@ func exchange(s *server, reset bool, msg, answer []byte) ([]byte, error) {
 	if reset {
 		out = append(append([]byte(nil), resetQuery...), msg...)
 	}
-	if _, err := s.nc.Write(out); err != nil {
+	if err := s.w.Write(out); err != nil {
 		return nil, err
 	}
 	for reset {
