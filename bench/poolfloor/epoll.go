@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ttlproxy/ttlproxy/bench/internal/rawsys"
 )
 
 // loop is the epoll engine's state; only its goroutine touches it.
@@ -128,32 +130,45 @@ func (l *loop) poll() error {
 	}
 }
 
-// accept takes every pending connection (raw accept4, TCP_NODELAY).
+// accept takes every pending connection.
 func (l *loop) accept() error {
 	for {
-		r, _, errno := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(l.lnfd), 0, 0,
+		fd, ok, err := acceptRaw(l.lnfd, l.ep)
+		if err != nil || !ok {
+			return err
+		}
+		l.nextID++
+		l.clients[fd] = &floorClient{fd: fd, id: l.nextID}
+	}
+}
+
+// acceptRaw takes one pending connection of the listening socket lnfd
+// (raw accept4, TCP_NODELAY) and adds it to the epoll set ep,
+// edge-triggered for reading; ok is false when none is pending.
+func acceptRaw(lnfd, ep int) (fd int, ok bool, err error) {
+	for {
+		r, _, errno := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lnfd), 0, 0,
 			unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
 		switch errno {
 		case 0:
 		case unix.EAGAIN:
-			return nil
+			return 0, false, nil
 		case unix.EINTR, unix.ECONNABORTED:
 			continue
 		default:
-			return errno
+			return 0, false, errno
 		}
 		fd := int(r)
 		one := int32(1)
 		_, _, _ = unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY,
 			uintptr(unsafePointer(&one)), 4, 0)
 		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)} //nolint:gosec // a descriptor
-		if _, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.ep), unix.EPOLL_CTL_ADD, uintptr(fd),
+		if _, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(ep), unix.EPOLL_CTL_ADD, uintptr(fd),
 			uintptr(unsafePointer(&ev)), 0, 0); errno != 0 {
 			rawClose(fd)
 			continue
 		}
-		l.nextID++
-		l.clients[fd] = &floorClient{fd: fd, id: l.nextID}
+		return fd, true, nil
 	}
 }
 
@@ -162,7 +177,7 @@ func (l *loop) accept() error {
 // end of stream or an error.
 func (l *loop) readAll(fd int, in []byte) (out []byte, eof bool) {
 	for {
-		n, ok, err := rawSyscall(unix.SYS_READ, uintptr(fd), l.buf)
+		n, ok, err := rawsys.ReadWrite(unix.SYS_READ, uintptr(fd), l.buf)
 		if !ok {
 			return in, false
 		}
@@ -345,7 +360,7 @@ func rawClose(fd int) { _, _, _ = unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0
 // small messages) waits in poll(2).
 func rawWrite(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, ok, err := rawSyscall(unix.SYS_WRITE, uintptr(fd), b)
+		n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, uintptr(fd), b)
 		if err != nil {
 			return err
 		}

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"encoding/binary"
 	"io"
 	"net"
 	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ttlproxy/ttlproxy/bench/internal/rawsys"
 )
 
 // hybridEngine keeps the goroutine engine's session (a goroutine per
@@ -105,33 +105,19 @@ type fdConn struct {
 
 func (h *hybrid) accept() error {
 	for {
-		r, _, errno := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(h.lnfd), 0, 0,
-			unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
-		switch errno {
-		case 0:
-		case unix.EAGAIN:
-			return nil
-		case unix.EINTR, unix.ECONNABORTED:
-			continue
-		default:
-			return errno
+		fd, ok, err := acceptRaw(h.lnfd, h.ep)
+		if err != nil || !ok {
+			return err
 		}
-		fd := int(r)
-		one := int32(1)
-		_, _, _ = unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY,
-			uintptr(unsafePointer(&one)), 4, 0)
 		h.nextID++
 		c := &fdConn{h: h, id: h.nextID, fd: fd, ready: make(chan struct{}, 1)}
 		h.mu.Lock()
 		h.conns[fd] = c
 		h.mu.Unlock()
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)} //nolint:gosec // a descriptor
-		if _, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(h.ep), unix.EPOLL_CTL_ADD, uintptr(fd),
-			uintptr(unsafePointer(&ev)), 0, 0); errno != 0 {
-			c.Close()
-			continue
-		}
-		go serveHybrid(c, h.pool)
+		go func() {
+			defer c.Close()
+			serveSession(c, c.Write, h.pool, c.id)
+		}()
 	}
 }
 
@@ -139,7 +125,7 @@ func (h *hybrid) accept() error {
 // it has nothing.
 func (c *fdConn) Read(b []byte) (int, error) {
 	for {
-		n, ok, err := rawSyscall(unix.SYS_READ, uintptr(c.fd), b)
+		n, ok, err := rawsys.ReadWrite(unix.SYS_READ, uintptr(c.fd), b)
 		if ok {
 			if err != nil {
 				return 0, err
@@ -161,51 +147,4 @@ func (c *fdConn) Close() {
 	delete(c.h.conns, c.fd)
 	c.h.mu.Unlock()
 	rawClose(c.fd)
-}
-
-// serveHybrid is serveClient over an fdConn.
-func serveHybrid(c *fdConn, p *pool) {
-	defer c.Close()
-	br := bufio.NewReaderSize(c, 8<<10)
-	for {
-		hdr, err := br.Peek(8)
-		if err != nil {
-			return
-		}
-		n := int(binary.BigEndian.Uint32(hdr))
-		code := binary.BigEndian.Uint32(hdr[4:])
-		if _, err := br.Discard(n); err != nil {
-			return
-		}
-		if code == sslRequest || code == gssRequest {
-			if c.Write([]byte{'N'}) != nil {
-				return
-			}
-			continue
-		}
-		break
-	}
-	if c.Write(welcome) != nil {
-		return
-	}
-	id := c.id
-	var msg, answer []byte
-	for {
-		typ, b, err := readMessage(br, msg)
-		if err != nil || typ != 'Q' {
-			return
-		}
-		msg = b
-		s := p.get()
-		reset := resetOnSwitch && s.last != 0 && s.last != id
-		s.last = id
-		answer, err = exchange(s, reset, msg, answer[:0])
-		if err != nil {
-			return
-		}
-		p.put(s)
-		if c.Write(answer) != nil {
-			return
-		}
-	}
 }

@@ -53,6 +53,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ttlproxy/ttlproxy/bench/internal/rawsys"
 )
 
 // Protocol codes of the StartupMessage family (PostgreSQL's pqcomm.h).
@@ -252,8 +254,7 @@ func goroutineEngine(listen string, servers []*server) error {
 	}
 }
 
-// serveClient is the goroutine engine's session: startup, then each Query
-// relayed on a server held to its ReadyForQuery.
+// serveClient is the goroutine engine's session over a net package socket.
 func serveClient(c *net.TCPConn, p *pool, id uint64) {
 	defer func() { _ = c.Close() }()
 	rc, err := c.SyscallConn()
@@ -262,9 +263,15 @@ func serveClient(c *net.TCPConn, p *pool, id uint64) {
 	}
 	in := &rawReader{rc: rc}
 	in.fn = in.read
-	br := bufio.NewReaderSize(in, 8<<10)
 	out := &rawWriter{rc: rc}
 	out.fn = out.write
+	serveSession(in, out.Write, p, id)
+}
+
+// serveSession is a client's session on the goroutine and hybrid engines:
+// startup, then each Query relayed on a server held to its ReadyForQuery.
+func serveSession(in io.Reader, write func([]byte) error, p *pool, id uint64) {
+	br := bufio.NewReaderSize(in, 8<<10)
 	for {
 		hdr, err := br.Peek(8)
 		if err != nil {
@@ -276,26 +283,23 @@ func serveClient(c *net.TCPConn, p *pool, id uint64) {
 			return
 		}
 		if code == sslRequest || code == gssRequest {
-			if out.Write([]byte{'N'}) != nil {
+			if write([]byte{'N'}) != nil {
 				return
 			}
 			continue
 		}
 		break
 	}
-	if out.Write(welcome) != nil {
+	if write(welcome) != nil {
 		return
 	}
 	var msg, answer []byte
 	for {
 		typ, b, err := readMessage(br, msg)
-		if err != nil || typ == 'X' {
-			return
+		if err != nil || typ != 'Q' {
+			return // Terminate, or what a floor tool does not relay
 		}
 		msg = b
-		if typ != 'Q' {
-			return
-		}
 		s := p.get()
 		reset := resetOnSwitch && s.last != 0 && s.last != id
 		s.last = id
@@ -304,7 +308,7 @@ func serveClient(c *net.TCPConn, p *pool, id uint64) {
 			return // the server is lost with the client: a floor tool
 		}
 		p.put(s)
-		if out.Write(answer) != nil {
+		if write(answer) != nil {
 			return
 		}
 	}
@@ -352,7 +356,7 @@ type rawReader struct {
 }
 
 func (r *rawReader) read(fd uintptr) bool {
-	n, ok, err := rawSyscall(unix.SYS_READ, fd, r.buf)
+	n, ok, err := rawsys.ReadWrite(unix.SYS_READ, fd, r.buf)
 	r.n, r.err = n, err
 	return ok
 }
@@ -383,7 +387,7 @@ type rawWriter struct {
 
 func (w *rawWriter) write(fd uintptr) bool {
 	for len(w.buf) > 0 {
-		n, ok, err := rawSyscall(unix.SYS_WRITE, fd, w.buf)
+		n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, fd, w.buf)
 		if !ok {
 			return false
 		}
@@ -402,24 +406,6 @@ func (w *rawWriter) Write(b []byte) error {
 		return err
 	}
 	return w.err
-}
-
-// rawSyscall makes a read(2) or write(2) on a non-blocking descriptor
-// without the runtime's entersyscall: ok is false for EAGAIN.
-func rawSyscall(trap, fd uintptr, b []byte) (n int, ok bool, err error) {
-	for {
-		//nolint:gosec // G103: read(2)/write(2) take the buffer's address; b outlives the call.
-		r, _, errno := unix.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		switch errno {
-		case 0:
-			return int(r), true, nil
-		case unix.EINTR:
-		case unix.EAGAIN:
-			return 0, false, nil
-		default:
-			return 0, true, errno
-		}
-	}
 }
 
 //nolint:gosec // G103: system calls take the addresses of their arguments.

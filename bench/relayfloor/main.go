@@ -40,6 +40,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ttlproxy/ttlproxy/bench/internal/rawsys"
 )
 
 func main() {
@@ -60,24 +62,6 @@ func main() {
 		err = fmt.Errorf("unknown -engine %q (goroutine or epoll)", *engine)
 	}
 	log.Fatal(err)
-}
-
-// rawSyscall makes a system call on a non-blocking descriptor without the
-// runtime's entersyscall: ok is false for EAGAIN.
-func rawSyscall(trap, fd uintptr, b []byte) (n int, ok bool, err error) {
-	for {
-		//nolint:gosec // G103: read(2)/write(2) take the buffer's address; b outlives the call.
-		r, _, errno := unix.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-		switch errno {
-		case 0:
-			return int(r), true, nil
-		case unix.EINTR:
-		case unix.EAGAIN:
-			return 0, false, nil
-		default:
-			return 0, true, errno
-		}
-	}
 }
 
 func goroutineEngine(listen, upstream string) error {
@@ -118,7 +102,7 @@ func relay(src, dst *net.TCPConn) {
 	var failed error
 	write := func(fd uintptr) bool {
 		for len(out) > 0 {
-			n, ok, err := rawSyscall(unix.SYS_WRITE, fd, out)
+			n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, fd, out)
 			if !ok {
 				return false
 			}
@@ -132,7 +116,7 @@ func relay(src, dst *net.TCPConn) {
 	}
 	read := func(fd uintptr) bool {
 		for {
-			n, ok, err := rawSyscall(unix.SYS_READ, fd, buf)
+			n, ok, err := rawsys.ReadWrite(unix.SYS_READ, fd, buf)
 			if !ok {
 				return false
 			}
@@ -244,7 +228,7 @@ func epollEngine(listen, upstream string) error {
 			if !ok {
 				continue
 			}
-			n, ok, err := rawSyscall(unix.SYS_READ, uintptr(fd), buf)
+			n, ok, err := rawsys.ReadWrite(unix.SYS_READ, uintptr(fd), buf)
 			if !ok {
 				continue
 			}
@@ -277,7 +261,7 @@ func dial(a netip.AddrPort) (int, error) {
 // while its buffer is full.
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
-		n, ok, err := rawSyscall(unix.SYS_WRITE, uintptr(fd), b)
+		n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, uintptr(fd), b)
 		if err != nil {
 			return err
 		}
