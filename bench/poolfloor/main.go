@@ -5,20 +5,22 @@
 // ParameterStatus, BackendKeyData, ReadyForQuery: trust, no authentication
 // exchange), relays each simple Query to one of its pooled server
 // connections and the answer back up to the ReadyForQuery, and closes at
-// Terminate. No rewrite, no session state, no reset between clients, no
-// metrics: the CPU it spends per connection is the floor of an engine on
-// this machine, and ttlproxy's distance to it is its own work.
+// Terminate. No rewrite, no session state, no metrics, and no reset between
+// clients unless -reset asks for ttlproxy's: the CPU it spends per
+// connection is the floor of an engine on this machine, and ttlproxy's
+// distance to it is its own work.
 //
-//	poolfloor -listen 127.0.0.1:7100 -upstream 127.0.0.1:5432 -user postgres -database postgres [-pool 20] [-engine goroutine|epoll]
+//	poolfloor -listen 127.0.0.1:7100 -upstream 127.0.0.1:5432 -user postgres -database postgres \
+//		[-pool 20] [-engine goroutine|epoll|hybrid] [-reset]
 //
 // Engines:
 //
 //   - goroutine (default): a goroutine per client over the net package, as
 //     ttlproxy's sessions, with read(2) and write(2) as raw system calls on
-//     clients and servers (ttlproxy's proxy/rawconn.go). accept(2), close(2) and the socket
-//     options the net package sets on an accepted socket go through the
-//     runtime's entersyscall, which wakes its sysmon thread when the
-//     process was idle.
+//     clients and servers (ttlproxy's proxy/rawconn.go). accept(2),
+//     close(2) and the socket options the net package sets on an accepted
+//     socket go through the runtime's entersyscall, which wakes its sysmon
+//     thread when the process was idle.
 //   - epoll: one event loop over an epoll set of its own (edge-triggered,
 //     one read per readiness unless the buffer filled), its descriptor
 //     registered with Go's netpoller, so the loop is an ordinary goroutine
