@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/binary"
 	"errors"
-	"net"
-	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -13,17 +11,14 @@ import (
 
 // loop is the epoll engine's state; only its goroutine touches it.
 type loop struct {
-	// ln is kept referenced: its finalizer would close the descriptor.
-	ln       net.Listener
-	ep, lnfd int
-	clients  map[int]*floorClient
-	servers  map[int]*floorServer
-	idle     []*floorServer
-	queue    []*floorClient // clients waiting for a server, head first
-	events   []unix.EpollEvent
-	buf      []byte
-	out      []byte
-	nextID   uint64
+	*epollSet
+	clients map[int]*floorClient
+	servers map[int]*floorServer
+	idle    []*floorServer
+	queue   []*floorClient // clients waiting for a server, head first
+	buf     []byte
+	out     []byte
+	nextID  uint64
 }
 
 type floorClient struct {
@@ -44,27 +39,12 @@ type floorServer struct {
 }
 
 func epollEngine(listen string, servers []*server) error {
-	ln, err := net.Listen("tcp", listen)
+	set, err := newEpollSet(listen)
 	if err != nil {
 		return err
 	}
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return err
-	}
-	if err := unix.SetNonblock(ep, true); err != nil {
-		return err
-	}
-	l := &loop{ln: ln, ep: ep, clients: map[int]*floorClient{}, servers: map[int]*floorServer{},
-		events: make([]unix.EpollEvent, 128), buf: make([]byte, 16<<10)}
-	lrc, err := ln.(*net.TCPListener).SyscallConn()
-	if err != nil {
-		return err
-	}
-	_ = lrc.Control(func(fd uintptr) { l.lnfd = int(fd) }) //nolint:gosec // a descriptor
-	if err := l.add(l.lnfd, unix.EPOLLIN); err != nil {
-		return err
-	}
+	l := &loop{epollSet: set, clients: map[int]*floorClient{}, servers: map[int]*floorServer{},
+		buf: make([]byte, 16<<10)}
 	for _, s := range servers {
 		fs := &floorServer{s: s}
 		l.servers[s.fd] = fs
@@ -73,61 +53,27 @@ func epollEngine(listen string, servers []*server) error {
 			return err
 		}
 	}
-	// The epoll descriptor itself waits in Go's netpoller: the loop is a
-	// goroutine that parks while nothing is ready.
-	f := os.NewFile(uintptr(ep), "epoll") //nolint:gosec // a descriptor
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var failed error
-	for failed == nil {
-		if err := rc.Read(func(uintptr) bool {
-			failed = l.poll()
-			return failed != nil
-		}); err != nil {
-			return err
-		}
-	}
-	return failed
+	return l.run(l.dispatch)
 }
 
-func (l *loop) add(fd int, events uint32) error {
-	return unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: events, Fd: int32(fd)}) //nolint:gosec // a descriptor
-}
-
-// poll handles what is ready, without blocking; it returns when the set
-// has nothing more (the caller parks until the netpoller sees it ready).
-func (l *loop) poll() error {
-	for {
-		r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(l.ep),
-			uintptr(unsafePointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
-		if errno == unix.EINTR {
-			continue
-		}
-		if errno != 0 {
-			return errno
-		}
-		n := int(r)
-		for _, ev := range l.events[:n] {
-			fd := int(ev.Fd)
-			switch {
-			case fd == l.lnfd:
-				if err := l.accept(); err != nil {
-					return err
-				}
-			case l.clients[fd] != nil:
-				l.clientReady(l.clients[fd])
-			case l.servers[fd] != nil:
-				if err := l.serverReady(l.servers[fd]); err != nil {
-					return err
-				}
+// dispatch handles a batch of ready descriptors.
+func (l *loop) dispatch(events []unix.EpollEvent) error {
+	for _, ev := range events {
+		fd := int(ev.Fd)
+		switch {
+		case fd == l.lnfd:
+			if err := l.accept(); err != nil {
+				return err
+			}
+		case l.clients[fd] != nil:
+			l.clientReady(l.clients[fd])
+		case l.servers[fd] != nil:
+			if err := l.serverReady(l.servers[fd]); err != nil {
+				return err
 			}
 		}
-		if n < len(l.events) {
-			return nil
-		}
 	}
+	return nil
 }
 
 // accept takes every pending connection.
@@ -214,13 +160,13 @@ func (l *loop) handle(c *floorClient) bool {
 			code := binary.BigEndian.Uint32(c.in[4:])
 			c.in = c.in[n:]
 			if code == sslRequest || code == gssRequest {
-				if rawWrite(c.fd, []byte{'N'}) != nil {
+				if rawsys.WriteAll(c.fd, []byte{'N'}) != nil {
 					return false
 				}
 				continue
 			}
 			c.started = true
-			if rawWrite(c.fd, welcome) != nil {
+			if rawsys.WriteAll(c.fd, welcome) != nil {
 				return false
 			}
 			continue
@@ -254,7 +200,7 @@ func (l *loop) handle(c *floorClient) bool {
 			out, s.swallow = l.out, true
 		}
 		s.s.last = c.id
-		if rawWrite(s.s.fd, out) != nil {
+		if rawsys.WriteAll(s.s.fd, out) != nil {
 			return false
 		}
 		c.in = c.in[n:]
@@ -298,7 +244,7 @@ func (l *loop) serverReady(s *floorServer) error {
 		return nil
 	}
 	c := s.cl
-	if c != nil && rawWrite(c.fd, s.in[:end]) != nil {
+	if c != nil && rawsys.WriteAll(c.fd, s.in[:end]) != nil {
 		l.closeClient(c)
 		c = nil
 	}
@@ -355,22 +301,3 @@ func (l *loop) closeClient(c *floorClient) {
 }
 
 func rawClose(fd int) { _, _, _ = unix.RawSyscall(unix.SYS_CLOSE, uintptr(fd), 0, 0) }
-
-// rawWrite writes all of b; a full socket buffer (never, for a benchmark's
-// small messages) waits in poll(2).
-func rawWrite(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, uintptr(fd), b)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, -1); err != nil && err != unix.EINTR { //nolint:gosec // a descriptor
-				return err
-			}
-			continue
-		}
-		b = b[n:]
-	}
-	return nil
-}

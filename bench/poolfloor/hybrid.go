@@ -2,8 +2,6 @@ package main
 
 import (
 	"io"
-	"net"
-	"os"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -16,83 +14,44 @@ import (
 // package: accept(2), read(2), write(2) and close(2) are raw system calls,
 // and a goroutine waiting to read parks on a channel that the loop over an
 // epoll set of its own (whose descriptor waits in Go's netpoller) signals.
-// Server connections stay on the net package.
+// Server connections are the goroutine engine's.
 func hybridEngine(listen string, servers []*server) error {
-	ln, err := net.Listen("tcp", listen)
+	set, err := newEpollSet(listen)
 	if err != nil {
 		return err
 	}
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return err
-	}
-	if err := unix.SetNonblock(ep, true); err != nil {
-		return err
-	}
-	h := &hybrid{ln: ln, ep: ep, conns: map[int]*fdConn{}, pool: &pool{idle: servers}}
-	lrc, err := ln.(*net.TCPListener).SyscallConn()
-	if err != nil {
-		return err
-	}
-	_ = lrc.Control(func(fd uintptr) { h.lnfd = int(fd) })                                                                           //nolint:gosec // a descriptor
-	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, h.lnfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(h.lnfd)}); err != nil { //nolint:gosec // a descriptor
-		return err
-	}
-	f := os.NewFile(uintptr(ep), "epoll") //nolint:gosec // a descriptor
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	events := make([]unix.EpollEvent, 128)
-	var failed error
-	for failed == nil {
-		if err := rc.Read(func(uintptr) bool {
-			for {
-				r, _, errno := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(ep),
-					uintptr(unsafePointer(&events[0])), uintptr(len(events)), 0, 0, 0)
-				if errno == unix.EINTR {
-					continue
-				}
-				if errno != 0 {
-					failed = errno
-					return true
-				}
-				n := int(r)
-				for _, ev := range events[:n] {
-					if int(ev.Fd) == h.lnfd {
-						if failed = h.accept(); failed != nil {
-							return true
-						}
-						continue
-					}
-					h.mu.Lock()
-					c := h.conns[int(ev.Fd)]
-					h.mu.Unlock()
-					if c != nil {
-						select {
-						case c.ready <- struct{}{}:
-						default:
-						}
-					}
-				}
-				if n < len(events) {
-					return false
-				}
-			}
-		}); err != nil {
-			return err
-		}
-	}
-	return failed
+	h := &hybrid{epollSet: set, conns: map[int]*fdConn{}, pool: &pool{idle: servers}}
+	return h.run(h.dispatch)
 }
 
 type hybrid struct {
-	ln       net.Listener // kept referenced: its finalizer would close the descriptor
-	ep, lnfd int
-	pool     *pool
-	nextID   uint64 // the loop's: ids of clients, for -reset
-	mu       sync.Mutex
-	conns    map[int]*fdConn
+	*epollSet
+	pool   *pool
+	nextID uint64 // the loop's: ids of clients, for -reset
+	mu     sync.Mutex
+	conns  map[int]*fdConn
+}
+
+// dispatch accepts, and wakes the clients whose sockets are ready.
+func (h *hybrid) dispatch(events []unix.EpollEvent) error {
+	for _, ev := range events {
+		if int(ev.Fd) == h.lnfd {
+			if err := h.accept(); err != nil {
+				return err
+			}
+			continue
+		}
+		h.mu.Lock()
+		c := h.conns[int(ev.Fd)]
+		h.mu.Unlock()
+		if c != nil {
+			select {
+			case c.ready <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
 }
 
 // fdConn is a client socket of the hybrid engine.
@@ -139,7 +98,7 @@ func (c *fdConn) Read(b []byte) (int, error) {
 	}
 }
 
-func (c *fdConn) Write(b []byte) error { return rawWrite(c.fd, b) }
+func (c *fdConn) Write(b []byte) error { return rawsys.WriteAll(c.fd, b) }
 
 // Close forgets c and closes its socket (which leaves the epoll set).
 func (c *fdConn) Close() {

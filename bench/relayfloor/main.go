@@ -36,7 +36,6 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
-	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -232,7 +231,7 @@ func epollEngine(listen, upstream string) error {
 			if !ok {
 				continue
 			}
-			if err != nil || n == 0 || writeAll(dst, buf[:n]) != nil {
+			if err != nil || n == 0 || rawsys.WriteAll(dst, buf[:n]) != nil {
 				closePair(fd)
 			}
 		}
@@ -255,23 +254,4 @@ func dial(a netip.AddrPort) (int, error) {
 		return -1, err
 	}
 	return s, unix.SetsockoptInt(s, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-}
-
-// writeAll writes b to the non-blocking socket fd, waiting with poll(2)
-// while its buffer is full.
-func writeAll(fd int, b []byte) error {
-	for len(b) > 0 {
-		n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, uintptr(fd), b)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, -1); err != nil && !errors.Is(err, syscall.EINTR) {
-				return err
-			}
-			continue
-		}
-		b = b[n:]
-	}
-	return nil
 }

@@ -1,12 +1,13 @@
-// Package rawsys is the one system call the benchmark floors
+// Package rawsys is the system calls the benchmark floors
 // (bench/relayfloor, bench/poolfloor) make on their sockets' hot path:
-// read(2) or write(2) on a non-blocking descriptor through
+// read(2) and write(2) on a non-blocking descriptor through
 // unix.RawSyscall, without the runtime's entersyscall/exitsyscall (which
 // wakes Go's sysmon thread when the process was idle; ttlproxy's
 // proxy/rawconn.go does the same).
 package rawsys
 
 import (
+	"errors"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -30,4 +31,24 @@ func ReadWrite(trap, fd uintptr, b []byte) (n int, ok bool, err error) {
 			return 0, true, errno
 		}
 	}
+}
+
+// WriteAll writes all of b to the non-blocking socket fd, waiting with
+// poll(2) while its buffer is full (rare for a benchmark's small messages;
+// the wait blocks the calling thread).
+func WriteAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, ok, err := ReadWrite(unix.SYS_WRITE, uintptr(fd), b)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if _, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}, -1); err != nil && !errors.Is(err, unix.EINTR) { //nolint:gosec // a descriptor
+				return err
+			}
+			continue
+		}
+		b = b[n:]
+	}
+	return nil
 }
