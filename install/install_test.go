@@ -240,9 +240,9 @@ func TestCollisions(t *testing.T) {
 			e.exec(k.ddl...)
 			rules := []ttl.Rule{k.rule}
 			e.apply(rules, false)
-			live := k.rule.LiveCondition("t", "now()")
+			live := k.rule.LiveCondition("t", ttl.Now)
 			visibleQ := "SELECT id || ':' || email || ':' || v FROM items AS t WHERE " + live + " ORDER BY id"
-			expiredQ := "SELECT id::text FROM items AS t WHERE " + k.rule.ExpiredCondition("t", "now()") + " ORDER BY id"
+			expiredQ := "SELECT id::text FROM items AS t WHERE " + k.rule.ExpiredCondition("t", ttl.Now) + " ORDER BY id"
 			reset := "TRUNCATE items"
 			if k.rule.RuleKind() == ttl.KindSidecar {
 				reset = "TRUNCATE items, items_ttl"

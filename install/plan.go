@@ -282,7 +282,7 @@ func purgeStatement(r *ttl.Rule, key []string) string {
 		match = append(match, fmt.Sprintf("t.%s = NEW.%s", q, q))
 	}
 	del := fmt.Sprintf("DELETE FROM %s AS t WHERE %s AND %s",
-		r.QuotedName(), strings.Join(match, " AND "), r.ExpiredCondition("t", "now()"))
+		r.QuotedName(), strings.Join(match, " AND "), r.ExpiredCondition("t", ttl.Now))
 	if r.RuleKind() != ttl.KindSidecar {
 		return del
 	}
@@ -296,7 +296,7 @@ func purgeStatement(r *ttl.Rule, key []string) string {
 	// rule on its expires_at.
 	reg := ttl.Rule{Schema: sidecarSchema(r), Table: r.SidecarTable, Column: "expires_at"}
 	return fmt.Sprintf("WITH d AS (%s RETURNING %s) DELETE FROM %s AS r USING d WHERE %s AND %s",
-		del, strings.Join(ret, ", "), r.SidecarName(), strings.Join(join, " AND "), reg.ExpiredCondition("r", "now()"))
+		del, strings.Join(ret, ", "), r.SidecarName(), strings.Join(join, " AND "), reg.ExpiredCondition("r", ttl.Now))
 }
 
 func sidecarSchema(r *ttl.Rule) string {

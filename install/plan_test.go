@@ -77,11 +77,11 @@ AS $ttl$
 BEGIN
   -- unique key (id)
   IF TG_OP = 'INSERT' OR ROW(NEW."id") IS DISTINCT FROM ROW(OLD."id") THEN
-    DELETE FROM "public"."sessions" AS t WHERE t."id" = NEW."id" AND (NOT (t."expires_at" IS NULL OR t."expires_at" >= now()));
+    DELETE FROM "public"."sessions" AS t WHERE t."id" = NEW."id" AND (NOT (t."expires_at" IS NULL OR t."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()));
   END IF;
   -- unique key (token)
   IF TG_OP = 'INSERT' OR ROW(NEW."token") IS DISTINCT FROM ROW(OLD."token") THEN
-    DELETE FROM "public"."sessions" AS t WHERE t."token" = NEW."token" AND (NOT (t."expires_at" IS NULL OR t."expires_at" >= now()));
+    DELETE FROM "public"."sessions" AS t WHERE t."token" = NEW."token" AND (NOT (t."expires_at" IS NULL OR t."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()));
   END IF;
   RETURN NEW;
 END
@@ -107,7 +107,7 @@ $ttl$`,
 			continue
 		}
 		// The expiry test is the shared definition, never a copy.
-		if cond := r.ExpiredCondition("t", "now()"); !strings.Contains(all, cond) {
+		if cond := r.ExpiredCondition("t", ttl.Now); !strings.Contains(all, cond) {
 			t.Errorf("table %s: plan does not use ExpiredCondition %s", r.QualifiedName(), cond)
 		}
 	}
@@ -116,7 +116,7 @@ $ttl$`,
 		`BEFORE UPDATE OF "id", "source", "seq" ON "app"."events"`,
 		// The sidecar's expired registry rows go with the base row.
 		`WITH d AS (DELETE FROM "public"."docs" AS t WHERE t."slug" = NEW."slug" AND `,
-		`RETURNING t."tenant", t."id") DELETE FROM "meta"."docs_ttl" AS r USING d WHERE r."tenant" = d."tenant" AND r."id" = d."id" AND (NOT (r."expires_at" IS NULL OR r."expires_at" >= now()))`,
+		`RETURNING t."tenant", t."id") DELETE FROM "meta"."docs_ttl" AS r USING d WHERE r."tenant" = d."tenant" AND r."id" = d."id" AND (NOT (r."expires_at" IS NULL OR r."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`,
 		// A table without keys loses any trigger left from before.
 		`DROP FUNCTION IF EXISTS "ttlproxy"."purge_expired__public__jobs"()`,
 		// Quoted names; the body's dollar quote avoids the identifier.

@@ -203,7 +203,7 @@ func planRowSecurity(t rlsTable, exempt []string) []string {
 	for i, r := range exempt {
 		lits[i] = ttl.QuoteLiteral(r)
 	}
-	using := t.rule.LiveCondition(t.name, "now()")
+	using := t.rule.LiveCondition(t.name, ttl.Now)
 	if len(lits) > 0 {
 		using += " OR current_user = ANY (ARRAY[" + strings.Join(lits, ", ") + "]::pg_catalog.name[])"
 	}

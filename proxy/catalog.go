@@ -104,15 +104,16 @@ func buildCatalogQueries(rules []ttl.Rule) catalogQueries {
 	// JIT compiling the recursive catalog statements would cost more than
 	// running them (hundreds of milliseconds against about ten): off for
 	// this transaction only.
-	// The view definitions are printed with every name qualified (a
-	// search_path of pg_catalog alone), so that they mean the same in any
-	// session's statement.
+	// The catalog statements run under a search_path of pg_catalog alone,
+	// after the state query has read the session's: an operator or
+	// function of the client's own in a schema before pg_catalog cannot
+	// change what they find, and the view definitions and column types
+	// are printed with every other name qualified, so that they mean the
+	// same in any session's statement.
 	cat := catalogSQL(strings.Join(pairs, ", "))
-	stmts := append([]string{"SET LOCAL jit = off", stateQuery}, cat[:viewsStatement]...)
-	stmts = append(append(stmts, "SET LOCAL search_path = pg_catalog"), cat[viewsStatement:]...)
+	stmts := append([]string{"SET LOCAL jit = off", stateQuery, catalogPath}, cat...)
 	q.full = appendQuery(nil, strings.Join(stmts, ";\n"))
-	q.catalog = strings.Join(slices.Concat([]string{"SET LOCAL jit = off"}, cat[:viewsStatement],
-		[]string{"SET LOCAL search_path = pg_catalog"}, cat[viewsStatement:]), ";\n")
+	q.catalog = strings.Join(slices.Concat([]string{"SET LOCAL jit = off", catalogPath}, cat), ";\n")
 	q.reload = encodeStatements(append(append([]string{"BEGIN"}, stmts...), "COMMIT")...)
 	return q
 }
@@ -165,6 +166,9 @@ func BuildLeakPaths(views, functions [][]string) LeakPaths {
 	return lp
 }
 
+// catalogPath is the search_path the catalog statements run under.
+const catalogPath = "SET LOCAL search_path = pg_catalog"
+
 // catalogStatements is the number of statements catalogSQL returns.
 const catalogStatements = 6
 
@@ -182,13 +186,12 @@ func catalogResults(results [][][]string, extended bool) (state [][][]string, ca
 		}
 		return results[:1], results[1:], true
 	}
-	// BEGIN, SET jit, state, the statements before the views, SET
-	// search_path, the rest, COMMIT.
-	if len(results) != 3+catalogStatements+2 {
+	// BEGIN, SET jit, state, SET search_path, the catalog statements,
+	// COMMIT.
+	if len(results) != 4+catalogStatements+1 {
 		return nil, nil, false
 	}
-	cat = append(append(cat, results[3:3+viewsStatement]...), results[4+viewsStatement:len(results)-1]...)
-	return results[2:3], cat, true
+	return results[2:3], results[4 : 4+catalogStatements], true
 }
 
 // catalogSQL returns the catalog statements for the TTL tables given as

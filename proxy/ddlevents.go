@@ -74,7 +74,7 @@ const (
 // enabled (ALWAYS, as installed, or ORIGIN; REPLICA fires only under
 // session_replication_role = replica), and which release the server is.
 var installedQuery = `SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_event_trigger
-         WHERE evtname IN ('` + DDLEventTriggers[0] + `', '` + DDLEventTriggers[1] + `') AND evtenabled IN ('O', 'A')) = 2,
+         WHERE evtname IN ('` + DDLEventTriggers[0] + `', '` + DDLEventTriggers[1] + `') AND evtenabled IN ('O', 'A')) OPERATOR(pg_catalog.=) 2,
        pg_catalog.version()`
 
 // ddlEvents holds the Server's per-database listeners.
@@ -106,6 +106,9 @@ func newDDLEvents(srv *Server, dsn string) (*ddlEvents, error) {
 	// view reads) gives up instead of holding statements back.
 	conf.RuntimeParams["lock_timeout"] = "2s"
 	conf.RuntimeParams["statement_timeout"] = "10s"
+	// The proxy's own questions mean the same whatever search_path the
+	// login's role or database sets.
+	conf.RuntimeParams["search_path"] = "pg_catalog"
 	conf.DialFunc = srv.cfg.UpstreamTCP.DialFunc()
 	e.conf = conf
 	return e, nil

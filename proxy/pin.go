@@ -54,14 +54,14 @@ func pinsForLife(reason string) bool {
 // state is left: one boolean per reason, in pinChecked's order. $1 is the
 // login user (SET SESSION AUTHORIZATION changes session_user).
 const pinCheckQuery = `SELECT
- EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace = pg_catalog.pg_my_temp_schema())
-  OR EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace = pg_catalog.pg_my_temp_schema())
-  OR EXISTS (SELECT FROM pg_catalog.pg_type WHERE typnamespace = pg_catalog.pg_my_temp_schema()),
- EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()),
+ EXISTS (SELECT FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())
+  OR EXISTS (SELECT FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())
+  OR EXISTS (SELECT FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()),
+ EXISTS (SELECT FROM pg_catalog.pg_locks WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()),
  EXISTS (SELECT FROM pg_catalog.pg_listening_channels()),
  EXISTS (SELECT FROM pg_catalog.pg_cursors WHERE is_holdable),
  EXISTS (SELECT FROM pg_catalog.pg_prepared_statements WHERE from_sql),
- session_user::text <> $1`
+ session_user::pg_catalog.text OPERATOR(pg_catalog.<>) $1`
 
 // pinChecked are the reasons pinCheckQuery's columns answer, in order.
 var pinChecked = []string{pinTemp, pinAdvisoryLock, pinListen, pinHoldCursor, pinSQLPrepare, pinSessionAuth}

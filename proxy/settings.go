@@ -33,11 +33,11 @@ type sessionSettings struct {
 // the role, and the placeholders named in $1 (a JSON array) that are
 // defined.
 const readbackQuery = `SELECT
- (SELECT coalesce(pg_catalog.json_object_agg(name, setting), '{}') FROM pg_catalog.pg_settings WHERE source = 'session')::text,
+ (SELECT coalesce(pg_catalog.json_object_agg(name, setting), '{}') FROM pg_catalog.pg_settings WHERE source OPERATOR(pg_catalog.=) 'session')::pg_catalog.text,
  pg_catalog.current_setting('role'),
  (SELECT coalesce(pg_catalog.json_object_agg(n, v), '{}')
   FROM (SELECT n, pg_catalog.current_setting(n, true) AS v FROM pg_catalog.json_array_elements_text($1::pg_catalog.json) AS t(n)) s
-  WHERE v IS NOT NULL)::text`
+  WHERE v IS NOT NULL)::pg_catalog.text`
 
 // applyQuery and applyRoleQuery set a client's settings on a server that
 // has just been reset; the role last.

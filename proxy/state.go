@@ -70,8 +70,8 @@ var stateColumns = [...]string{
 	`pg_catalog.current_setting('ttlproxy.ttl', true)`,
 	`current_user`,
 	`session_user`,
-	`(SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'search_path')`,
-	`COALESCE((SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name = 'ttlproxy.ttl'), '')`,
+	`(SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'search_path')`,
+	`COALESCE((SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'ttlproxy.ttl'), '')`,
 	`TEMP_SHADOWS`,
 }
 
@@ -89,8 +89,8 @@ func buildStateQuery(names []string) string {
 		shadows = `(SELECT pg_catalog.string_agg(u.i::pg_catalog.text, ',' ORDER BY u.i)
    FROM pg_catalog.unnest(ARRAY[` + strings.Join(lits, ", ") + `]::pg_catalog.text[]) WITH ORDINALITY AS u(n, i)
   WHERE EXISTS (SELECT FROM pg_catalog.pg_class c
-                 WHERE c.relname = u.n::pg_catalog.name
-                   AND c.relnamespace = pg_catalog.pg_my_temp_schema()))`
+                 WHERE c.relname OPERATOR(pg_catalog.=) u.n::pg_catalog.name
+                   AND c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()))`
 	}
 	cols := stateColumns
 	cols[len(cols)-1] = shadows

@@ -34,7 +34,7 @@ func TestRewriteStateChangeThenTTLTable(t *testing.T) {
 	// Changes the text determines are followed: each statement is rewritten
 	// under the state the server gives it.
 	// sessions' default_ttl is 1 hour: the session's 2 hours must win.
-	stamp2h := `(now() + interval '7200 seconds')`
+	stamp2h := `(pg_catalog.now() OPERATOR(pg_catalog.+) interval '7200 seconds')`
 	for _, c := range []rwCase{
 		{"SET search_path keeping public", `SET search_path = vault, public; SELECT * FROM sessions`,
 			`SET search_path = vault, public; SELECT * FROM ` + join("sessions", S, 0)},
@@ -43,7 +43,7 @@ func TestRewriteStateChangeThenTTLTable(t *testing.T) {
 			`SET search_path = 'app, public'; SELECT * FROM ` + join("sessions", S, 0)},
 		{"SET SCHEMA", `SET SCHEMA 'app'; UPDATE sessions SET note = 'x'`, ""},
 		{"another rule's schema", `SET search_path = app; SELECT * FROM tokens`,
-			`SET search_path = app; SELECT * FROM (tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" >= (now() AT TIME ZONE 'UTC')))`},
+			`SET search_path = app; SELECT * FROM (tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" OPERATOR(pg_catalog.>=) (pg_catalog.now() AT TIME ZONE 'UTC')))`},
 		{"SET LOCAL until COMMIT", `BEGIN; SET LOCAL search_path = app; SELECT * FROM sessions; COMMIT; SELECT * FROM sessions`,
 			`BEGIN; SET LOCAL search_path = app; SELECT * FROM sessions; COMMIT; SELECT * FROM ` + join("sessions", S, 0)},
 		{"SET LOCAL in the implicit transaction", `SET LOCAL search_path = app; SELECT * FROM sessions`, ""},
@@ -100,7 +100,7 @@ func TestRewriteStateChangeThenChild(t *testing.T) {
 	checkReject(t, rw, s, rejCase{"partition", `RESET search_path; SELECT * FROM sessions_p1`, "0A000",
 		[]string{"TTL table part.sessions_p1", "separate queries"}})
 	checkRewrite(t, rw, s, rwCase{"partition on the new path", `SET search_path = part, public; SELECT * FROM sessions_p1`,
-		`SET search_path = part, public; SELECT * FROM (sessions_p1 JOIN (SELECT) AS _ttl_0 ON ("sessions_p1"."expires_at" IS NULL OR "sessions_p1"."expires_at" >= now()))`})
+		`SET search_path = part, public; SELECT * FROM (sessions_p1 JOIN (SELECT) AS _ttl_0 ON ("sessions_p1"."expires_at" IS NULL OR "sessions_p1"."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 	checkRewrite(t, rw, s, rwCase{"partition off the new path", `SET search_path = public; SELECT * FROM sessions_p1`, ""})
 }
 
@@ -119,7 +119,7 @@ func TestRewriteFollowsRole(t *testing.T) {
 			ResetSearchPath: `"$user", public`, ResetKnown: true,
 		})
 	}
-	filtered := `(tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" >= (now() AT TIME ZONE 'UTC')))`
+	filtered := `(tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."valid_until" IS NULL OR "tokens"."valid_until" OPERATOR(pg_catalog.>=) (pg_catalog.now() AT TIME ZONE 'UTC')))`
 	S := `"sessions"`
 	for _, c := range []struct {
 		name string

@@ -54,14 +54,14 @@ func TestRewriteChildren(t *testing.T) {
 		{"MERGE into a partition", `MERGE INTO sessions_2024 c USING src ON c.id = src.id WHEN MATCHED THEN DELETE`,
 			`MERGE INTO sessions_2024 c USING src ON (c.id = src.id) AND ` + live(`"c"`) + ` WHEN MATCHED THEN DELETE`},
 		{"sidecar child keeps the ancestor's registry", `SELECT * FROM docs_child`,
-			`SELECT * FROM (docs_child JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" = "docs_child"."id" AND _ttl_reg.expires_at < now())))`},
+			`SELECT * FROM (docs_child JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" OPERATOR(pg_catalog.=) "docs_child"."id" AND _ttl_reg.expires_at OPERATOR(pg_catalog.<) pg_catalog.now())))`},
 		{"child name in a CTE is the CTE", `WITH sessions_2024 AS (SELECT 1) SELECT * FROM sessions_2024`, ``},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
 	}
 	checkRewrite(t, rw, s, rwCase{"child TABLESAMPLE", `SELECT * FROM sessions_2024 TABLESAMPLE SYSTEM (1)`,
-		`SELECT * FROM (sessions_2024 TABLESAMPLE SYSTEM (1) JOIN (SELECT) AS _ttl_0 ON ` + (&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions_2024"`, "now()") + `)`})
+		`SELECT * FROM (sessions_2024 TABLESAMPLE SYSTEM (1) JOIN (SELECT) AS _ttl_0 ON ` + (&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions_2024"`, ttl.Now) + `)`})
 
 	// Without the catalog a child is an ordinary table, never parsed.
 	res, err := rw.Rewrite(`SELECT * FROM sessions_2024`, nil)

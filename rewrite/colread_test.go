@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // colText spells what the reads of orders' expiring columns write, through
@@ -24,25 +25,25 @@ func (c colText) noteV() string {
 func (c colText) ipLive() string {
 	r := &columnRules()[len(columnRules())-1]
 	e := r.ExpiringColumn("client_ip").Expiry(r)
-	return e.LiveCondition(c.q, "now()")
+	return e.LiveCondition(c.q, ttl.Now)
 }
 
 func (c colText) ipExpired() string {
 	r := &columnRules()[len(columnRules())-1]
 	e := r.ExpiringColumn("client_ip").Expiry(r)
-	return e.ExpiredCondition(c.q, "now()")
+	return e.ExpiredCondition(c.q, ttl.Now)
 }
 
 func (c colText) noteLive() string {
 	r := &columnRules()[len(columnRules())-1]
 	e := r.ExpiringColumn("note").Expiry(r)
-	return e.LiveCondition(c.q, "now()")
+	return e.LiveCondition(c.q, ttl.Now)
 }
 
 func (c colText) noteExpired() string {
 	r := &columnRules()[len(columnRules())-1]
 	e := r.ExpiringColumn("note").Expiry(r)
-	return e.ExpiredCondition(c.q, "now()")
+	return e.ExpiredCondition(c.q, ttl.Now)
 }
 
 // TestExpiringColumnPredicates: atoms in filter positions get the live

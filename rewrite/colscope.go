@@ -103,14 +103,14 @@ func (rel *colRel) renames() map[string]string {
 // qualifier and names.
 func (rel *colRel) live(col *ttl.ColumnRule) string {
 	e := col.Expiry(rel.r)
-	return e.LiveConditionRenamed(rel.qual, "now()", rel.renames())
+	return e.LiveConditionRenamed(rel.qual, ttl.Now, rel.renames())
 }
 
 // expired is its negation (ttl.Rule.ExpiredCondition).
 func (rel *colRel) expired(col *ttl.ColumnRule) string {
 	if rel.orig == nil {
 		e := col.Expiry(rel.r)
-		return e.ExpiredCondition(rel.qual, "now()")
+		return e.ExpiredCondition(rel.qual, ttl.Now)
 	}
 	return "(NOT " + rel.live(col) + ")"
 }

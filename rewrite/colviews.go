@@ -274,7 +274,7 @@ func (cv *columnViews) unguarded(v View) string {
 				cr := &r.Columns[i]
 				c.columns[cr.Column] = true
 				e := cr.Expiry(r)
-				n := parseExpr(e.LiveCondition(ttl.QuoteIdent(q), "now()"))
+				n := parseExpr(e.LiveCondition(ttl.QuoteIdent(q), ttl.Now))
 				if n == nil {
 					c.leak = true
 					continue

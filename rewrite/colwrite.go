@@ -227,7 +227,7 @@ func setStamps(r *ttl.Rule, targets []*pg.Node, qual string) string {
 		case col.RefreshOnUpdate:
 			e := col.Expiry(r)
 			add.WriteString(", " + exp + " = CASE WHEN " + qual + "." + ttl.QuoteIdent(col.Column) + " IS NOT NULL AND " +
-				e.LiveCondition(qual, "now()") + " THEN " + stampValue(r, col) + " ELSE " + qual + "." + exp + " END")
+				e.LiveCondition(qual, ttl.Now) + " THEN " + stampValue(r, col) + " ELSE " + qual + "." + exp + " END")
 		}
 	}
 	return add.String()

@@ -67,7 +67,7 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 	// the values, or the COPY stays as it is.
 	where := ""
 	if rule.HasRowRule() {
-		where = " WHERE " + rule.LiveCondition(qual, "now()")
+		where = " WHERE " + rule.LiveCondition(qual, ttl.Now)
 	} else if !expiring {
 		return
 	}

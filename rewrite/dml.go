@@ -131,7 +131,7 @@ func (w *walker) whereLive(where *pg.Node, rule *ttl.Rule, qual string, after, b
 		return
 	}
 	ts := w.tokens()
-	live := rule.LiveCondition(qual, "now()")
+	live := rule.LiveCondition(qual, ttl.Now)
 	last := ts.lastBefore(after-1, body)
 	if last < 0 {
 		w.fail(internalError("cannot locate the end of the statement"))
@@ -214,7 +214,7 @@ func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *ttl.Rule, qual stri
 	if set < 0 {
 		return
 	}
-	live := rule.LiveCondition(qual, "now()")
+	live := rule.LiveCondition(qual, ttl.Now)
 	lim := end
 	if r := ts.findTop(set+1, end, pg.Token_RETURNING); r >= 0 {
 		lim = ts[r].start

@@ -194,7 +194,7 @@ func TestRewriteSessionTTL(t *testing.T) {
 	rw := newTestRewriter(t)
 	ten := 10 * time.Minute
 	s := NewState(Session{TTL: &ten})
-	const ten10 = `(now() + interval '600 seconds')`
+	const ten10 = `(pg_catalog.now() OPERATOR(pg_catalog.+) interval '600 seconds')`
 	cases := []rwCase{
 		{"override", `INSERT INTO sessions (id) VALUES (1)`,
 			`INSERT INTO sessions (id, "expires_at") VALUES (1, ` + ten10 + `)`},

@@ -15,7 +15,7 @@ import (
 
 // normalise returns a copy of n without what pg_get_viewdef's printing
 // changes and the expression's meaning does not: locations, the
-// pg_catalog qualification of functions and types, the syntax a function
+// pg_catalog qualification of functions, operators and types, the syntax a function
 // was called with, casts of constants (`'UTC'::text`, `(1000000)::numeric`)
 // and other casts to numeric, and the spelling of an interval constant (`'720:00:00'` for `'2592000
 // seconds'`, compared as months, days and microseconds).
@@ -58,6 +58,10 @@ func normaliseMessage(m protoreflect.Message) {
 		x.Funcformat = 0
 	case *pg.TypeName:
 		x.Names = stripCatalog(x.Names)
+	case *pg.A_Expr:
+		// OPERATOR(pg_catalog.>=) as the proxy writes it, >= as
+		// pg_get_viewdef prints it under search_path pg_catalog.
+		x.Name = stripCatalog(x.Name)
 	}
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {

@@ -26,7 +26,7 @@ var testRules = []ttl.Rule{
 
 // live is the sessions filter under qualifier q, spelled out.
 func live(q string) string {
-	return fmt.Sprintf(`(%s."expires_at" IS NULL OR %s."expires_at" >= now())`, q, q)
+	return fmt.Sprintf(`(%s."expires_at" IS NULL OR %s."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now())`, q, q)
 }
 
 // join is the FROM item filter for sessions.
@@ -34,7 +34,7 @@ func join(item, q string, n int) string {
 	return fmt.Sprintf("(%s JOIN (SELECT) AS _ttl_%d ON %s)", item, n, live(q))
 }
 
-const stamp = `(now() + interval '3600 seconds')`
+const stamp = `(pg_catalog.now() OPERATOR(pg_catalog.+) interval '3600 seconds')`
 
 // testRule returns the test rule for the table "schema.table".
 func testRule(t testing.TB, name string) *ttl.Rule {
@@ -52,7 +52,7 @@ func testRule(t testing.TB, name string) *ttl.Rule {
 // kinds through the rule itself: their text is predicate.go's to test, the
 // splice around them is the rewriter's.
 func ruleLive(t testing.TB, name, qual string) string {
-	return testRule(t, name).LiveCondition(qual, "now()")
+	return testRule(t, name).LiveCondition(qual, ttl.Now)
 }
 
 func ruleStamp(t testing.TB, name string) string {

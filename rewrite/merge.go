@@ -43,7 +43,7 @@ func (w *walker) mergeStmt(m *pg.MergeStmt, sc *scope, end int) {
 		return
 	}
 	qual := qualifier(rv)
-	live := rule.LiveCondition(qual, "now()")
+	live := rule.LiveCondition(qual, ttl.Now)
 	w.insert(ts[on+1].start, "(")
 	w.insert(ts[whens[0]-1].end, ") AND "+live)
 	if w.sidecarTTL(rule) {

@@ -260,7 +260,7 @@ func (w *walker) filterJoin(rule *ttl.Rule, rv *pg.RangeVar) (string, bool) {
 			}
 		}
 	}
-	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.LiveConditionRenamed(qual, "now()", rename)
+	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.LiveConditionRenamed(qual, ttl.Now, rename)
 	w.alias++
 	return text, true
 }

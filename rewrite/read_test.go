@@ -38,7 +38,7 @@ func TestRewriteReads(t *testing.T) {
 			`SELECT s.id FROM ` + join("public.sessions AS s TABLESAMPLE bernoulli (50) REPEATABLE (42)", `"s"`, 0) + ` JOIN users u ON u.id = s.owner`},
 		{"TABLESAMPLE argument with a subquery", `SELECT id FROM sessions TABLESAMPLE SYSTEM ((SELECT count(*) FROM sessions)::real)`,
 			`SELECT id FROM (sessions TABLESAMPLE SYSTEM ((SELECT count(*) FROM ` + join("sessions", S, 1) + `)::real) JOIN (SELECT) AS _ttl_0 ON ` +
-				(&ttl.Rule{Table: "sessions"}).LiveCondition(S, "now()") + `)`},
+				(&ttl.Rule{Table: "sessions"}).LiveCondition(S, ttl.Now) + `)`},
 		{"TABLE", `TABLE sessions`,
 			`SELECT * FROM ` + join("sessions", S, 0)},
 		{"TABLE ONLY", `TABLE ONLY public.sessions`,

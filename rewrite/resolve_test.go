@@ -51,14 +51,14 @@ func TestRewriteNameResolution(t *testing.T) {
 		}()})
 	}
 	checkRewrite(t, rw, NewState(Session{SearchPath: []string{"public"}}), rwCase{"qualified name ignores the path",
-		`SELECT * FROM app.tokens t`, `SELECT * FROM (app.tokens t JOIN (SELECT) AS _ttl_0 ON ("t"."expires_at" IS NULL OR "t"."expires_at" >= now()))`})
+		`SELECT * FROM app.tokens t`, `SELECT * FROM (app.tokens t JOIN (SELECT) AS _ttl_0 ON ("t"."expires_at" IS NULL OR "t"."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 	checkRewrite(t, rw, nil, rwCase{"database-qualified name",
-		`SELECT * FROM db.app.tokens`, `SELECT * FROM (db.app.tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."expires_at" IS NULL OR "tokens"."expires_at" >= now()))`})
+		`SELECT * FROM db.app.tokens`, `SELECT * FROM (db.app.tokens JOIN (SELECT) AS _ttl_0 ON ("tokens"."expires_at" IS NULL OR "tokens"."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 }
 
 func TestRewriteQuotedTableName(t *testing.T) {
 	rw := newTestRewriter(t)
-	live := `("m"."Exp" IS NULL OR "m"."Exp" >= now())`
+	live := `("m"."Exp" IS NULL OR "m"."Exp" OPERATOR(pg_catalog.>=) pg_catalog.now())`
 	checkRewrite(t, rw, nil, rwCase{"quoted mixed case", `SELECT * FROM "Mixed Case" m`,
 		`SELECT * FROM ("Mixed Case" m JOIN (SELECT) AS _ttl_0 ON ` + live + `)`})
 	checkRewrite(t, rw, nil, rwCase{"folded spelling is another table", `SELECT * FROM mixed_case`, ``})
@@ -68,9 +68,9 @@ func TestRewriteColumnAliasList(t *testing.T) {
 	rw := newTestRewriter(t)
 	s := NewState(Session{Catalog: sessionsCatalog()})
 	checkRewrite(t, rw, s, rwCase{"renamed expiry column", `SELECT * FROM sessions AS s(a, b, c, e)`,
-		`SELECT * FROM (sessions AS s(a, b, c, e) JOIN (SELECT) AS _ttl_0 ON ("s"."e" IS NULL OR "s"."e" >= now()))`})
+		`SELECT * FROM (sessions AS s(a, b, c, e) JOIN (SELECT) AS _ttl_0 ON ("s"."e" IS NULL OR "s"."e" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 	checkRewrite(t, rw, s, rwCase{"short list keeps the expiry name", `SELECT * FROM sessions s(a)`,
-		`SELECT * FROM (sessions s(a) JOIN (SELECT) AS _ttl_0 ON ("s"."expires_at" IS NULL OR "s"."expires_at" >= now()))`})
+		`SELECT * FROM (sessions s(a) JOIN (SELECT) AS _ttl_0 ON ("s"."expires_at" IS NULL OR "s"."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 }
 
 func TestRewriteSystemColumns(t *testing.T) {
@@ -106,7 +106,7 @@ func TestLiveConditionsParse(t *testing.T) {
 	for i := range rules {
 		r := &rules[i]
 		for _, sql := range []string{
-			"SELECT 1 FROM t AS x WHERE " + r.LiveCondition(`"x"`, "now()"),
+			"SELECT 1 FROM t AS x WHERE " + r.LiveCondition(`"x"`, ttl.Now),
 			"DELETE FROM t WHERE " + r.ExpiredCondition(r.QuotedName(), "$1::timestamptz"),
 		} {
 			if _, err := pg.Parse(sql); err != nil {
@@ -146,5 +146,5 @@ func TestRewriteColumnAliasListSidecar(t *testing.T) {
 		"public.docs": {Columns: []Column{{Name: "id"}, {Name: "body"}}},
 	}})})
 	checkRewrite(t, rw, s, rwCase{"registry keeps its key names", `SELECT * FROM docs AS d(doc_id, b)`,
-		`SELECT * FROM (docs AS d(doc_id, b) JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" = "d"."doc_id" AND _ttl_reg.expires_at < now())))`})
+		`SELECT * FROM (docs AS d(doc_id, b) JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" OPERATOR(pg_catalog.=) "d"."doc_id" AND _ttl_reg.expires_at OPERATOR(pg_catalog.<) pg_catalog.now())))`})
 }

@@ -113,7 +113,7 @@ func TestRewriteShowTTLSetting(t *testing.T) {
 					continue
 				}
 				c.out = q + `; SELECT id FROM (sessions JOIN (SELECT) AS _ttl_0 ON ` +
-					(&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions"`, "now()") + `)`
+					(&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions"`, ttl.Now) + `)`
 			}
 			checkRewrite(t, rw, s, c)
 		}

@@ -17,15 +17,15 @@ var sidecarRules = []ttl.Rule{
 }
 
 // register is what follows an INSERT into docs.
-const registerDocs = ` RETURNING "id") INSERT INTO "public"."docs_ttl" ("id", expires_at) SELECT "id", (now() + interval '3600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`
+const registerDocs = ` RETURNING "id") INSERT INTO "public"."docs_ttl" ("id", expires_at) SELECT "id", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '3600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`
 
 func TestRewriteSidecarInsert(t *testing.T) {
 	rw, err := New(sidecarRules, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	docsLive := func(q string) string { return sidecarRules[0].LiveCondition(q, "now()") }
-	pairsLive := sidecarRules[1].LiveCondition(`"p"`, "now()")
+	docsLive := func(q string) string { return sidecarRules[0].LiveCondition(q, ttl.Now) }
+	pairsLive := sidecarRules[1].LiveCondition(`"p"`, ttl.Now)
 	cases := []rwCase{
 		{"values", `INSERT INTO docs (id, body) VALUES (1, 'a'), (2, 'b')`,
 			`WITH _ttl_ins AS (INSERT INTO docs (id, body) VALUES (1, 'a'), (2, 'b')` + registerDocs},
@@ -41,7 +41,7 @@ func TestRewriteSidecarInsert(t *testing.T) {
 			`WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (1) ON CONFLICT DO NOTHING` + registerDocs},
 		{"composite key, registry elsewhere, upsert with refresh", `INSERT INTO pairs AS p (a, b, v) VALUES (1, 2, 'x') ON CONFLICT (a, b) DO UPDATE SET v = excluded.v`,
 			`WITH _ttl_ins AS (INSERT INTO pairs AS p (a, b, v) VALUES (1, 2, 'x') ON CONFLICT (a, b) DO UPDATE SET v = excluded.v WHERE ` + pairsLive +
-				` RETURNING "a", "b") INSERT INTO "reg"."pairs_ttl" ("a", "b", expires_at) SELECT "a", "b", (now() + interval '60 seconds') FROM _ttl_ins ON CONFLICT ("a", "b") DO UPDATE SET expires_at = EXCLUDED.expires_at`},
+				` RETURNING "a", "b") INSERT INTO "reg"."pairs_ttl" ("a", "b", expires_at) SELECT "a", "b", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '60 seconds') FROM _ttl_ins ON CONFLICT ("a", "b") DO UPDATE SET expires_at = EXCLUDED.expires_at`},
 		{"PREPARE", `PREPARE ins(int) AS INSERT INTO docs (id) VALUES ($1)`,
 			`PREPARE ins(int) AS WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES ($1)` + registerDocs},
 		{"EXPLAIN", `EXPLAIN INSERT INTO docs (id) VALUES (1)`,
@@ -62,7 +62,7 @@ func TestRewriteSidecarInsert(t *testing.T) {
 	}
 	ten := 10 * time.Minute
 	checkRewrite(t, rw, NewState(Session{TTL: &ten}), rwCase{"session lifetime enables registration", `INSERT INTO plain (id) VALUES (1)`,
-		`WITH _ttl_ins AS (INSERT INTO plain (id) VALUES (1) RETURNING "id") INSERT INTO "public"."plain_ttl" ("id", expires_at) SELECT "id", (now() + interval '600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`})
+		`WITH _ttl_ins AS (INSERT INTO plain (id) VALUES (1) RETURNING "id") INSERT INTO "public"."plain_ttl" ("id", expires_at) SELECT "id", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`})
 	zero := time.Duration(0)
 	checkRewrite(t, rw, NewState(Session{TTL: &zero}), rwCase{"session lifetime 0 disables it", `INSERT INTO docs (id) VALUES (1)`, ``})
 

@@ -9,7 +9,7 @@ import (
 
 // Parameters of every sweeper statement: the run's cutoff and the batch size.
 const (
-	cutoffParam = "$1::timestamptz"
+	cutoffParam = "$1::pg_catalog.timestamptz"
 	limitParam  = "$2"
 )
 

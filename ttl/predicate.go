@@ -13,10 +13,30 @@ import (
 // ExpiredCondition, its negation, is its exact complement. PostgreSQL pushes
 // the NOT through the OR (negate_clause), so both stay index-friendly.
 
+// Now is the instant "now" as the proxy writes it: schema-qualified, as every
+// name it writes into SQL, so that a function now() of the client's own in a
+// schema put before pg_catalog in search_path is not called (pg_dump writes
+// names so; CREATE FUNCTION, "Writing SECURITY DEFINER Functions Safely").
+const Now = "pg_catalog.now()"
+
+// Operators the proxy writes, qualified for the same reason: a bare `>=`
+// is looked up along search_path like a function. OPERATOR(…) binds as
+// any other operator (tighter than comparison, looser than + and *), so
+// every operand the proxy writes around one is parenthesized or atomic.
+const (
+	opEq    = " OPERATOR(pg_catalog.=) "
+	opGE    = " OPERATOR(pg_catalog.>=) "
+	opLT    = " OPERATOR(pg_catalog.<) "
+	opPlus  = " OPERATOR(pg_catalog.+) "
+	opMinus = " OPERATOR(pg_catalog.-) "
+	opMul   = " OPERATOR(pg_catalog.*) "
+	opDiv   = " OPERATOR(pg_catalog./) "
+)
+
 // LiveCondition returns a boolean SQL expression that is true when the row of
 // the rule's table, visible under qualifier (already quoted SQL such as `"s"`
 // or `public.sessions`), is live at the instant at (a timestamptz SQL
-// expression such as `now()` or `$1::timestamptz`). Expiry NULL never expires.
+// expression such as Now or `$1::pg_catalog.timestamptz`). Expiry NULL never expires.
 func (r *Rule) LiveCondition(qualifier, at string) string {
 	return r.LiveConditionRenamed(qualifier, at, nil)
 }
@@ -38,15 +58,15 @@ func (r *Rule) LiveConditionRenamed(qualifier, at string, rename map[string]stri
 		if r.IntervalColumn != "" {
 			ivl := q(r.IntervalColumn)
 			if r.IntervalSeconds {
-				ivl = ivl + " * interval '1 second'"
+				ivl = "(" + ivl + opMul + "interval '1 second')"
 			}
 			// Added in UTC: timestamptz + interval with day or month parts
 			// depends on the session's TimeZone across a DST change, and the
 			// proxy's clients and the sweeper must agree.
-			return fmt.Sprintf("(%s IS NULL OR %s IS NULL OR (%s AT TIME ZONE 'UTC') + %s >= (%s AT TIME ZONE 'UTC'))",
+			return fmt.Sprintf("(%s IS NULL OR %s IS NULL OR ((%s AT TIME ZONE 'UTC')"+opPlus+"%s)"+opGE+"(%s AT TIME ZONE 'UTC'))",
 				base, q(r.IntervalColumn), base, ivl, at)
 		}
-		return fmt.Sprintf("(%s IS NULL OR %s >= %s - %s)", base, base, at, IntervalLiteral(r.ExpireAfter))
+		return fmt.Sprintf("(%s IS NULL OR %s"+opGE+"(%s"+opMinus+"%s))", base, base, at, IntervalLiteral(r.ExpireAfter))
 	case KindSidecar:
 		var b strings.Builder
 		fmt.Fprintf(&b, "(NOT EXISTS (SELECT 1 FROM %s AS _ttl_reg WHERE ", r.SidecarName())
@@ -54,9 +74,9 @@ func (r *Rule) LiveConditionRenamed(qualifier, at string, rename map[string]stri
 			if i > 0 {
 				b.WriteString(" AND ")
 			}
-			fmt.Fprintf(&b, "_ttl_reg.%s = %s", QuoteIdent(k), q(k))
+			fmt.Fprintf(&b, "_ttl_reg.%s"+opEq+"%s", QuoteIdent(k), q(k))
 		}
-		fmt.Fprintf(&b, " AND _ttl_reg.expires_at < %s))", at)
+		fmt.Fprintf(&b, " AND _ttl_reg.expires_at"+opLT+"%s))", at)
 		return b.String()
 	case KindNone:
 		// No row rule: every row is live. Callers skip the condition
@@ -64,19 +84,19 @@ func (r *Rule) LiveConditionRenamed(qualifier, at string, rename map[string]stri
 		return "true"
 	}
 	col := q(r.ExpiryColumn())
-	return fmt.Sprintf("(%s IS NULL OR %s >= %s)", col, col, r.columnThreshold(at))
+	return fmt.Sprintf("(%s IS NULL OR %s"+opGE+"%s)", col, col, r.columnThreshold(at))
 }
 
 // parenthesize wraps an instant expression in parentheses unless it is a
-// plain now() or parameter, so operators around it bind as intended.
+// plain Now or parameter, so operators around it bind as intended.
 func parenthesize(at string) string {
-	if at == "now()" || simpleParam.MatchString(at) {
+	if at == Now || simpleParam.MatchString(at) {
 		return at
 	}
 	return "(" + at + ")"
 }
 
-var simpleParam = regexp.MustCompile(`^\$[0-9]+(::timestamptz)?$`)
+var simpleParam = regexp.MustCompile(`^\$[0-9]+(::pg_catalog\.timestamptz)?$`)
 
 // ExpiredCondition is NOT LiveCondition: true when the row is expired at at.
 func (r *Rule) ExpiredCondition(qualifier, at string) string {
@@ -102,15 +122,15 @@ func (r *Rule) columnThreshold(at string) string {
 // microseconds: extract(epoch) is double precision before PostgreSQL 14, too
 // coarse for nanoseconds. It assumes instants after 1970 (positive epochs).
 func unixCeil(at string, t ColumnType) string {
-	us := fmt.Sprintf("(extract(epoch from date_trunc('second', %[1]s))::bigint * 1000000"+
-		" + round(extract(epoch from %[1]s - date_trunc('second', %[1]s)) * 1000000)::bigint)", at)
+	us := fmt.Sprintf("((extract(epoch from pg_catalog.date_trunc('second', %[1]s))::bigint"+opMul+"1000000)"+
+		opPlus+"(pg_catalog.round((extract(epoch from (%[1]s"+opMinus+"pg_catalog.date_trunc('second', %[1]s)))"+opMul+"1000000))::bigint))", at)
 	switch t {
 	case TypeUnixSeconds:
-		return "((" + us + " + 999999) / 1000000)"
+		return "((" + us + opPlus + "999999)" + opDiv + "1000000)"
 	case TypeUnixMilliseconds:
-		return "((" + us + " + 999) / 1000)"
+		return "((" + us + opPlus + "999)" + opDiv + "1000)"
 	case TypeUnixNanoseconds:
-		return "(" + us + " * 1000)"
+		return "(" + us + opMul + "1000)"
 	}
 	return us
 }
@@ -143,12 +163,12 @@ func (r *Rule) StampValue(ttl time.Duration) string {
 // ExpiryValue returns the SQL expression for the instant now()+ttl in the
 // expiry column's type (also the sidecar registry's timestamptz).
 func (r *Rule) ExpiryValue(ttl time.Duration) string {
-	at := "now() + " + IntervalLiteral(ttl)
+	at := Now + opPlus + IntervalLiteral(ttl)
 	switch r.ColumnType {
 	case TypeTimestamp:
 		return fmt.Sprintf("((%s) AT TIME ZONE 'UTC')", at)
 	case TypeDate:
-		return fmt.Sprintf("((%s) AT TIME ZONE 'UTC')::date", at)
+		return fmt.Sprintf("((%s) AT TIME ZONE 'UTC')::pg_catalog.date", at)
 	case TypeUnixSeconds, TypeUnixMilliseconds, TypeUnixMicroseconds, TypeUnixNanoseconds:
 		return unixCeil(parenthesize(at), r.ColumnType)
 	}

@@ -147,7 +147,7 @@ func (c *ColumnRule) Expiry(table *Rule) Rule {
 // as varchar) in the RowDescription.
 func (c *ColumnRule) ValueExpr(table *Rule, qualifier, typ string) string {
 	e := c.Expiry(table)
-	return "CASE WHEN " + e.LiveCondition(qualifier, "now()") + " THEN " + qualifier + "." + QuoteIdent(c.Column) +
+	return "CASE WHEN " + e.LiveCondition(qualifier, Now) + " THEN " + qualifier + "." + QuoteIdent(c.Column) +
 		" ELSE NULL::" + typ + " END"
 }
 

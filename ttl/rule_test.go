@@ -46,7 +46,7 @@ func TestValidateColumns(t *testing.T) {
 		t.Error("ExpiringColumn(id) found a rule")
 	}
 	e := ip.Expiry(&r)
-	if got, want := e.LiveCondition(`"t"`, "now()"), `("t"."ip_exp" IS NULL OR "t"."ip_exp" >= now())`; got != want {
+	if got, want := e.LiveCondition(`"t"`, Now), `("t"."ip_exp" IS NULL OR "t"."ip_exp" OPERATOR(pg_catalog.>=) pg_catalog.now())`; got != want {
 		t.Errorf("the value's live condition = %s, want %s", got, want)
 	}
 }
@@ -77,9 +77,9 @@ func TestValidateNone(t *testing.T) {
 		}
 	}
 	r := tests[0].r
-	if r.HasRowRule() || r.RowColumns() != nil || r.StampColumn() != "" || r.LiveCondition(`"t"`, "now()") != "true" {
+	if r.HasRowRule() || r.RowColumns() != nil || r.StampColumn() != "" || r.LiveCondition(`"t"`, Now) != "true" {
 		t.Errorf("rule none: HasRowRule %v, RowColumns %v, StampColumn %q, LiveCondition %q",
-			r.HasRowRule(), r.RowColumns(), r.StampColumn(), r.LiveCondition(`"t"`, "now()"))
+			r.HasRowRule(), r.RowColumns(), r.StampColumn(), r.LiveCondition(`"t"`, Now))
 	}
 	if !(&Rule{Table: "t"}).HasRowRule() {
 		t.Error("HasRowRule = false for the default kind")
