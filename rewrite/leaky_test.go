@@ -97,7 +97,9 @@ func TestExpandViews(t *testing.T) {
 	d.Views["public.v_all"] = View{Reads: []string{"public.sessions"}, Columns: []string{"id", "note", "exp"},
 		Definition: " SELECT sessions.id,\n    sessions.note,\n    sessions.expires_at AS exp\n   FROM public.sessions;"}
 	s = NewState(Session{Catalog: NewCatalog(d)})
-	liveV := func(q string) string { return `(` + q + `."exp" IS NULL OR ` + q + `."exp" OPERATOR(pg_catalog.>=) pg_catalog.now())` }
+	liveV := func(q string) string {
+		return `(` + q + `."exp" IS NULL OR ` + q + `."exp" OPERATOR(pg_catalog.>=) pg_catalog.now())`
+	}
 	for _, c := range []rwCase{
 		{"update through a view", `UPDATE v_all SET note = 'x' WHERE id = 1`,
 			`UPDATE v_all SET note = 'x', "exp" = ` + stamp + ` WHERE (id = 1) AND ` + liveV(`"v_all"`)},
