@@ -326,6 +326,12 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
 func (s *clientConn) finishStartup() error {
 	if len(s.rs.Load().rules) > 0 && !s.replication {
 		s.st.track = true
+		if s.link.lex.bits.Load()&lexHighBytes != 0 {
+			b := startupLexRefusal()
+			s.fatal.CompareAndSwap(nil, &b)
+			s.endUpstreamAtBoundary()
+			return errUnsafeEncoding
+		}
 		if err := s.loadCatalog(s.askDirect); err != nil {
 			return err
 		}
@@ -352,7 +358,7 @@ func (s *clientConn) askDirect(query []byte) ([][][]string, *pgproto3.ErrorRespo
 	if _, err := up.Write(query); err != nil {
 		return nil, nil, 0, fmt.Errorf("sending catalog query: %w", err)
 	}
-	results, qerr, status, err := readResults(s.link.server.r, s.link.cw, nil)
+	results, qerr, status, err := readResults(s.link.server.r, s.link.cw, nil, &s.link.lex)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("reading catalog query results: %w", err)
 	}
@@ -407,7 +413,7 @@ func (s *clientConn) loadCatalog(ask catalogAsker) error {
 // Notices are dropped; asynchronous messages are passed on to the client
 // through w, but a ParameterStatus in transaction mode, which view (nil in
 // session mode) holds until its release.
-func readResults(r *msgReader, w *msgWriter, view *reportedParams) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
+func readResults(r *msgReader, w *msgWriter, view *reportedParams, lex *lexRegime) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
 	var buf []byte
 	for {
 		_, length, err := peekHeader(r)
@@ -439,6 +445,9 @@ func readResults(r *msgReader, w *msgWriter, view *reportedParams) (results [][]
 			// Asynchronous ParameterStatus and NotificationResponse
 			// belong to the client; in transaction mode a ParameterStatus
 			// only when it changes the client's view.
+			if buf[0] == 'S' {
+				lex.note(body)
+			}
 			if buf[0] == 'S' && view.hold(body) {
 				continue
 			}

@@ -23,6 +23,10 @@ func (s *clientConn) clientToServer() error {
 
 	ready := false
 	open := false // extended-protocol messages sent since the last Sync
+	// owedAtOpen: answers were owed when the open batch started, and its
+	// first Parse did not wait for them; ran: an Execute was sent in it.
+	// Either may have changed a setting not reported yet (lexregime.go).
+	owedAtOpen, ran := false, false
 	// dirty: messages written to the server and not flushed yet. In
 	// transaction mode the server is only written while the client holds
 	// it (after claim, up to the flush of the unit's last message).
@@ -71,25 +75,35 @@ func (s *clientConn) clientToServer() error {
 		write := true
 		switch typ {
 		case 'Q':
-			if err := s.announce(!open); err != nil {
-				return err
-			}
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return s.clientEnded(err, false)
 			}
-			err = s.forwardQuery(buf)
+			wait, lexErr := s.lexGate(buf, !open, owedAtOpen || ran)
+			if err := s.announce(!open, wait); err != nil {
+				return err
+			}
+			if wait {
+				lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load())
+			}
+			err = s.forwardQuery(buf, lexErr)
 		case 'P':
+			if buf, err = readMessage(r, buf, total); err != nil {
+				return s.clientEnded(err, false)
+			}
+			wait, lexErr := s.lexGate(buf, !open, owedAtOpen || ran)
 			if !open {
-				if err := s.announce(true); err != nil {
+				owedAtOpen = !wait && !l.owesNothing()
+				if err := s.announce(true, wait); err != nil {
 					return err
 				}
 				open = true
+				if wait {
+					lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load())
+				}
 			}
-			if buf, err = readMessage(r, buf, total); err != nil {
-				return s.clientEnded(err, false)
-			}
-			err = s.forwardParse(buf)
+			err = s.forwardParse(buf, lexErr)
 		case 'S':
+			owedAtOpen, ran = false, false
 			if open {
 				open = false
 			} else if err := s.claim(); err != nil {
@@ -121,7 +135,7 @@ func (s *clientConn) clientToServer() error {
 			partial, err = relayRaw(r, l.sw, total)
 		case 'B', 'E', 'D', 'C', 'H':
 			if !open {
-				if err := s.announce(true); err != nil {
+				if err := s.announce(true, false); err != nil {
 					return err
 				}
 				open = true
@@ -139,6 +153,7 @@ func (s *clientConn) clientToServer() error {
 			if pooled && typ == 'C' {
 				s.noteClose(r, total)
 			}
+			ran = ran || typ == 'E'
 			if pooled && typ == 'B' {
 				s.noteBind(r, total)
 			}
@@ -213,9 +228,10 @@ func (s *clientConn) clientToServer() error {
 
 // announce prepares to forward a Query or the Parse that starts a batch:
 // when refresh is set and the session state may have changed, it waits for
-// the answers the client is owed and re-reads the state (state.go); then it
-// announces the ReadyForQuery the message will cost.
-func (s *clientConn) announce(refresh bool) error {
+// the answers the client is owed and re-reads the state (state.go); when
+// wait is set (lexGate) it waits for them too; then it announces the
+// ReadyForQuery the message will cost.
+func (s *clientConn) announce(refresh, wait bool) error {
 	if rs := s.srv.set.Load(); refresh && rs != s.rs.Load() {
 		s.adopt(rs)
 	}
@@ -225,7 +241,7 @@ func (s *clientConn) announce(refresh bool) error {
 		}
 	}
 	refresh = refresh && s.st.needsRefresh()
-	if refresh {
+	if refresh || wait {
 		if err := s.link.awaitIdle(s.quit); err != nil {
 			return s.stateFailed(err)
 		}
@@ -308,8 +324,37 @@ func (s *clientConn) endWithFatal(code, msg string) {
 	s.closeUpstream()
 }
 
-// forwardQuery rewrites one Query message and writes the result.
-func (s *clientConn) forwardQuery(msg []byte) error {
+// lexGate decides whether the server will read the text of msg, a Query
+// or a Parse, as the proxy does (lexregime.go): wait when it must wait for
+// the answers the client is owed first (then check it with lexRefusal),
+// else the refusal of a text the proxy cannot read as the server will, or
+// nil. first is set for a Query or the Parse that starts a batch; inBatch
+// when a change may be on its way inside the open batch. It costs nothing
+// while the settings are the proxy's and no answer is owed.
+func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusal error) {
+	if !s.st.track || s.replication {
+		return false, nil
+	}
+	bits := s.link.lex.bits.Load()
+	owed := first && !s.link.owesNothing() || !first && inBatch
+	if bits == 0 && !owed {
+		return false, nil
+	}
+	risk := textRisk(string(msg[headerLen:]))
+	switch {
+	case risk == 0:
+		return false, nil
+	case owed && first:
+		return true, nil
+	case owed:
+		return false, errLexPipeline
+	}
+	return false, lexRefusal(risk, bits)
+}
+
+// forwardQuery rewrites one Query message and writes the result; lexErr
+// (lexGate) refuses it.
+func (s *clientConn) forwardQuery(msg []byte, lexErr error) error {
 	text, rest, ok := cstring(msg[headerLen:])
 	if !ok || len(rest) != 0 {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Query message format"}
@@ -322,9 +367,12 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 	if pl := s.link.pooled.Load(); pl != nil {
 		refused = s.noteStatement(sql)
 		pl.unnamed = pl.unnamed[:0] // a simple Query drops the unnamed statement
-		if len(s.st.prepared) > 0 && mayDeallocate(sql) && refused == nil {
+		if len(s.st.prepared) > 0 && mayDeallocate(sql) && refused == nil && lexErr == nil {
 			pl.prepGen++ // the server's set may no longer be the client's
 		}
+	}
+	if refused == nil {
+		refused = lexErr
 	}
 	res, err := s.rewriteUnlessRefused(sql, refused)
 	err = s.st.onQuery(sql, res, err)
@@ -341,8 +389,8 @@ func (s *clientConn) forwardQuery(msg []byte) error {
 }
 
 // forwardParse rewrites the query of one Parse message, keeping the
-// statement name and parameter types.
-func (s *clientConn) forwardParse(msg []byte) error {
+// statement name and parameter types; lexErr (lexGate) refuses it.
+func (s *clientConn) forwardParse(msg []byte, lexErr error) error {
 	name, rest, ok := cstring(msg[headerLen:])
 	if !ok {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
@@ -367,6 +415,9 @@ func (s *clientConn) forwardParse(msg []byte) error {
 			pl.namedStatementChanged(s.id)
 		}
 		refused = s.noteParse(name, sql)
+	}
+	if refused == nil {
+		refused = lexErr
 	}
 	res, err := s.rewriteUnlessRefused(sql, refused)
 	err = s.st.onParse(name, sql, rest[2:], res, err)

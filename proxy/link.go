@@ -79,6 +79,10 @@ type link struct {
 	// whose answers are kept from the client (refresh.go).
 	answers handoff
 
+	// lex is what the server last reported of the settings it reads
+	// statement text under (lexregime.go).
+	lex lexRegime
+
 	// pooled is the transaction-mode part (pooled.go), set once at startup;
 	// nil in session mode. Read by the sweep and shutdown too, hence atomic.
 	pooled atomic.Pointer[pooledLink]
@@ -252,7 +256,7 @@ func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, err
 // asynchronous messages among the answer) and hands the answer over.
 func (l *link) readState(sc *serverConn) error {
 	view := l.view()
-	results, qerr, status, err := readResults(sc.r, l.cw, view)
+	results, qerr, status, err := readResults(sc.r, l.cw, view, &l.lex)
 	if err == nil && l.answers.refreshing.Load() == 1 {
 		err = view.release(l.cw) // the last answer of the question
 	}
@@ -270,7 +274,7 @@ func (l *link) readState(sc *serverConn) error {
 // and drops it, passing asynchronous messages on to the client.
 func (l *link) swallowAnswer(sc *serverConn) error {
 	view := l.view()
-	_, qerr, status, err := readResults(sc.r, l.cw, view)
+	_, qerr, status, err := readResults(sc.r, l.cw, view, &l.lex)
 	if err != nil {
 		return err
 	}

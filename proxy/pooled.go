@@ -171,7 +171,7 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn, pins bool) (released bool
 	if err := sc.w.Flush(); err != nil {
 		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
 	}
-	results, qerr, _, err := readResults(sc.r, l.cw, pl.reported)
+	results, qerr, _, err := readResults(sc.r, l.cw, pl.reported, &l.lex)
 	if err == nil {
 		err = pl.reported.release(l.cw)
 	}
@@ -534,6 +534,15 @@ func (s *clientConn) welcome() error {
 	pl.reported = newReportedParams(params)
 	b := s.authOK
 	s.authOK = nil
+	for _, p := range params {
+		l.lex.set(p.name, p.value)
+	}
+	if s.st.track && l.lex.bits.Load()&lexHighBytes != 0 {
+		_, _ = l.cw.Write(append(b, startupLexRefusal()...))
+		_ = l.cw.Flush()
+		s.closing.Store(true)
+		return errUnsafeEncoding
+	}
 	for _, p := range params {
 		b, _ = (&pgproto3.ParameterStatus{Name: p.name, Value: p.value}).Encode(b)
 	}

@@ -194,13 +194,16 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 				lastType = 'Z'
 				continue
 			}
-		case typ == 'S' && pl != nil && started:
-			// Transaction mode: a ParameterStatus reaches the client only
-			// when it changes what the client was told (paramstatus.go).
+		case typ == 'S':
+			// Noted for the settings statement text is read under
+			// (lexregime.go). Transaction mode: a ParameterStatus reaches
+			// the client only when it changes what the client was told
+			// (paramstatus.go).
 			if buf, err = readMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
-			if pl.reported.pass(buf[headerLen:]) {
+			l.lex.note(buf[headerLen:])
+			if pl == nil || !started || pl.reported.pass(buf[headerLen:]) {
 				_, err = w.Write(buf)
 			}
 		case typ == 'E' && l.rejects.pending():

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ttlproxy/ttlproxy/proxy"
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -251,5 +252,219 @@ func TestAttackReplacedNames(t *testing.T) {
 				checkNoExpired(t, s, conn, fmt.Sprintf("ALTER ROLE SET, %v", mode))
 			}
 		})
+	}
+}
+
+// queryAll runs sql as one simple Query and returns the values of its
+// rows, or the error.
+func queryAll(conn *pgx.Conn, sql string) ([]string, error) {
+	res, err := conn.PgConn().Exec(context.Background(), sql).ReadAll()
+	if err != nil {
+		return nil, err
+	}
+	var got []string
+	for _, r := range res {
+		for _, row := range r.Rows {
+			for _, v := range row {
+				got = append(got, string(v))
+			}
+		}
+	}
+	return got, nil
+}
+
+// expiredNote is the note of sessions' expired row: an attack that reads it
+// has read an expired row.
+const expiredNote = "expired"
+
+// checkNoExpiredNote fails when sql returned the expired row's note, and
+// unless it was refused with want (a SQLSTATE; "" accepts an answer
+// without it).
+func checkNoExpiredNote(t *testing.T, conn *pgx.Conn, how, sql, want string) {
+	t.Helper()
+	got, err := queryAll(conn, sql)
+	if slices.Contains(got, expiredNote) {
+		t.Errorf("%s: %q read the expired row: %q", how, sql, got)
+	}
+	if want != "" && sqlstate(err) != want {
+		t.Errorf("%s: %q: err %v, want SQLSTATE %s", how, sql, err, want)
+	}
+}
+
+// TestAttackStandardConformingStrings: with standard_conforming_strings off
+// a backslash escapes a quote in an ordinary literal, so the server reads
+// `SELECT '\', ', note FROM sessions --'` as a read of sessions the proxy
+// sees inside a literal. Turned off by SET, by the startup packet and by a
+// function of the attacker's; a statement with a backslash is refused
+// while it is off, one without is served, and SET … = on ends it.
+func TestAttackStandardConformingStrings(t *testing.T) {
+	s := newStack(t, stackOptions{rules: namesRules, setup: namesSetup(
+		`SET ROLE `+attacker,
+		`CREATE FUNCTION evil.scs_off() RETURNS int LANGUAGE sql AS $$SELECT 1 FROM pg_catalog.set_config('standard_conforming_strings', 'off', false)$$`,
+		`RESET ROLE`)})
+	s.dropAttacker()
+	const attack = `SELECT '\', ', note FROM sessions --'`
+	ctx := context.Background()
+	conn, err := s.connectConfig(s.attackerConfig(pgx.QueryExecModeSimpleProtocol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkNoExpiredNote(t, conn, "on", attack, "")
+	if _, err := conn.Exec(ctx, `SET standard_conforming_strings = off`); err != nil {
+		t.Fatal(err)
+	}
+	checkNoExpiredNote(t, conn, "SET off", attack, "0A000")
+	checkNoExpiredNote(t, conn, "SET off", `SELECT E'\\', note FROM sessions`, "0A000")
+	if got, err := queryAll(conn, `SELECT note FROM sessions ORDER BY id`); strings.Join(got, ",") != "live,forever" {
+		t.Errorf("SET off: a statement without a backslash: %q, %v", got, err)
+	}
+	// Turned off and used in one text: the server reads the whole text
+	// before it runs the SET.
+	checkNoExpiredNote(t, conn, "SET on; SET off; attack", `SET standard_conforming_strings = on; SET standard_conforming_strings = off; `+attack, "0A000")
+	if _, err := conn.Exec(ctx, `SET standard_conforming_strings = on`); err != nil {
+		t.Fatal(err)
+	}
+	checkNoExpiredNote(t, conn, "SET on again", attack, "")
+	checkNoExpiredNote(t, conn, "SET on; SET off in one text", `SET standard_conforming_strings = off; `+attack, "")
+	if _, err := conn.Exec(ctx, `RESET standard_conforming_strings`); err != nil {
+		t.Fatal(err)
+	}
+
+	// By a function, then the attack in the same pipeline.
+	pc := conn.PgConn()
+	p := pc.StartPipeline(ctx)
+	p.SendQueryParams(`SELECT evil.scs_off()`, nil, nil, nil, nil)
+	p.SendQueryParams(attack, nil, nil, nil, nil)
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	var perr error
+	for {
+		r, err := p.GetResults()
+		if err != nil {
+			perr = err
+			break
+		}
+		if r == nil {
+			break
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			res := rr.Read()
+			for _, row := range res.Rows {
+				if len(row) > 1 && string(row[1]) == expiredNote {
+					t.Errorf("function, pipeline: read the expired row")
+				}
+			}
+			if res.Err != nil && perr == nil {
+				perr = res.Err
+			}
+		}
+	}
+	_ = p.Close()
+	if sqlstate(perr) != "0A000" {
+		t.Errorf("function then the attack in one pipeline: err %v, want 0A000", perr)
+	}
+	// The refusal failed the pipeline's implicit transaction, the
+	// function's change with it; a function on its own keeps it.
+	checkNoExpiredNote(t, conn, "after the failed pipeline", attack, "")
+	if _, err := queryAll(conn, `SELECT evil.scs_off()`); err != nil {
+		t.Fatal(err)
+	}
+	checkNoExpiredNote(t, conn, "after the function", attack, "0A000")
+	if _, err := conn.Exec(ctx, `SET standard_conforming_strings = on`); err != nil {
+		t.Fatal(err)
+	}
+
+	// By the startup packet.
+	for _, param := range []string{"standard_conforming_strings", "options"} {
+		cfg := s.attackerConfig(pgx.QueryExecModeSimpleProtocol)
+		if param == "options" {
+			cfg.RuntimeParams["options"] = "-c standard_conforming_strings=off"
+		} else {
+			cfg.RuntimeParams[param] = "off"
+		}
+		c, err := s.connectConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkNoExpiredNote(t, c, "startup "+param, attack, "0A000")
+	}
+}
+
+// TestAttackClientEncoding: in SJIS (and BIG5, GBK, UHC, GB18030, JOHAB) a
+// character's second byte may be 0x5C, a backslash to a reader of bytes:
+// E'<0x95>\' … --' is one literal to the proxy and a read of sessions to
+// the server. Asked for at startup (a parameter, options, ALTER ROLE …
+// SET) the session is refused with FATAL 0A000; set during a session,
+// statements with non-ASCII bytes are refused until it is set back.
+func TestAttackClientEncoding(t *testing.T) {
+	s := newStack(t, stackOptions{rules: namesRules, setup: namesSetup()})
+	s.dropAttacker()
+	ctx := context.Background()
+	attack := "SELECT E'\x95\\' , note FROM sessions --'"
+	for _, enc := range []string{"SJIS", "BIG5", "GBK", "UHC", "GB18030", "JOHAB"} {
+		for _, param := range []string{"client_encoding", "options"} {
+			cfg := s.attackerConfig(pgx.QueryExecModeSimpleProtocol)
+			if param == "options" {
+				cfg.RuntimeParams["options"] = "-c client_encoding=" + enc
+			} else {
+				cfg.RuntimeParams[param] = enc
+			}
+			pc, err := pgconn.ConnectConfig(ctx, &cfg.Config)
+			if err == nil {
+				got, _ := pc.Exec(ctx, attack).ReadAll()
+				if len(got) > 0 && len(got[0].Rows) > 0 {
+					t.Errorf("startup %s=%s: the attack answered %d rows", param, enc, len(got[0].Rows))
+				}
+				pc.Close(ctx)
+			}
+			if sqlstate(err) != "0A000" {
+				t.Errorf("startup %s=%s: err %v, want FATAL 0A000", param, enc, err)
+			}
+		}
+	}
+	// ALTER ROLE … SET.
+	direct := s.connect(s.direct)
+	if _, err := direct.Exec(ctx, `ALTER ROLE `+attacker+` SET client_encoding = 'SJIS'`); err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.attackerConfig(pgx.QueryExecModeSimpleProtocol)
+	if pc, err := pgconn.ConnectConfig(ctx, &cfg.Config); sqlstate(err) != "0A000" {
+		t.Errorf("ALTER ROLE SET client_encoding: err %v, want FATAL 0A000", err)
+		if err == nil {
+			pc.Close(ctx)
+		}
+	}
+	if _, err := direct.Exec(ctx, `ALTER ROLE `+attacker+` RESET client_encoding`); err != nil {
+		t.Fatal(err)
+	}
+
+	// SET during the session (asking for UTF8: a pooled server logged in
+	// under the role's old setting keeps it).
+	cfg.RuntimeParams["client_encoding"] = "UTF8"
+	pc, err := pgconn.ConnectConfig(ctx, &cfg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(ctx)
+	run := func(sql string) ([]*pgconn.Result, error) { return pc.Exec(ctx, sql).ReadAll() }
+	if _, err := run(`SET client_encoding = 'SJIS'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run(attack)
+	if len(res) > 0 && len(res[0].Rows) > 0 {
+		t.Errorf("SET client_encoding SJIS: the attack answered %d rows", len(res[0].Rows))
+	}
+	if sqlstate(err) != "0A000" {
+		t.Errorf("SET client_encoding SJIS: the attack: err %v, want 0A000", err)
+	}
+	if res, err := run(`SELECT note FROM sessions ORDER BY id`); err != nil || len(res[0].Rows) != 2 {
+		t.Errorf("SJIS, an ASCII statement: %v", err)
+	}
+	if _, err := run(`SET client_encoding = 'UTF8'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(`SELECT 'café'`); err != nil {
+		t.Errorf("back to UTF8, a non-ASCII statement: %v", err)
 	}
 }

@@ -1,0 +1,49 @@
+package proxy
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+)
+
+func TestLexRegime(t *testing.T) {
+	var x lexRegime
+	report := func(name, value string) {
+		b, _ := (&pgproto3.ParameterStatus{Name: name, Value: value}).Encode(nil)
+		x.note(b[headerLen:])
+	}
+	for _, c := range []struct {
+		name, value string
+		want        uint32
+	}{
+		{"standard_conforming_strings", "off", lexBackslash},
+		{"client_encoding", "SJIS", lexBackslash | lexHighBytes},
+		{"TimeZone", "UTC", lexBackslash | lexHighBytes},
+		{"standard_conforming_strings", "on", lexHighBytes},
+		{"client_encoding", "LATIN1", 0},
+		{"client_encoding", "GB18030", lexHighBytes},
+		{"client_encoding", "UTF8", 0},
+	} {
+		report(c.name, c.value)
+		if got := x.bits.Load(); got != c.want {
+			t.Errorf("after %s=%s: bits %b, want %b", c.name, c.value, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		sql  string
+		risk uint32
+	}{
+		{"SELECT 1", 0},
+		{`SELECT '\'`, lexBackslash},
+		{"SELECT 'café'", lexHighBytes},
+		{"SELECT E'\x95\\'", lexBackslash | lexHighBytes},
+	} {
+		if got := textRisk(c.sql); got != c.risk {
+			t.Errorf("textRisk(%q) = %b, want %b", c.sql, got, c.risk)
+		}
+	}
+	if lexRefusal(lexBackslash, lexHighBytes) != nil || lexRefusal(lexHighBytes, lexHighBytes) != errLexEncoding ||
+		lexRefusal(lexBackslash|lexHighBytes, lexBackslash) != errLexBackslash {
+		t.Error("lexRefusal")
+	}
+}
