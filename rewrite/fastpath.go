@@ -1,6 +1,10 @@
 package rewrite
 
-import "github.com/ttlproxy/ttlproxy/ttl"
+import (
+	"unicode/utf8"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
 
 // matcher is the cheap identifier check run before any parsing: a
 // case-insensitive (ASCII) search for a set of lower-case needles.
@@ -62,12 +66,21 @@ func (m *matcher) at(s string, i int) int {
 		if n[0] != lowerTable[s[i]] || !hasPrefixFold(s[i:], n) {
 			continue
 		}
-		if m.owner[k] < 0 || i+len(n) >= len(s) || byteClass[s[i+len(n)]]&classIdent == 0 {
+		if m.owner[k] < 0 || i+len(n) >= len(s) || byteClass[s[i+len(n)]]&classIdent == 0 || len(n) > maxIdentLen-utf8.UTFMax {
 			return k
 		}
 	}
 	return -1
 }
+
+// maxIdentLen is the longest identifier PostgreSQL keeps, in bytes
+// (NAMEDATALEN-1): its scanner truncates a longer one at the last
+// character boundary at or before it (truncate_identifier, pg_mbcliplen),
+// so `<a 63-byte name>_junk` names the 63-byte table, and a name up to
+// three bytes shorter is reached by an identifier whose character at the
+// limit is cut off. A needle that long counts where the identifier goes
+// on; the parse, which truncates as the server does, decides.
+const maxIdentLen = 63
 
 const (
 	className  = 1 << iota // may continue a name before a needle: letters, _, $, non-ASCII

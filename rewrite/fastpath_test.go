@@ -1,6 +1,11 @@
 package rewrite
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
+)
 
 func TestFastPath(t *testing.T) {
 	rw := newTestRewriter(t)
@@ -22,6 +27,26 @@ func TestFastPath(t *testing.T) {
 		{`SELECT * FROM u&"x"`, true},
 		{`SELECT * FROM docs_ttl`, true}, // sidecar registry
 		{`SELECT * FROM "Mixed Case"`, true},
+	}
+	// The server truncates identifiers to 63 bytes at a character
+	// boundary: a name of 60 bytes or more is reached by a longer one.
+	long63, long59 := "t"+strings.Repeat("x", 62), "u"+strings.Repeat("x", 58)
+	rwLong, err := New([]ttl.Rule{{Table: long63}, {Table: long59}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		in     string
+		parsed bool
+	}{
+		{`SELECT * FROM ` + long63 + `_junk`, true},
+		{`SELECT * FROM "` + long63 + `junk"`, true},
+		{`SELECT * FROM ` + long59 + `_junk`, false},
+		{`SELECT * FROM ` + long59 + `é`, false},
+	} {
+		if res, err := rwLong.Rewrite(c.in, nil); err != nil || res.Parsed != c.parsed {
+			t.Errorf("%s: Parsed = %v, err %v, want %v", c.in, res.Parsed, err, c.parsed)
+		}
 	}
 	for _, c := range cases {
 		res, err := rw.Rewrite(c.in, nil)

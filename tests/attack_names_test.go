@@ -468,3 +468,58 @@ func TestAttackClientEncoding(t *testing.T) {
 		t.Errorf("back to UTF8, a non-ASCII statement: %v", err)
 	}
 }
+
+// TestAttackLongIdentifiers: the server truncates an identifier longer
+// than 63 bytes at the last character boundary at or before the 63rd byte,
+// quoted or not, schema names too: `<63-byte TTL name>_junk` reads the TTL
+// table, and so does a 62-byte name followed by a two-byte character.
+func TestAttackLongIdentifiers(t *testing.T) {
+	long63 := "l" + strings.Repeat("o", 60) + "ng" // 63 bytes
+	long62 := "m" + strings.Repeat("u", 59) + "lt" // 62 bytes
+	sch63 := "s" + strings.Repeat("c", 61) + "h"   // 63 bytes
+	rules := []ttl.Rule{{Table: long63, DefaultTTL: time.Hour}, {Table: long62, DefaultTTL: time.Hour},
+		{Schema: sch63, Table: "sessions", DefaultTTL: time.Hour}}
+	var setup []string
+	for _, q := range []string{long63, long62, sch63 + ".sessions"} {
+		if strings.HasPrefix(q, sch63) {
+			setup = append(setup, `CREATE SCHEMA `+sch63, `GRANT USAGE ON SCHEMA `+sch63+` TO `+attacker)
+		}
+		setup = append(setup,
+			`CREATE TABLE `+q+` (id int PRIMARY KEY, note text, expires_at timestamptz)`,
+			`INSERT INTO `+q+` VALUES (1, 'live', now() + interval '1 hour'), (2, 'expired', now() - interval '1 hour')`,
+			`GRANT SELECT, UPDATE, DELETE ON `+q+` TO `+attacker)
+	}
+	s := newStack(t, stackOptions{rules: rules, setup: namesSetup(setup...)})
+	s.dropAttacker()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn, err := s.connectConfig(s.attackerConfig(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{
+			long63 + "_junk", `"` + long63 + `_junk"`, strings.ToUpper(long63) + "xyz", long63 + "é",
+			long62 + "é", `"` + long62 + `éé"`, long62 + "ü_more",
+			sch63 + "_junk.sessions", `"` + sch63 + `xx".sessions`, `"` + sch63 + `xx"."sessions"`,
+		} {
+			for _, q := range []string{
+				`SELECT note FROM ` + name + ` ORDER BY id`,
+				`SELECT t.note FROM ` + name + ` AS t WHERE t.id > 0`,
+				`UPDATE ` + name + ` SET note = note RETURNING note`,
+			} {
+				rows, err := conn.Query(context.Background(), q)
+				if err != nil {
+					t.Errorf("%v: %s: %v", mode, q, err)
+					continue
+				}
+				notes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err != nil {
+					t.Errorf("%v: %s: %v", mode, q, err)
+					continue
+				}
+				if slices.Contains(notes, expiredNote) || len(notes) != 1 {
+					t.Errorf("%v: %s: %q, want the live row alone", mode, q, notes)
+				}
+			}
+		}
+	}
+}
