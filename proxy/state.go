@@ -60,11 +60,16 @@ type stateRow struct {
 	// TempShadows are the TTL table names the session's temporary schema
 	// holds a relation of.
 	TempShadows []string
+	// NoUsage are the schemas holding a relation named like a TTL table on
+	// which current_user has no USAGE (rewrite.Session.NoUsage).
+	NoUsage []string
 }
 
 // stateColumns are the state query's columns in order (stateRow); the last
-// is the 1-based positions, in the TTL table name list, of the names held by the
-// session's temporary schema, comma-separated.
+// but one is the 1-based positions, in the TTL table name list, of the
+// names held by the session's temporary schema, comma-separated; the last
+// the schemas holding one of the names that current_user may not use, as
+// a list of identifiers.
 var stateColumns = [...]string{
 	`pg_catalog.current_setting('search_path')`,
 	`pg_catalog.current_setting('ttlproxy.ttl', true)`,
@@ -73,6 +78,7 @@ var stateColumns = [...]string{
 	`(SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'search_path')`,
 	`COALESCE((SELECT s.reset_val FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'ttlproxy.ttl'), '')`,
 	`TEMP_SHADOWS`,
+	`NO_USAGE`,
 }
 
 // buildStateQuery returns the statement that reads the session state.
@@ -80,7 +86,7 @@ var stateColumns = [...]string{
 // parameters); the temporary schema is looked up only through the
 // pg_class index on (relname, relnamespace).
 func buildStateQuery(names []string) string {
-	shadows := `NULL::pg_catalog.text`
+	shadows, noUsage := `NULL::pg_catalog.text`, `NULL::pg_catalog.text`
 	if len(names) > 0 {
 		lits := make([]string, len(names))
 		for i, n := range names {
@@ -91,9 +97,15 @@ func buildStateQuery(names []string) string {
   WHERE EXISTS (SELECT FROM pg_catalog.pg_class c
                  WHERE c.relname OPERATOR(pg_catalog.=) u.n::pg_catalog.name
                    AND c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema()))`
+		noUsage = `(SELECT pg_catalog.string_agg(pg_catalog.quote_ident(n.nspname), ',')
+   FROM pg_catalog.pg_namespace n
+  WHERE EXISTS (SELECT FROM pg_catalog.pg_class c
+                 WHERE c.relname OPERATOR(pg_catalog.=) ANY (ARRAY[` + strings.Join(lits, ", ") + `]::pg_catalog.name[])
+                   AND c.relnamespace OPERATOR(pg_catalog.=) n.oid)
+    AND NOT pg_catalog.has_schema_privilege(n.oid, 'USAGE'))`
 	}
 	cols := stateColumns
-	cols[len(cols)-1] = shadows
+	cols[len(cols)-2], cols[len(cols)-1] = shadows, noUsage
 	return `SELECT ` + strings.Join(cols[:], ", ")
 }
 
@@ -111,6 +123,7 @@ func decodeStateRow(row []string, names []string) (stateRow, bool) {
 			r.TempShadows = append(r.TempShadows, names[i-1])
 		}
 	}
+	r.NoUsage = ttl.SplitIdentifiers(row[7])
 	return r, true
 }
 
@@ -220,6 +233,7 @@ func (st *sessionState) apply(row *stateRow) bool {
 		ns.SearchPathSetting, ns.CurrentUser, ns.SessionUser = row.SearchPath, row.CurrentUser, row.SessionUser
 		ns.ResetSearchPath, ns.ResetTTL, ns.ResetKnown = row.ResetSearchPath, row.ResetTTL, true
 		st.tempShadows = row.TempShadows
+		ns.NoUsage, ns.UsageUnknown = row.NoUsage, false
 		st.unseen, st.follower = false, nil
 	}
 	if len(st.tempShadows) > 0 {

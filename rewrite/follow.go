@@ -261,6 +261,8 @@ func (f *follower) setText(name, value string, local bool) bool {
 			if !setPath(s, s.SearchPathSetting, role) {
 				return false
 			}
+			// USAGE on schemas (Session.NoUsage) is the old role's.
+			s.UsageUnknown = s.UsageUnknown || role != s.CurrentUser
 			s.CurrentUser = role
 			s.Bypass = f.bypass[role] || f.bypass[s.SessionUser]
 		case ttlSettingName:

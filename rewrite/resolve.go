@@ -1,6 +1,8 @@
 package rewrite
 
 import (
+	"slices"
+
 	pg "github.com/pganalyze/pg_query_go/v6"
 
 	"github.com/ttlproxy/ttlproxy/ttl"
@@ -54,6 +56,16 @@ func (w *walker) rowRuleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 	return nil
 }
 
+// searched reports whether the server looks for relation rel in schema sch
+// of the search path: not in a schema the role has no USAGE on; after a
+// change of role whose USAGE is not known, only where a rule names rel.
+func (w *walker) searched(sch, rel string) bool {
+	if slices.Contains(w.s.NoUsage, sch) {
+		return false
+	}
+	return !w.s.UsageUnknown || w.ruleAt(sch, rel) != nil
+}
+
 // resolve returns the schema an unqualified table name refers to in the
 // session, as ruleFor decides it; ok is false when neither the catalog nor
 // the rules place the name on the search path.
@@ -65,6 +77,9 @@ func (w *walker) resolve(rel string) (string, bool) {
 	if cat := w.s.Catalog; cat != nil {
 		if holders, ok := cat.d.Schemas[rel]; ok {
 			for _, sch := range path {
+				if !w.searched(sch, rel) {
+					continue
+				}
 				for _, h := range holders {
 					if h == sch {
 						return sch, true

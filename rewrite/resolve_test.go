@@ -37,6 +37,14 @@ func TestRewriteNameResolution(t *testing.T) {
 			SearchPath: []string{"public", "other"},
 			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
 		}), filtered},
+		{"catalog: the earlier schema may not be used", NewState(Session{
+			SearchPath: []string{"other", "public"}, NoUsage: []string{"other"},
+			Catalog: NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
+		}), filtered},
+		{"catalog: USAGE unknown after a change of role", NewState(Session{
+			SearchPath: []string{"other", "public"}, UsageUnknown: true,
+			Catalog: NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
+		}), filtered},
 		{"catalog without the name falls back to the rules", NewState(Session{
 			SearchPath: []string{"other", "app"},
 			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{}}),

@@ -46,6 +46,14 @@ type Session struct {
 	// Catalog describes the TTL tables in the session's database; nil when
 	// unknown.
 	Catalog *Catalog
+	// NoUsage are the schemas holding a relation named like a TTL table on
+	// which current_user has no USAGE: the server skips them on the search
+	// path (namespace.c, recomputeNamespacePath), and so does resolution.
+	// UsageUnknown: the role has changed since they were read (a SET ROLE
+	// followed through a text); a schema holding the name without a rule
+	// for it is then skipped, which errs toward filtering.
+	NoUsage      []string
+	UsageUnknown bool
 }
 
 // State is an immutable snapshot of a Session, the rewriter's input. Build
@@ -63,6 +71,7 @@ type State struct {
 func NewState(s Session) *State {
 	st := &State{s: s}
 	st.s.SearchPath = slices.Clone(s.SearchPath)
+	st.s.NoUsage = slices.Clone(s.NoUsage)
 	st.s.TTL = nil
 	if s.TTL != nil {
 		d := *s.TTL
@@ -94,6 +103,7 @@ func (st *State) Session() Session {
 	}
 	s := st.s
 	s.SearchPath = slices.Clone(s.SearchPath)
+	s.NoUsage = slices.Clone(s.NoUsage)
 	if s.TTL != nil {
 		d := *s.TTL
 		s.TTL = &d
@@ -134,6 +144,14 @@ func appendSessionFacts(b []byte, s *Session) []byte {
 	}
 	if s.ResetKnown {
 		b = append(b, 'R')
+	}
+	b = append(b, 'G')
+	b = binary.AppendUvarint(b, uint64(len(s.NoUsage)))
+	for _, n := range s.NoUsage {
+		b = appendString(b, n)
+	}
+	if s.UsageUnknown {
+		b = append(b, 'Q')
 	}
 	if s.Catalog == nil {
 		b = append(b, 'N')

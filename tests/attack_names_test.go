@@ -24,6 +24,8 @@ import (
 const (
 	attacker         = "ttl_attacker"
 	attackerPassword = "att4ck-pw"
+	// attackerRole is a role the attacker is a member of.
+	attackerRole = "ttl_attacker_r"
 )
 
 // namesRules are one TTL table of every rule kind and one with an
@@ -88,8 +90,10 @@ func (s *stack) dropAttacker() {
 			return
 		}
 		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), `DROP OWNED BY `+attacker)
-		_, _ = c.Exec(context.Background(), `DROP ROLE IF EXISTS `+attacker)
+		for _, r := range []string{attacker, attackerRole} {
+			_, _ = c.Exec(context.Background(), `DROP OWNED BY `+r)
+			_, _ = c.Exec(context.Background(), `DROP ROLE IF EXISTS `+r)
+		}
 	})
 }
 
@@ -521,5 +525,71 @@ func TestAttackLongIdentifiers(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestAttackSchemaUsage: the server skips a schema of the search path the
+// role has no USAGE on; a table named like a TTL table there must not make
+// the proxy take `sessions` for it while the server reads public.sessions.
+// Put on the path by SET, in the same text, by the startup packet, and
+// reached by SET ROLE to a role without the USAGE the login has.
+func TestAttackSchemaUsage(t *testing.T) {
+	shadowSetup := []string{
+		`CREATE SCHEMA shadow`,
+		`CREATE TABLE shadow.sessions (id int, owner int, note text, expires_at timestamptz)`,
+		`CREATE SCHEMA shadow2`,
+		`CREATE TABLE shadow2.sessions (id int, owner int, note text, expires_at timestamptz)`,
+		`GRANT USAGE ON SCHEMA shadow2 TO ` + attacker,
+		`GRANT SELECT ON shadow2.sessions TO ` + attacker,
+		`DROP ROLE IF EXISTS ` + attackerRole,
+		`CREATE ROLE ` + attackerRole + ` NOLOGIN`,
+		`GRANT ` + attackerRole + ` TO ` + attacker,
+		`GRANT SELECT ON sessions TO ` + attackerRole,
+	}
+	s := newStack(t, stackOptions{rules: namesRules, setup: namesSetup(shadowSetup...)})
+	s.dropAttacker()
+	ctx := context.Background()
+	read := `SELECT note FROM sessions ORDER BY id`
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn, err := s.connectConfig(s.attackerConfig(mode))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, `SET search_path = shadow, public`); err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(t, conn, read); got != "live,forever" {
+			t.Errorf("%v: SET search_path = shadow, public: %q", mode, got)
+		}
+		cfg := s.attackerConfig(mode)
+		cfg.RuntimeParams["search_path"] = "shadow, public"
+		if conn, err = s.connectConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(t, conn, read); got != "live,forever" {
+			t.Errorf("%v: startup search_path = shadow, public: %q", mode, got)
+		}
+	}
+	conn, err := s.connectConfig(s.attackerConfig(pgx.QueryExecModeSimpleProtocol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SET search_path = shadow, public; ` + read,
+		`SET search_path = shadow2, public; SET ROLE ` + attackerRole + `; ` + read,
+	} {
+		got, err := queryAll(conn, q)
+		if err != nil {
+			t.Errorf("%s: %v", q, err)
+		} else if strings.Join(got, ",") != "live,forever" {
+			t.Errorf("%s: %q", q, got)
+		}
+		if _, err := conn.Exec(ctx, `RESET ROLE; RESET search_path`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The login itself may use shadow2: its own table is read.
+	if got, err := queryAll(conn, `SET search_path = shadow2, public; `+read); err != nil || len(got) != 0 {
+		t.Errorf("shadow2.sessions, usable: %q, %v", got, err)
 	}
 }
