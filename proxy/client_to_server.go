@@ -83,7 +83,7 @@ func (s *clientConn) clientToServer() error {
 				return err
 			}
 			if wait {
-				lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load())
+				lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load(), s.rs.Load().nonASCII)
 			}
 			err = s.forwardQuery(buf, lexErr)
 		case 'P':
@@ -98,7 +98,7 @@ func (s *clientConn) clientToServer() error {
 				}
 				open = true
 				if wait {
-					lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load())
+					lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load(), s.rs.Load().nonASCII)
 				}
 			}
 			err = s.forwardParse(buf, lexErr)
@@ -336,6 +336,10 @@ func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusa
 		return false, nil
 	}
 	bits := s.link.lex.bits.Load()
+	nonASCII := s.rs.Load().nonASCII
+	if !nonASCII {
+		bits &^= lexConverted
+	}
 	owed := first && !s.link.owesNothing() || !first && inBatch
 	if bits == 0 && !owed {
 		return false, nil
@@ -349,7 +353,7 @@ func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusa
 	case owed:
 		return false, errLexPipeline
 	}
-	return false, lexRefusal(risk, bits)
+	return false, lexRefusal(risk, bits, nonASCII)
 }
 
 // forwardQuery rewrites one Query message and writes the result; lexErr

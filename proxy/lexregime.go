@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // The settings under which the server reads a statement's text, and the
@@ -27,6 +28,11 @@ import (
 //     (a backslash to the proxy) or a letter, a digit or `;`. The server
 //     converts the text before it reads it. Text of ASCII bytes alone reads
 //     the same in every encoding PostgreSQL supports for clients.
+//   - any other client encoding but UTF8 and SQL_ASCII (LATIN1, WIN1252,
+//     …): the server converts the text to UTF-8, so a name the rules spell
+//     with a non-ASCII character reads `caf\xe9` as café while the proxy
+//     compares bytes. Only with such a name does a non-ASCII byte need
+//     refusing (lexConverted).
 //
 // Both settings are GUC_REPORT: the server reports every change in a
 // ParameterStatus, whatever made it (startup packet, options, ALTER ROLE
@@ -51,6 +57,9 @@ const (
 	lexBackslash uint32 = 1 << iota
 	// lexHighBytes: client_encoding is not ASCII-safe.
 	lexHighBytes
+	// lexConverted: client_encoding is ASCII-safe but not UTF8 or
+	// SQL_ASCII: non-ASCII text is converted before the server reads it.
+	lexConverted
 )
 
 // lexRegime holds the lex* bits of the settings the server last reported
@@ -71,23 +80,27 @@ func (x *lexRegime) note(body []byte) {
 
 // set records the reported value of setting name.
 func (x *lexRegime) set(name, value string) {
-	var bit uint32
-	var on bool
+	var mask, bits uint32
 	switch name {
 	case "standard_conforming_strings":
-		bit, on = lexBackslash, value != "on"
+		mask = lexBackslash
+		if value != "on" {
+			bits = lexBackslash
+		}
 	case "client_encoding":
-		bit, on = lexHighBytes, unsafeClientEncoding(value)
+		mask = lexHighBytes | lexConverted
+		switch {
+		case unsafeClientEncoding(value):
+			bits = lexHighBytes
+		case value != "UTF8" && value != "SQL_ASCII":
+			bits = lexConverted
+		}
 	default:
 		return
 	}
 	for {
 		old := x.bits.Load()
-		next := old &^ bit
-		if on {
-			next |= bit
-		}
-		if x.bits.CompareAndSwap(old, next) {
+		if x.bits.CompareAndSwap(old, old&^mask|bits) {
 			return
 		}
 	}
@@ -125,15 +138,37 @@ func textRisk(sql string) uint32 {
 }
 
 // lexRefusal returns the refusal of a text with risk (textRisk) under the
-// reported settings bits, or nil.
-func lexRefusal(risk, bits uint32) error {
+// reported settings bits, or nil; nonASCII: a rule spells a name with a
+// non-ASCII character.
+func lexRefusal(risk, bits uint32, nonASCII bool) error {
 	switch {
 	case risk&bits&lexBackslash != 0:
 		return errLexBackslash
 	case risk&bits&lexHighBytes != 0:
 		return errLexEncoding
+	case nonASCII && risk&lexHighBytes != 0 && bits&lexConverted != 0:
+		return errLexConverted
 	}
 	return nil
+}
+
+// rulesNameNonASCII reports whether a rule spells a table, schema or
+// column name with a non-ASCII character.
+func rulesNameNonASCII(rules []ttl.Rule) bool {
+	for i := range rules {
+		r := &rules[i]
+		names := []string{r.Schema, r.Table, r.Column, r.BaseColumn, r.IntervalColumn, r.SidecarSchema, r.SidecarTable}
+		names = append(names, r.KeyColumns...)
+		for _, c := range r.Columns {
+			names = append(names, c.Column, c.ExpiresAtColumn, c.BaseColumn)
+		}
+		for _, n := range names {
+			if textRisk(n)&lexHighBytes != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // errUnsafeEncoding ends a session refused at startup (startupLexRefusal).
@@ -150,6 +185,12 @@ var (
 		Message: "ttlproxy: cannot read a statement containing non-ASCII bytes in this client_encoding",
 		Hint: "SET client_encoding = 'UTF8' (or another ASCII-safe encoding): in SJIS, BIG5, GBK, UHC, GB18030 " +
 			"and JOHAB a character's second byte may read as an ASCII one.",
+	}
+	errLexConverted = &rewrite.Error{
+		Code: codeFeatureNotSupported,
+		Message: "ttlproxy: cannot read a statement containing non-ASCII bytes in a client_encoding other than UTF8 " +
+			"while a TTL rule names a table, schema or column with a non-ASCII character",
+		Hint: "SET client_encoding = 'UTF8'.",
 	}
 	errLexPipeline = &rewrite.Error{
 		Code: codeFeatureNotSupported,

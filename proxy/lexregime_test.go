@@ -20,7 +20,7 @@ func TestLexRegime(t *testing.T) {
 		{"client_encoding", "SJIS", lexBackslash | lexHighBytes},
 		{"TimeZone", "UTC", lexBackslash | lexHighBytes},
 		{"standard_conforming_strings", "on", lexHighBytes},
-		{"client_encoding", "LATIN1", 0},
+		{"client_encoding", "LATIN1", lexConverted},
 		{"client_encoding", "GB18030", lexHighBytes},
 		{"client_encoding", "UTF8", 0},
 	} {
@@ -42,8 +42,9 @@ func TestLexRegime(t *testing.T) {
 			t.Errorf("textRisk(%q) = %b, want %b", c.sql, got, c.risk)
 		}
 	}
-	if lexRefusal(lexBackslash, lexHighBytes) != nil || lexRefusal(lexHighBytes, lexHighBytes) != errLexEncoding ||
-		lexRefusal(lexBackslash|lexHighBytes, lexBackslash) != errLexBackslash {
+	if lexRefusal(lexBackslash, lexHighBytes, false) != nil || lexRefusal(lexHighBytes, lexHighBytes, false) != errLexEncoding ||
+		lexRefusal(lexBackslash|lexHighBytes, lexBackslash, false) != errLexBackslash ||
+		lexRefusal(lexHighBytes, lexConverted, false) != nil || lexRefusal(lexHighBytes, lexConverted, true) != errLexConverted {
 		t.Error("lexRefusal")
 	}
 }

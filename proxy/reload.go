@@ -29,6 +29,9 @@ type ruleSet struct {
 	rules    []ttl.Rule
 	bypass   map[string]bool
 	queries  catalogQueries
+	// nonASCII: a rule names a table, schema or column with a non-ASCII
+	// character (lexregime.go).
+	nonASCII bool
 	// catalogs caches catalog snapshots per database, for this set's rules.
 	catalogs *catalogCache
 
@@ -58,6 +61,7 @@ func newRuleSet(cfg *Config, gen uint64) *ruleSet {
 		rs.bypass[r] = true
 	}
 	rs.queries = buildCatalogQueries(rs.rules)
+	rs.nonASCII = rulesNameNonASCII(rs.rules)
 	return rs
 }
 

@@ -593,3 +593,40 @@ func TestAttackSchemaUsage(t *testing.T) {
 		t.Errorf("shadow2.sessions, usable: %q, %v", got, err)
 	}
 }
+
+// TestAttackConvertedEncoding: in a client encoding the server converts
+// (LATIN1 here), `caf\xe9` is the table café to the server and no name the
+// proxy knows; with a rule naming café, a statement with a non-ASCII byte
+// is refused in such an encoding, and served again in UTF8.
+func TestAttackConvertedEncoding(t *testing.T) {
+	rules := []ttl.Rule{{Table: "café", DefaultTTL: time.Hour}}
+	s := newStack(t, stackOptions{rules: rules, setup: namesSetup(
+		`CREATE TABLE café (id int PRIMARY KEY, note text, expires_at timestamptz)`,
+		`INSERT INTO café VALUES (1, 'live', now() + interval '1 hour'), (2, 'expired', now() - interval '1 hour')`,
+		`GRANT SELECT ON café TO `+attacker)})
+	s.dropAttacker()
+	ctx := context.Background()
+	cfg := s.attackerConfig(pgx.QueryExecModeSimpleProtocol)
+	pc, err := pgconn.ConnectConfig(ctx, &cfg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(ctx)
+	if _, err := pc.Exec(ctx, `SET client_encoding = 'LATIN1'`).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := pc.Exec(ctx, "SELECT note FROM caf\xe9 ORDER BY id").ReadAll()
+	if len(res) > 0 && len(res[0].Rows) != 1 {
+		t.Errorf("LATIN1: %d rows of café", len(res[0].Rows))
+	}
+	if sqlstate(err) != "0A000" {
+		t.Errorf("LATIN1, a non-ASCII statement: err %v, want 0A000", err)
+	}
+	if _, err := pc.Exec(ctx, `SET client_encoding = 'UTF8'`).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = pc.Exec(ctx, "SELECT note FROM café ORDER BY id").ReadAll()
+	if err != nil || len(res[0].Rows) != 1 {
+		t.Errorf("UTF8: err %v", err)
+	}
+}
