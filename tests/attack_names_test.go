@@ -630,3 +630,48 @@ func TestAttackConvertedEncoding(t *testing.T) {
 		t.Errorf("UTF8: err %v", err)
 	}
 }
+
+// TestAttackRowOperator: an `=` of the attacker's own on the row type of a
+// table with expiring columns, in a schema before pg_catalog, would be
+// called with the whole row by `t = …` and `t IS [NOT] DISTINCT FROM …`.
+// The client's whole-row references reach it as rows with their expired
+// values NULL; the proxy's own `t.* IS NOT DISTINCT FROM NULL` and the
+// client's test against a NULL constant are folded by the planner into a
+// null test and call no operator.
+func TestAttackRowOperator(t *testing.T) {
+	s := newStack(t, stackOptions{rules: namesRules, setup: namesSetup(
+		`SET ROLE `+attacker,
+		`CREATE FUNCTION evil.roweq(contacts, contacts) RETURNS bool LANGUAGE plpgsql AS $$
+			BEGIN RAISE NOTICE 'seen %', $1.phone; RETURN false; END $$`,
+		`CREATE OPERATOR evil.= (LEFTARG = contacts, RIGHTARG = contacts, FUNCTION = evil.roweq)`,
+		`RESET ROLE`)})
+	s.dropAttacker()
+	var notices []string
+	cfg := s.attackerConfig(pgx.QueryExecModeSimpleProtocol)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { notices = append(notices, n.Message) }
+	cfg.RuntimeParams["search_path"] = "evil, pg_catalog, public"
+	conn, err := s.connectConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SELECT c FROM contacts c ORDER BY id`,
+		`SELECT pg_catalog.row_to_json(c.*) FROM contacts c ORDER BY id`,
+		`SELECT id FROM contacts c WHERE c IS DISTINCT FROM NULL ORDER BY id`,
+		`SELECT id FROM contacts c WHERE NULL IS NOT DISTINCT FROM c.* ORDER BY id`,
+		`SELECT id FROM contacts c WHERE c = c ORDER BY id`,
+		`SELECT id FROM contacts c WHERE c IS DISTINCT FROM ROW(1, 'x', NULL)::contacts ORDER BY id`,
+	} {
+		notices = notices[:0]
+		got, err := queryAll(conn, q)
+		if err != nil {
+			t.Errorf("%s: %v", q, err)
+		}
+		for _, v := range append(got, notices...) {
+			if strings.Contains(v, expiredNote) {
+				t.Errorf("%s: the expired value reached the client: %q, notices %q", q, got, notices)
+				break
+			}
+		}
+	}
+}
