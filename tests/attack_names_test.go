@@ -675,3 +675,64 @@ func TestAttackRowOperator(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackLexicalForms: spellings of a TTL table's name and of the text
+// around it where a reader of bytes could part from the server's scanner:
+// Unicode escapes with and without UESCAPE, nested comments, dollar
+// quotes and tags, E'' strings, quoted names, a NUL byte. None reads an
+// expired row.
+func TestAttackLexicalForms(t *testing.T) {
+	s := newStack(t, stackOptions{rules: namesRules, setup: namesSetup()})
+	s.dropAttacker()
+	conn, err := s.connectConfig(s.attackerConfig(pgx.QueryExecModeSimpleProtocol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`SELECT note FROM U&"\0073essions"`,
+		`SELECT note FROM U&"!0073essions" UESCAPE '!'`,
+		`SELECT note FROM u&"\+000073essions"`,
+		`SELECT note FROM public.U&"s\0065ssions"`,
+		`SELECT note FROM "sessions"`,
+		`SELECT note FROM /* /* */ sessions */ sessions`,
+		`SELECT note FROM /* a /* b */ c */ sessions -- */`,
+		`SELECT $a$ $a$, note FROM sessions`,
+		`SELECT $a$'$a$, note FROM sessions --'`,
+		`SELECT $$'$$ AS x, note FROM sessions`,
+		`SELECT x$a$, note FROM (SELECT 1 AS x$a$) s, sessions`,
+		`SELECT E'\'', note FROM sessions`,
+		`SELECT E'\\', note FROM sessions -- '`,
+		`SELECT e'\x27', note FROM sessions`,
+		`SELECT U&'\0027', note FROM sessions`,
+		`SELECT B'1', X'1F', N'x', note FROM sessions`,
+		`SELECT 1e1x, note FROM sessions`,
+		`SELECT 0x1Fnote, note FROM sessions`,
+		`SELECT note FROM sessions"x"`,
+		"SELECT note FROM\fsessions",
+		"SELECT note FROM\vsessions",
+		`TABLE sessions`,
+		`SELECT (sessions).note FROM sessions`,
+		`SELECT note FROM ONLY sessions`,
+		`SELECT note FROM sessions *`,
+	} {
+		got, err := queryAll(conn, q)
+		if slices.Contains(got, expiredNote) {
+			t.Errorf("%s: read the expired row: %q", q, got)
+		}
+		_ = err // refusals and the server's syntax errors are answers too
+	}
+	// A NUL byte ends a Query's text: the rest is a protocol violation to
+	// the proxy as to the server, never a statement.
+	pc := conn.PgConn()
+	res, err := pc.Exec(context.Background(), "SELECT 1\x00; SELECT note FROM sessions").ReadAll()
+	for _, r := range res {
+		for _, row := range r.Rows {
+			if string(row[0]) == expiredNote {
+				t.Errorf("NUL: read the expired row")
+			}
+		}
+	}
+	if err == nil {
+		t.Errorf("NUL in a Query: no error")
+	}
+}
