@@ -338,7 +338,7 @@ func TestYugabyteColumnStatement(t *testing.T) {
 	for _, sl := range hashSlices([]string{"id"}, ybHashBuckets) {
 		sql := deleteBatchSQL(dialectYugabyte, tg, sl, true)
 		if strings.Contains(sql, " t.ctid") || strings.Contains(sql, "s.ctid") || !strings.Contains(sql, "yb_hash_code(s.id) BETWEEN") ||
-			!strings.Contains(sql, `UPDATE "public"."yb" AS t SET "v" = NULL, "v_exp" = NULL FROM doomed AS d WHERE t.ybctid = d.id`) {
+			!strings.Contains(sql, `UPDATE "public"."yb" AS t SET "v" = NULL, "v_exp" = NULL FROM doomed AS d WHERE t.ybctid OPERATOR(pg_catalog.=) d.id`) {
 			t.Fatalf("statement does not null by ybctid per yb_hash_code slice: %s", sql)
 		}
 		for {

@@ -57,14 +57,14 @@ type slice struct {
 // Parameters of a block slice's batch: the lowest and the first excluded
 // row address.
 const (
-	fromTIDParam = "$3::tid"
-	toTIDParam   = "$4::tid"
+	fromTIDParam = "$3::pg_catalog.tid"
+	toTIDParam   = "$4::pg_catalog.tid"
 )
 
 // cond returns the slice's condition for rows visible as qualifier, or "".
 func (sl slice) cond(qualifier string) string {
 	if sl.blocks {
-		return fmt.Sprintf("%s.ctid >= %s AND %s.ctid < %s", qualifier, fromTIDParam, qualifier, toTIDParam)
+		return fmt.Sprintf("%s.ctid OPERATOR(pg_catalog.>=) %s AND %s.ctid OPERATOR(pg_catalog.<) %s", qualifier, fromTIDParam, qualifier, toTIDParam)
 	}
 	if len(sl.hashCols) == 0 {
 		return ""

@@ -116,7 +116,7 @@ func TestBlockSlices(t *testing.T) {
 	if got, want := sl[2].label, "blocks 2048-3071"; got != want {
 		t.Errorf("label %q, want %q", got, want)
 	}
-	if got, want := sl[0].cond("s"), "s.ctid >= $3::tid AND s.ctid < $4::tid"; got != want {
+	if got, want := sl[0].cond("s"), "s.ctid OPERATOR(pg_catalog.>=) $3::pg_catalog.tid AND s.ctid OPERATOR(pg_catalog.<) $4::pg_catalog.tid"; got != want {
 		t.Errorf("cond %q, want %q", got, want)
 	}
 	if n := len(blockSlices(0, 1024)); n != 1 {

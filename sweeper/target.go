@@ -166,14 +166,14 @@ func deleteBatchSQL(d dialect, t target, sl slice, lockRows bool) string {
 	head, join := t.write()
 	if d == dialectYugabyte {
 		return fmt.Sprintf("WITH doomed AS (SELECT s.ybctid AS id FROM %s AS s WHERE %s ORDER BY s.ybctid LIMIT %s) "+
-			"%s %s doomed AS d WHERE t.ybctid = d.id AND %s",
+			"%s %s doomed AS d WHERE t.ybctid OPERATOR(pg_catalog.=) d.id AND %s",
 			t.quoted, inner, limitParam, head, join, t.doomed("t"))
 	}
 	lock := ""
 	if lockRows {
 		lock = " FOR UPDATE OF s SKIP LOCKED"
 	}
-	return fmt.Sprintf("%s WHERE t.ctid = ANY (ARRAY(SELECT s.ctid FROM %s AS s WHERE %s LIMIT %s%s)) AND %s",
+	return fmt.Sprintf("%s WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT s.ctid FROM %s AS s WHERE %s LIMIT %s%s)) AND %s",
 		head, t.quoted, inner, limitParam, lock, t.doomed("t"))
 }
 
@@ -191,8 +191,8 @@ func blockBatchSQL(t target, sl slice, lockRows bool) string {
 	}
 	head, _ := t.write()
 	return fmt.Sprintf("WITH picked AS (SELECT s.ctid FROM %s AS s WHERE %s AND %s LIMIT %s%s), "+
-		"gone AS (%s WHERE t.ctid = ANY (ARRAY(SELECT ctid FROM picked)) AND %s RETURNING 1) "+
-		"SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM picked), (SELECT max(ctid) FROM picked)",
+		"gone AS (%s WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT ctid FROM picked)) AND %s RETURNING 1) "+
+		"SELECT (SELECT pg_catalog.count(*) FROM gone), (SELECT pg_catalog.count(*) FROM picked), (SELECT pg_catalog.max(ctid) FROM picked)",
 		t.quoted, sl.cond("s"), t.doomed("s"), limitParam, lock, head, t.doomed("t"))
 }
 
@@ -207,7 +207,7 @@ func blockBatchSQL(t target, sl slice, lockRows bool) string {
 // refreshed meanwhile is kept.
 func rangeBatchSQL(t target) string {
 	head, _ := t.write()
-	return fmt.Sprintf("%s WHERE t.ctid >= $2::tid AND t.ctid < $3::tid AND %s", head, t.doomed("t"))
+	return fmt.Sprintf("%s WHERE t.ctid OPERATOR(pg_catalog.>=) $2::pg_catalog.tid AND t.ctid OPERATOR(pg_catalog.<) $3::pg_catalog.tid AND %s", head, t.doomed("t"))
 }
 
 // lockedBatchSQL returns the two statements of a batch on a sidecar rule's
@@ -243,18 +243,18 @@ func lockedBatchSQL(d dialect, t target, sl slice, lockRows bool) (lock, del str
 			join.WriteString(" AND ")
 		}
 		k = ttl.QuoteIdent(k)
-		fmt.Fprintf(&join, "_ttl_lock.%s = s.%s", k, k)
+		fmt.Fprintf(&join, "_ttl_lock.%s OPERATOR(pg_catalog.=) s.%s", k, k)
 	}
 	skip := ""
 	if lockRows {
 		skip = " SKIP LOCKED"
 	}
-	id, ids := "ctid", "tid[]"
+	id, ids := "ctid", "pg_catalog.tid[]"
 	if d == dialectYugabyte {
-		id, ids = "ybctid", "bytea[]"
+		id, ids = "ybctid", "pg_catalog.bytea[]"
 	}
 	lock = fmt.Sprintf("SELECT s.%s FROM %s AS s JOIN %s AS _ttl_lock ON %s WHERE %s LIMIT %s FOR UPDATE OF s, _ttl_lock%s",
 		id, t.quoted, t.registry.quoted, join.String(), inner, limitParam, skip)
-	del = fmt.Sprintf("DELETE FROM %s AS t WHERE t.%s = ANY ($2::%s) AND %s", t.quoted, id, ids, t.doomed("t"))
+	del = fmt.Sprintf("DELETE FROM %s AS t WHERE t.%s OPERATOR(pg_catalog.=) ANY ($2::%s) AND %s", t.quoted, id, ids, t.doomed("t"))
 	return lock, del
 }

@@ -96,7 +96,7 @@ func TestYugabyteSidecarBatch(t *testing.T) {
 	for _, sl := range hashSlices([]string{"id"}, ybHashBuckets) {
 		lock, del := lockedBatchSQL(dialectYugabyte, base, sl, true)
 		if !strings.Contains(lock, "SELECT s.ybctid") || !strings.Contains(lock, "FOR UPDATE OF s, _ttl_lock SKIP LOCKED") ||
-			!strings.Contains(lock, "yb_hash_code(s.id) BETWEEN") || !strings.Contains(del, "t.ybctid = ANY ($2::bytea[])") {
+			!strings.Contains(lock, "yb_hash_code(s.id) BETWEEN") || !strings.Contains(del, "t.ybctid OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.bytea[])") {
 			t.Fatalf("statements do not lock and delete by ybctid per yb_hash_code slice:\n%s\n%s", lock, del)
 		}
 		batch := s.batchFunc(dialectYugabyte, base, sl)
