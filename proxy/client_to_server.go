@@ -83,7 +83,7 @@ func (s *clientConn) clientToServer() error {
 				return err
 			}
 			if wait {
-				lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load(), s.rs.Load().nonASCII)
+				lexErr = lexRefusal(s.lexRisk(buf), l.lex.bits.Load(), s.rs.Load().nonASCII)
 			}
 			err = s.forwardQuery(buf, lexErr)
 		case 'P':
@@ -98,7 +98,7 @@ func (s *clientConn) clientToServer() error {
 				}
 				open = true
 				if wait {
-					lexErr = lexRefusal(textRisk(string(buf[headerLen:])), l.lex.bits.Load(), s.rs.Load().nonASCII)
+					lexErr = lexRefusal(s.lexRisk(buf), l.lex.bits.Load(), s.rs.Load().nonASCII)
 				}
 			}
 			err = s.forwardParse(buf, lexErr)
@@ -344,7 +344,7 @@ func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusa
 	if bits == 0 && !owed {
 		return false, nil
 	}
-	risk := textRisk(string(msg[headerLen:]))
+	risk := s.lexRisk(msg)
 	switch {
 	case risk == 0:
 		return false, nil
@@ -354,6 +354,19 @@ func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusa
 		return false, errLexPipeline
 	}
 	return false, lexRefusal(risk, bits, nonASCII)
+}
+
+// lexRisk is statementRisk of msg's text, but for a backslash in a text
+// whose bytes name nothing the proxy guards: however the server reads it,
+// it reads no TTL table. Not so for non-ASCII bytes, which a conversion
+// changes.
+func (s *clientConn) lexRisk(msg []byte) uint32 {
+	sql := string(msg[headerLen:])
+	risk := statementRisk(sql)
+	if rw := s.rs.Load().rw; risk&lexBackslash != 0 && rw != nil && !rw.MayNameTTL(sql, s.st.cur) {
+		risk &^= lexBackslash
+	}
+	return risk
 }
 
 // forwardQuery rewrites one Query message and writes the result; lexErr

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"strings"
 	"sync/atomic"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -19,7 +20,9 @@ import (
 //   - standard_conforming_strings off: a backslash escapes the quote that
 //     follows it inside an ordinary '…' literal, so `SELECT '\', ', secret
 //     FROM sessions --'` reads a table the proxy sees inside a literal.
-//     Text without a backslash byte reads the same either way
+//     Text without a backslash in an ordinary '…' string reads the same
+//     either way (backslashOutsideEscapes), and text whose bytes name no
+//     TTL table reads none however the server reads it
 //     (escape_string_warning only warns; backslash_quote only decides
 //     whether the server accepts \' where a backslash escapes).
 //   - a client encoding whose characters may end in an ASCII byte:
@@ -137,6 +140,16 @@ func textRisk(sql string) uint32 {
 	return risk
 }
 
+// statementRisk is textRisk with a backslash counted only where its
+// reading depends on standard_conforming_strings (backslashOutsideEscapes).
+func statementRisk(sql string) uint32 {
+	risk := textRisk(sql)
+	if risk&lexBackslash != 0 && !backslashOutsideEscapes(sql) {
+		risk &^= lexBackslash
+	}
+	return risk
+}
+
 // lexRefusal returns the refusal of a text with risk (textRisk) under the
 // reported settings bits, or nil; nonASCII: a rule spells a name with a
 // non-ASCII character.
@@ -209,4 +222,112 @@ func startupLexRefusal() []byte {
 		"", "Connect with an ASCII-safe client encoding such as UTF8: in SJIS, BIG5, GBK, UHC, GB18030 and JOHAB "+
 			"a character's second byte may read as an ASCII one, and ttlproxy reads statements as the server would.")
 	return b
+}
+
+// backslashOutsideEscapes reports whether sql, read as the server reads it
+// with standard_conforming_strings on, holds a backslash anywhere but in
+// the places whose reading does not depend on the setting: E'…' strings,
+// dollar quotes, comments, quoted identifiers (U&"…" too), B'…' and X'…'
+// strings, and U&'…' strings, which the server refuses outright while the
+// setting is off. The two readings agree up to the first ordinary '…'
+// (or N'…') string holding a backslash, so a text without one reads the
+// same either way. It errs toward true: an unterminated token, or a
+// backslash outside any token, counts.
+func backslashOutsideEscapes(sql string) bool {
+	identByte := func(c byte) bool {
+		return c == '_' || c == '$' || c >= 0x80 || 'a' <= c|0x20 && c|0x20 <= 'z' || '0' <= c && c <= '9'
+	}
+	n := len(sql)
+	for i := 0; i < n; {
+		c := sql[i]
+		prevIdent := i > 0 && identByte(sql[i-1])
+		switch {
+		case c == '\\':
+			return true
+		case c == '-' && i+1 < n && sql[i+1] == '-':
+			for i < n && sql[i] != '\n' && sql[i] != '\r' {
+				i++
+			}
+		case c == '/' && i+1 < n && sql[i+1] == '*':
+			depth := 0
+			for i < n {
+				switch {
+				case i+1 < n && sql[i] == '/' && sql[i+1] == '*':
+					depth++
+					i += 2
+				case i+1 < n && sql[i] == '*' && sql[i+1] == '/':
+					depth--
+					i += 2
+				default:
+					i++
+				}
+				if depth == 0 {
+					break
+				}
+			}
+			if depth > 0 {
+				return true
+			}
+		case c == '"':
+			j := strings.IndexByte(sql[i+1:], '"')
+			if j < 0 {
+				return true
+			}
+			i += j + 2 // "" continues the identifier as a new one: same bytes
+		case c == '\'':
+			// An ordinary string (standard_conforming_strings on: '' is a
+			// quote, a backslash an ordinary byte).
+			j := i + 1
+			for j < n && sql[j] != '\'' {
+				if sql[j] == '\\' {
+					return true
+				}
+				j++
+			}
+			if j >= n {
+				return true
+			}
+			i = j + 1
+		case !prevIdent && (c|0x20 == 'e' || c|0x20 == 'b' || c|0x20 == 'x') && i+1 < n && sql[i+1] == '\'':
+			j, esc := i+2, c|0x20 == 'e'
+			for j < n && sql[j] != '\'' {
+				if esc && sql[j] == '\\' {
+					j++
+				}
+				j++
+			}
+			if j >= n {
+				return true
+			}
+			i = j + 1
+		case !prevIdent && c|0x20 == 'u' && i+2 < n && sql[i+1] == '&' && sql[i+2] == '\'':
+			j := strings.IndexByte(sql[i+3:], '\'')
+			if j < 0 {
+				return true
+			}
+			i += j + 4
+		case !prevIdent && c == '$' && i+1 < n && (sql[i+1] == '$' || !('0' <= sql[i+1] && sql[i+1] <= '9')):
+			k := i + 1
+			for k < n && sql[k] != '$' && identByte(sql[k]) {
+				k++
+			}
+			if k >= n || sql[k] != '$' {
+				i++
+				continue
+			}
+			delim := sql[i : k+1]
+			end := strings.Index(sql[k+1:], delim)
+			if end < 0 {
+				return true
+			}
+			i = k + 1 + end + len(delim)
+		case identByte(c):
+			for i < n && identByte(sql[i]) {
+				i++
+			}
+		default:
+			i++
+		}
+	}
+	return false
 }

@@ -48,3 +48,32 @@ func TestLexRegime(t *testing.T) {
 		t.Error("lexRefusal")
 	}
 }
+
+func TestBackslashOutsideEscapes(t *testing.T) {
+	for _, c := range []struct {
+		sql  string
+		want bool
+	}{
+		{`SELECT '\', ', note FROM sessions --'`, true},
+		{`SELECT N'\'`, true},
+		{`SELECT date'\'`, true},
+		{`SELECT 'a' '\'`, true},
+		{`SELECT E'\'', note FROM sessions`, false},
+		{`SELECT e'\\'`, false},
+		{`SELECT U&'d\0061t\+000061' AS U&"d\0061t\+000061"`, false},
+		{`SELECT $$\$$, $a$ ' \ $a$`, false},
+		{`SELECT 1 -- \`, false},
+		{`SELECT /* /* \ */ ' */ 1`, false},
+		{`SELECT /* /* \ */ 1`, true},
+		{`SELECT "a\b"`, false},
+		{`SELECT B'\', X'\'`, false},
+		{`SELECT a$b, $1 \`, true},
+		{`SELECT E'\`, true},
+		{`SELECT 'abc`, true},
+		{`SELECT ee'\'`, true},
+	} {
+		if got := backslashOutsideEscapes(c.sql); got != c.want {
+			t.Errorf("backslashOutsideEscapes(%q) = %v, want %v", c.sql, got, c.want)
+		}
+	}
+}

@@ -197,6 +197,20 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 	return p.res, toError(p.err)
 }
 
+// MayNameTTL reports whether sql may name a TTL table, one of its
+// children, a view or function reading one, or a function reading rows
+// inside the server, under any reading of its bytes: the cheap check
+// Rewrite starts with, which compares bytes, literals and comments
+// included, with the names' (Unicode escapes count as a name). A text for
+// which it is false comes back from Rewrite unchanged, however the server
+// will read it.
+func (rw *Rewriter) MayNameTTL(sql string, st *State) bool {
+	if st == nil {
+		st = defaultState
+	}
+	return len(rw.rules) > 0 && (rw.quick.find(sql) >= 0 || rw.mentionsCatalogName(sql, &st.s) || mentionsServerReader(sql))
+}
+
 // mayLeaveBypass reports whether sql, in a session bypassed through its
 // current role only (a SET ROLE to a bypass role from a login that is not
 // one), may leave the bypass: such a text is rewritten statement by
