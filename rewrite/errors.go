@@ -177,6 +177,16 @@ func errLeakyView(view, reads string, materialized bool) *Error {
 	}
 }
 
+// errAncestor: a statement names parent, an inheritance parent of the TTL
+// table desc, without ONLY (0A000).
+func errAncestor(parent, desc string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot use table %s through the proxy without ONLY: it holds the rows of its descendant %s, a TTL table, which the proxy cannot filter through it", parent, desc),
+		Hint:    fmt.Sprintf("Name ONLY %s for its own rows, or name %s itself.", parent, desc),
+	}
+}
+
 // errLeakyFunction: a function whose body reads a TTL table (or reads, a
 // view or function that does) is called (0A000).
 func errLeakyFunction(fn, reads string) *Error {

@@ -166,6 +166,12 @@ type CatalogData struct {
 	// keeps the ancestor's registry); Tables should hold its columns, which
 	// may be ordered differently.
 	Children map[string]string
+	// Ancestors maps each inheritance parent (at any depth) of a TTL table
+	// or of one of Children that is neither itself, "schema.table", to a
+	// TTL descendant whose rows a read of it returns. Such a parent is
+	// refused unless read with ONLY: its own rows carry no expiry, and the
+	// rows it returns of its descendants are not filtered.
+	Ancestors map[string]string
 	// Views are the views and materialized views that read a TTL table, one
 	// of Children or another of Views inside the server, by "schema.name".
 	// NewCatalog decides which of them leak expired rows (leaky.go).
@@ -225,7 +231,8 @@ type Catalog struct {
 	children  matcher
 	childKeys []string
 	// leaky holds the Views that may return expired rows, with what they
-	// read; leakyNames matches their names and the Functions' in raw text.
+	// read; leakyNames matches their names, the Functions' and the
+	// Ancestors' in raw text.
 	leaky      map[string]string
 	leakyNames matcher
 	// viewKeys holds the Views' "schema.name" keys (values empty);
@@ -261,7 +268,7 @@ func NewCatalog(d CatalogData) *Catalog {
 			}
 		}
 	}
-	for _, m := range []map[string]string{c.leaky, c.d.Functions} {
+	for _, m := range []map[string]string{c.leaky, c.d.Functions, c.d.Ancestors} {
 		for k := range m {
 			for _, name := range childNames(k) {
 				c.leakyNames.add(name, 0)
@@ -284,7 +291,7 @@ func (c *Catalog) Leaky() map[string]string { return maps.Clone(c.leaky) }
 func (c *Catalog) Data() CatalogData { return c.d.clone() }
 
 func (d CatalogData) clone() CatalogData {
-	out := CatalogData{Children: maps.Clone(d.Children), Functions: maps.Clone(d.Functions)}
+	out := CatalogData{Children: maps.Clone(d.Children), Ancestors: maps.Clone(d.Ancestors), Functions: maps.Clone(d.Functions)}
 	if d.Views != nil {
 		out.Views = make(map[string]View, len(d.Views))
 		for k, v := range d.Views {
@@ -349,6 +356,10 @@ func (c *Catalog) appendFacts(b []byte) []byte {
 	b = append(b, 0xff)
 	for _, k := range c.childKeys {
 		b = appendString(appendString(b, k), c.d.Children[k])
+	}
+	b = append(b, 0xff)
+	for _, k := range slices.Sorted(maps.Keys(c.d.Ancestors)) {
+		b = appendString(appendString(b, k), c.d.Ancestors[k])
 	}
 	// What the rewrite depends on of Views is which of them leak, and how
 	// those expand.
