@@ -195,3 +195,72 @@ FETCH 1 FROM c;
 UPDATE sessions_child SET secret = 'c' WHERE CURRENT OF c RETURNING secret`, want: "c"},
 	})
 }
+
+// TestAttackColumnRevival: a write that moves an expiring value's clock
+// (its expiry column, or a derived value's base column) without writing
+// the value itself must not bring an expired value back: the value is
+// written as it reads (NULL once expired) in the same statement. Every
+// read of the value in SET, WHERE and RETURNING is its live value too.
+func TestAttackColumnRevival(t *testing.T) {
+	rules := []ttl.Rule{{Table: "customers", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{
+		{Column: "phone", ExpiresAtColumn: "phone_exp"},
+		{Column: "email", ExpiresAtColumn: "email_exp", DefaultTTL: time.Hour},
+		{Column: "note", BaseColumn: "created_at", ExpireAfter: time.Hour},
+	}}}
+	_, direct, conn := attackStack(t, "atk_colrev", rules,
+		`CREATE TABLE customers (id int PRIMARY KEY, phone text, phone_exp timestamptz, email text, email_exp timestamptz,
+			note text, created_at timestamptz, other text)`,
+		// 1: live values; 2: expired values.
+		`INSERT INTO customers VALUES
+			(1, 'p1', now() + interval '1 day', 'e1', now() + interval '1 day', 'n1', now(), NULL),
+			(2, 'p2', now() - interval '1 day', 'e2', now() - interval '1 day', 'n2', now() - interval '2 hours', NULL)`,
+	)
+	runAttacks(t, conn, []attack{
+		{name: "expiry to infinity", sql: `UPDATE customers SET phone_exp = 'infinity' WHERE id = 2 RETURNING phone`, want: "NULL"},
+		{name: "expiry to infinity then read", sql: `UPDATE customers SET phone_exp = 'infinity' WHERE id = 2;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "expiry to NULL", sql: `UPDATE customers SET phone_exp = NULL WHERE id = 2;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "expiry with default_ttl", sql: `UPDATE customers SET email_exp = NULL WHERE id = 2;
+SELECT email FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "base column moved", sql: `UPDATE customers SET created_at = now() WHERE id = 2;
+SELECT note FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "self assignment", sql: `UPDATE customers SET phone = phone, phone_exp = 'infinity' WHERE id = 2;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "moved to another column", sql: `UPDATE customers SET other = phone WHERE id = 2 RETURNING other`, want: "NULL"},
+		// A value read in a multi-column SET's row is refused (a reading
+		// the proxy does not rewrite), the clock written there is guarded.
+		{name: "multi-column SET", sql: `UPDATE customers SET (other, phone_exp) = (phone, 'infinity') WHERE id = 2`, code: "0A000"},
+		{name: "multi-column swap", sql: `UPDATE customers SET (phone, phone_exp) = (phone, 'infinity') WHERE id = 2`, code: "0A000"},
+		{name: "multi-column expiry", sql: `UPDATE customers SET (other, phone_exp) = ('x', 'infinity') WHERE id = 2;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "multi-column subselect", sql: `UPDATE customers SET (phone_exp, other) = (SELECT 'infinity'::timestamptz, 'x') WHERE id = 2;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "where reads the value", sql: `UPDATE customers SET other = 'hit' WHERE phone = 'p2' RETURNING id`, want: ""},
+		{name: "on conflict excluded expiry", sql: `INSERT INTO customers (id, phone_exp) VALUES (2, 'infinity')
+	ON CONFLICT (id) DO UPDATE SET phone_exp = EXCLUDED.phone_exp;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "on conflict returning", sql: `INSERT INTO customers AS c (id) VALUES (2)
+	ON CONFLICT (id) DO UPDATE SET phone_exp = NULL RETURNING c.phone`, want: "NULL"},
+		{name: "on conflict base column", sql: `INSERT INTO customers (id) VALUES (2)
+	ON CONFLICT (id) DO UPDATE SET created_at = now();
+SELECT note FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "merge expiry", sql: `MERGE INTO customers c USING (SELECT 2 AS id) s ON c.id = s.id
+	WHEN MATCHED THEN UPDATE SET phone_exp = 'infinity';
+SELECT phone FROM customers WHERE id = 2`, code: "0A000"},
+		{name: "update from expiry", sql: `UPDATE customers c SET phone_exp = 'infinity' FROM (SELECT 2 AS id) s WHERE c.id = s.id;
+SELECT phone FROM customers WHERE id = 2`, code: "0A000"},
+		// Live values stay live when their clock moves.
+		{name: "live expiry moved", sql: `UPDATE customers SET phone_exp = 'infinity' WHERE id = 1 RETURNING phone`, want: "p1"},
+		{name: "live base moved", sql: `UPDATE customers SET created_at = now() WHERE id = 1 RETURNING note`, want: "n1"},
+		{name: "live on conflict", sql: `INSERT INTO customers (id) VALUES (1)
+	ON CONFLICT (id) DO UPDATE SET phone_exp = NULL RETURNING phone`, want: "p1"},
+	})
+	// An expired value stays unreadable directly too: it was nulled, or
+	// its expiry stays past.
+	var n int
+	if err := direct.QueryRow(context.Background(), `SELECT count(*) FROM customers WHERE id = 2
+		AND phone IS NOT NULL AND (phone_exp IS NULL OR phone_exp >= now())`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("expired phone live after the attacks: %d, %v", n, err)
+	}
+}
