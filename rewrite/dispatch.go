@@ -23,6 +23,10 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 	}
 	w.construct = constructName(raw.Stmt)
 	w.stmtEnd = end
+	w.protect(raw.Stmt)
+	if w.err != nil {
+		return
+	}
 	w.expiringColumns(raw.Stmt)
 	if w.err != nil {
 		return
@@ -122,6 +126,8 @@ func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, wha
 	check := func(body string) {
 		if k := w.rw.tables.find(body); k >= 0 {
 			w.fail(errFunctionBody(&w.rw.rules[w.rw.tables.owner[k]], what))
+		} else if k := w.rw.registryText.find(body); k >= 0 {
+			w.fail(errRegistry(&w.rw.rules[w.rw.registryText.owner[k]]))
 		}
 	}
 	for _, o := range opts {

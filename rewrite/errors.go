@@ -187,6 +187,28 @@ func errAncestor(parent, desc string) *Error {
 	}
 }
 
+// errRegistry: a statement names the sidecar registry of r's table (42501):
+// its rows are the table's expiries; reading them shows expired keys, and
+// deleting or changing them brings expired rows back.
+func errRegistry(r *ttl.Rule) *Error {
+	return &Error{
+		Code:    sqlstate.InsufficientPrivilege,
+		Message: fmt.Sprintf("ttlproxy: cannot use table %s through the proxy: it is the expiry registry of TTL table %s", r.SidecarName(), r.QualifiedName()),
+		Detail:  "The proxy reads and writes the registry itself; a client that read or wrote it could see expired keys or bring expired rows back.",
+		Hint:    "Read and write the TTL table; maintain the registry from a bypass role or a direct connection.",
+	}
+}
+
+// errProtectedDDL: DDL through the proxy would rename, move or reshape the
+// relation name the rewrite depends on (42501).
+func errProtectedDDL(name, what string) *Error {
+	return &Error{
+		Code:    sqlstate.InsufficientPrivilege,
+		Message: fmt.Sprintf("ttlproxy: cannot alter %s through the proxy: %s would leave it read unfiltered until the proxy reads the catalog again", name, what),
+		Hint:    "Run this DDL from a bypass role or a direct connection, and change the TTL rules to match; the proxy's DDL events then refresh every session's catalog.",
+	}
+}
+
 // errLeakyFunction: a function whose body reads a TTL table (or reads, a
 // view or function that does) is called (0A000).
 func errLeakyFunction(fn, reads string) *Error {

@@ -264,3 +264,103 @@ SELECT phone FROM customers WHERE id = 2`, code: "0A000"},
 		t.Errorf("expired phone live after the attacks: %d, %v", n, err)
 	}
 }
+
+// TestAttackSidecarRegistry: the registry of a sidecar rule is an ordinary
+// table to the server. Read, it lists expired keys; emptied or changed, it
+// brings expired rows back. Every client statement that names it is
+// refused (42501), while the proxy's own lookups and registrations work.
+func TestAttackSidecarRegistry(t *testing.T) {
+	rules := []ttl.Rule{{Table: "carts", Kind: ttl.KindSidecar, SidecarTable: "carts_ttl", KeyColumns: []string{"id"},
+		DefaultTTL: time.Hour, RefreshOnUpdate: true}}
+	_, direct, conn := attackStack(t, "atk_sidecar", rules,
+		`CREATE TABLE carts (id int PRIMARY KEY, secret text)`,
+		`CREATE TABLE carts_ttl (id int PRIMARY KEY, expires_at timestamptz NOT NULL)`,
+		`INSERT INTO carts VALUES (1, 'live'), (2, 'expired')`,
+		`INSERT INTO carts_ttl VALUES (1, now() + interval '1 day'), (2, now() - interval '1 day')`,
+	)
+	const refused = "42501"
+	runAttacks(t, conn, []attack{
+		{name: "read registry", sql: `SELECT id FROM carts_ttl`, code: refused},
+		{name: "read registry qualified", sql: `SELECT id FROM public.carts_ttl WHERE expires_at < now()`, code: refused},
+		{name: "delete registry then read", sql: `DELETE FROM carts_ttl WHERE id = 2;
+SELECT secret FROM carts ORDER BY id`, code: refused},
+		{name: "update registry", sql: `UPDATE carts_ttl SET expires_at = 'infinity' RETURNING id`, code: refused},
+		{name: "truncate registry", sql: `TRUNCATE carts_ttl`, code: refused},
+		{name: "copy registry", sql: `COPY carts_ttl TO STDOUT`, code: refused},
+		{name: "copy query of registry", sql: `COPY (SELECT id FROM carts_ttl) TO STDOUT`, code: refused},
+		{name: "registry in a subquery", sql: `SELECT count(*) FROM carts WHERE id NOT IN (SELECT id FROM carts_ttl)`, code: refused},
+		{name: "view over registry", sql: `CREATE VIEW atk_sidecar.v AS SELECT id FROM carts_ttl`, code: refused},
+		{name: "function over registry", sql: `CREATE FUNCTION atk_sidecar.f() RETURNS SETOF int LANGUAGE sql AS 'SELECT id FROM carts_ttl'`, code: refused},
+		{name: "registration shape by hand", sql: `WITH _ttl_ins AS (INSERT INTO carts VALUES (9, 'x') RETURNING id)
+	INSERT INTO carts_ttl (id, expires_at) SELECT 2, 'infinity' FROM _ttl_ins ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at`, code: refused},
+		// The proxy's own use of the registry.
+		{name: "read", sql: `SELECT secret FROM carts ORDER BY id`, want: "live"},
+		{name: "insert registers", sql: `INSERT INTO carts VALUES (3, 'new');
+SELECT secret FROM carts ORDER BY id`, want: "live,new"},
+		{name: "update", sql: `UPDATE carts SET secret = 'u' RETURNING id`, want: "1"},
+		{name: "delete", sql: `DELETE FROM carts RETURNING id`, want: "1"},
+	})
+	var n int
+	if err := direct.QueryRow(context.Background(), `SELECT count(*) FROM carts_ttl WHERE expires_at < now()`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("expired registry rows after the attacks: %d, %v; want 1", n, err)
+	}
+}
+
+// TestAttackRenameTTLTable: DDL through the proxy that renames or moves a
+// TTL table, or renames, drops or retypes its expiry column, or changes
+// its inheritance or partitions, would leave it read unfiltered under a
+// name the session's catalog does not know. The proxy refuses it (42501);
+// the table's owner logs in as an ordinary role that owns it.
+func TestAttackRenameTTLTable(t *testing.T) {
+	rules := []ttl.Rule{
+		{Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at"},
+		{Table: "ptab", Kind: ttl.KindColumn, Column: "expires_at"},
+	}
+	_, direct, conn := attackStack(t, "atk_rename", rules,
+		`CREATE SCHEMA other`,
+		`CREATE TABLE base (id int)`,
+		`CREATE TABLE sessions (id int PRIMARY KEY, secret text, expires_at timestamptz, note text) INHERITS (base)`,
+		`INSERT INTO sessions VALUES (1, 'live', now() + interval '1 day'), (2, 'expired', now() - interval '1 day')`,
+		`CREATE TABLE ptab (id int, secret text, expires_at timestamptz) PARTITION BY RANGE (id)`,
+		`CREATE TABLE ptab_1 PARTITION OF ptab FOR VALUES FROM (0) TO (100)`,
+		`INSERT INTO ptab VALUES (1, 'live', now() + interval '1 day'), (2, 'expired', now() - interval '1 day')`,
+		`CREATE TABLE other.loose (id int, secret text, expires_at timestamptz)`,
+		`CREATE TABLE pview_src (id int, secret text)`,
+	)
+	// The login owns the tables: whether it may change them is the
+	// server's to decide; what the proxy then serves is the proxy's.
+	for _, q := range []string{`ALTER TABLE base OWNER TO atk_rename`, `ALTER TABLE sessions OWNER TO atk_rename`,
+		`ALTER TABLE ptab OWNER TO atk_rename`, `ALTER TABLE ptab_1 OWNER TO atk_rename`, `ALTER TABLE other.loose OWNER TO atk_rename`, `ALTER TABLE pview_src OWNER TO atk_rename`,
+		`GRANT CREATE, USAGE ON SCHEMA other TO atk_rename`, `GRANT CREATE ON SCHEMA public TO atk_rename`} {
+		if _, err := direct.Exec(context.Background(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	const refused = "42501"
+	runAttacks(t, conn, []attack{
+		{name: "rename then read", sql: `ALTER TABLE sessions RENAME TO s2;
+SELECT secret FROM s2 ORDER BY id`, code: refused},
+		{name: "rename if exists", sql: `ALTER TABLE IF EXISTS public.sessions RENAME TO s2`, code: refused},
+		{name: "set schema then read", sql: `ALTER TABLE sessions SET SCHEMA other;
+SELECT secret FROM other.sessions ORDER BY id`, code: refused},
+		{name: "rename expiry column", sql: `ALTER TABLE sessions RENAME COLUMN expires_at TO e;
+SELECT secret FROM sessions ORDER BY id`, code: refused},
+		{name: "rename expiry column, TABLE form", sql: `ALTER TABLE sessions RENAME expires_at TO e`, code: refused},
+		{name: "drop expiry column", sql: `ALTER TABLE sessions DROP COLUMN expires_at`, code: refused},
+		{name: "retype expiry column", sql: `ALTER TABLE sessions ALTER COLUMN expires_at TYPE text`, code: refused},
+		{name: "no inherit", sql: `ALTER TABLE sessions NO INHERIT base`, code: refused},
+		{name: "inherit a plain table", sql: `ALTER TABLE sessions INHERIT pview_src`, code: refused},
+		{name: "inherit into a TTL table", sql: `ALTER TABLE other.loose INHERIT sessions`, code: refused},
+		{name: "detach partition then read", sql: `ALTER TABLE ptab DETACH PARTITION ptab_1;
+SELECT secret FROM ptab_1 ORDER BY id`, code: refused},
+		{name: "rename partition then read", sql: `ALTER TABLE ptab_1 RENAME TO p1;
+SELECT secret FROM p1 ORDER BY id`, code: refused},
+		{name: "rename the ancestor", sql: `ALTER TABLE base RENAME TO b2`, code: refused},
+		// What leaves the rule's names alone passes.
+		{name: "rename another column", sql: `ALTER TABLE sessions RENAME COLUMN note TO remark;
+SELECT secret FROM sessions ORDER BY id`, want: "live"},
+		{name: "add a column", sql: `ALTER TABLE sessions ADD COLUMN extra int;
+SELECT secret FROM sessions ORDER BY id`, want: "live"},
+		{name: "rename a plain table", sql: `ALTER TABLE other.loose RENAME TO loose2`, want: ""},
+	})
+}
