@@ -619,3 +619,51 @@ func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogDat
 	}
 	return cat
 }
+
+// missingRules lists, sorted, the rules' tables the catalog data d does not
+// hold ("schema.table") and the columns their rules read that it lacks
+// ("schema.table.column"): the tables and columns renamed, moved or
+// dropped since the rules were written. Tables of no columns at all are
+// taken as missing.
+func missingRules(rules []ttl.Rule, d rewrite.CatalogData) []string {
+	var out []string
+	for i := range rules {
+		r := &rules[i]
+		q := r.QualifiedName()
+		t := d.Tables[q]
+		if t == nil || len(t.Columns) == 0 {
+			if !slices.Contains(out, q) {
+				out = append(out, q)
+			}
+			continue
+		}
+		for _, col := range ruleColumnNames(r) {
+			if !slices.ContainsFunc(t.Columns, func(c rewrite.Column) bool { return c.Name == col }) {
+				out = append(out, q+"."+col)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// ruleColumnNames are the columns r reads: the row rule's expiry, base,
+// interval or key columns, each expiring column and its clock.
+func ruleColumnNames(r *ttl.Rule) []string {
+	var cols []string
+	switch r.RuleKind() {
+	case ttl.KindColumn:
+		cols = append(cols, r.ExpiryColumn())
+	case ttl.KindDerived:
+		cols = append(cols, r.BaseColumn)
+		if r.IntervalColumn != "" {
+			cols = append(cols, r.IntervalColumn)
+		}
+	case ttl.KindSidecar:
+		cols = append(cols, r.KeyColumns...)
+	}
+	for i := range r.Columns {
+		cols = append(cols, r.Columns[i].Column, r.Columns[i].Clock())
+	}
+	return cols
+}
