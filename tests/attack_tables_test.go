@@ -183,6 +183,13 @@ func TestAttackInheritanceParent(t *testing.T) {
 		{name: "column TTL child's parent", sql: `SELECT secret FROM cparent ORDER BY id`, code: refused},
 		{name: "partitioned root of a TTL partition", sql: `SELECT secret FROM proot ORDER BY id`, code: refused},
 		{name: "insert into partitioned root", sql: `INSERT INTO proot VALUES (2, 'x', now()) RETURNING secret`, code: refused},
+		{name: "copy parent", sql: `COPY p TO STDOUT`, code: refused},
+		{name: "join through USING", sql: `DELETE FROM sessions_child s USING p WHERE p.id = s.id RETURNING p.secret`, code: refused},
+		{name: "create table as", sql: `CREATE TABLE atk_inherit.snap AS SELECT * FROM p`, code: refused},
+		{name: "explain analyze", sql: `EXPLAIN ANALYZE SELECT * FROM p`, code: refused},
+		{name: "CTE named like the parent", sql: `WITH p AS (SELECT 7 AS id) SELECT id FROM p`, want: "7"},
+		{name: "lock parent", sql: `LOCK TABLE p IN SHARE MODE;
+SELECT 1`, want: "1"},
 		{name: "only parent", sql: `SELECT secret FROM ONLY p ORDER BY id`, want: "parent own"},
 		{name: "only parent update", sql: `UPDATE ONLY p SET secret = 'x' RETURNING id`, want: "3"},
 		{name: "view over only parent", sql: `SELECT secret FROM ponly`, want: "parent own"},
