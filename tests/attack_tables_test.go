@@ -371,3 +371,34 @@ SELECT secret FROM sessions ORDER BY id`, want: "live"},
 		{name: "rename a plain table", sql: `ALTER TABLE other.loose RENAME TO loose2`, want: ""},
 	})
 }
+
+// TestAttackRowRevival: a write of an expired row's clock (its expiry
+// column, a derived rule's base or interval column) reaches no expired
+// row: UPDATE, DELETE, ON CONFLICT DO UPDATE and MERGE carry the live
+// condition, so the row stays expired and nothing of it is returned.
+func TestAttackRowRevival(t *testing.T) {
+	rules := []ttl.Rule{
+		{Table: "sessions", Kind: ttl.KindColumn, Column: "expires_at"},
+		{Table: "jobs", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl_seconds", IntervalSeconds: true},
+	}
+	_, direct, conn := attackStack(t, "atk_rowrev", rules,
+		`CREATE TABLE sessions (id int PRIMARY KEY, secret text, expires_at timestamptz)`,
+		`INSERT INTO sessions VALUES (1, 'live', now() + interval '1 day'), (2, 'expired', now() - interval '1 day')`,
+		`CREATE TABLE jobs (id int PRIMARY KEY, secret text, created_at timestamptz, ttl_seconds int)`,
+		`INSERT INTO jobs VALUES (1, 'live', now(), 3600), (2, 'expired', now() - interval '2 hours', 3600)`,
+	)
+	runAttacks(t, conn, []attack{
+		{name: "expiry to infinity", sql: `UPDATE sessions SET expires_at = 'infinity' WHERE id = 2 RETURNING secret`, want: ""},
+		{name: "expiry to NULL", sql: `UPDATE sessions SET expires_at = NULL RETURNING secret`, want: "live"},
+		{name: "upsert expiry", sql: `INSERT INTO sessions VALUES (2, 'x', 'infinity') ON CONFLICT (id) DO UPDATE SET expires_at = EXCLUDED.expires_at RETURNING secret`, want: ""},
+		{name: "merge expiry", sql: `MERGE INTO sessions s USING (SELECT 2 AS id) v ON s.id = v.id WHEN MATCHED THEN UPDATE SET expires_at = NULL;
+SELECT secret FROM sessions ORDER BY id`, want: "live"},
+		{name: "derived base moved", sql: `UPDATE jobs SET created_at = now() WHERE id = 2 RETURNING secret`, want: ""},
+		{name: "derived interval moved", sql: `UPDATE jobs SET ttl_seconds = 1000000 RETURNING secret`, want: "live"},
+		{name: "derived upsert", sql: `INSERT INTO jobs VALUES (2, 'x', now(), 1) ON CONFLICT (id) DO UPDATE SET created_at = now() RETURNING secret`, want: ""},
+	})
+	var n int
+	if err := direct.QueryRow(context.Background(), `SELECT count(*) FROM sessions WHERE id = 2 AND expires_at < now()`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("expired session after the attacks: %d, %v", n, err)
+	}
+}
