@@ -128,6 +128,11 @@ func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, wha
 			w.fail(errFunctionBody(&w.rw.rules[w.rw.tables.owner[k]], what))
 		} else if k := w.rw.registryText.find(body); k >= 0 {
 			w.fail(errRegistry(&w.rw.rules[w.rw.registryText.owner[k]]))
+		} else if cat := w.s.Catalog; cat != nil && len(cat.ancestorKeys) > 0 {
+			if k := cat.ancestorNames.find(body); k >= 0 {
+				key := cat.ancestorKeys[cat.ancestorNames.owner[k]]
+				w.fail(errAncestorBody(key, cat.d.Ancestors[key], what))
+			}
 		}
 	}
 	for _, o := range opts {

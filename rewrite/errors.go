@@ -209,6 +209,17 @@ func errProtectedDDL(name, what string) *Error {
 	}
 }
 
+// errAncestorBody: a DO or function body names parent, an inheritance
+// parent of the TTL table desc (0A000): inside the server it reads desc's
+// rows unfiltered.
+func errAncestorBody(parent, desc, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter table %s in %s: it holds the rows of its descendant %s, a TTL table, and function bodies run inside the server", parent, construct, desc),
+		Hint:    fmt.Sprintf("Read %s in the statement itself, with ONLY for its own rows.", parent),
+	}
+}
+
 // errLeakyFunction: a function whose body reads a TTL table (or reads, a
 // view or function that does) is called (0A000).
 func errLeakyFunction(fn, reads string) *Error {

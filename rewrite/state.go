@@ -235,6 +235,10 @@ type Catalog struct {
 	// Ancestors' in raw text.
 	leaky      map[string]string
 	leakyNames matcher
+	// ancestorNames matches the Ancestors' names in raw text (a function
+	// body); ancestorKeys are the Ancestors keys, sorted, its owners.
+	ancestorNames matcher
+	ancestorKeys  []string
 	// viewKeys holds the Views' "schema.name" keys (values empty);
 	// viewNames matches their names in raw text.
 	viewKeys  map[string]string
@@ -275,6 +279,15 @@ func NewCatalog(d CatalogData) *Catalog {
 				if strings.Contains(name, `"`) {
 					c.leakyNames.add(strings.ReplaceAll(name, `"`, `""`), 0)
 				}
+			}
+		}
+	}
+	c.ancestorKeys = slices.Sorted(maps.Keys(c.d.Ancestors))
+	for i, k := range c.ancestorKeys {
+		for _, name := range childNames(k) {
+			c.ancestorNames.add(name, i)
+			if strings.Contains(name, `"`) {
+				c.ancestorNames.add(strings.ReplaceAll(name, `"`, `""`), i)
 			}
 		}
 	}

@@ -187,6 +187,9 @@ func TestAttackInheritanceParent(t *testing.T) {
 		{name: "join through USING", sql: `DELETE FROM sessions_child s USING p WHERE p.id = s.id RETURNING p.secret`, code: refused},
 		{name: "create table as", sql: `CREATE TABLE atk_inherit.snap AS SELECT * FROM p`, code: refused},
 		{name: "explain analyze", sql: `EXPLAIN ANALYZE SELECT * FROM p`, code: refused},
+		{name: "function over parent", sql: `CREATE FUNCTION atk_inherit.f() RETURNS SETOF text LANGUAGE sql AS 'SELECT secret FROM public.p';
+SELECT atk_inherit.f()`, code: refused},
+		{name: "DO block over parent", sql: `DO $$ BEGIN IF (SELECT count(*) FROM p) > 2 THEN RAISE EXCEPTION 'leak'; END IF; END $$`, code: refused},
 		{name: "CTE named like the parent", sql: `WITH p AS (SELECT 7 AS id) SELECT id FROM p`, want: "7"},
 		{name: "lock parent", sql: `LOCK TABLE p IN SHARE MODE;
 SELECT 1`, want: "1"},
