@@ -68,56 +68,69 @@ type attack struct {
 }
 
 // runAttacks runs each case in a transaction rolled back after it, so that
-// one case's writes do not reach the next.
+// one case's writes do not reach the next: in the simple protocol, and a
+// refused one in the extended protocol too.
 func runAttacks(t *testing.T, conn *pgx.Conn, cases []attack) {
 	t.Helper()
-	ctx := context.Background()
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		runAttack(t, conn, c, pgx.QueryExecModeSimpleProtocol)
+		if c.code != "" {
+			runAttack(t, conn, c, pgx.QueryExecModeDescribeExec)
+		}
+	}
+}
+
+func runAttack(t *testing.T, conn *pgx.Conn, c attack, mode pgx.QueryExecMode) {
+	t.Helper()
+	ctx := context.Background()
+	name := c.name
+	if mode != pgx.QueryExecModeSimpleProtocol {
+		name += " (extended)"
+	}
+	t.Run(name, func(t *testing.T) {
+		if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
 				t.Fatal(err)
 			}
-			defer func() {
-				if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
-					t.Fatal(err)
+		}()
+		var got []string
+		var err error
+		for _, q := range strings.Split(c.sql, ";\n") {
+			rows, qerr := conn.Query(ctx, q, mode)
+			if qerr != nil {
+				err = qerr
+				break
+			}
+			got = got[:0]
+			for rows.Next() {
+				vals, verr := rows.Values()
+				if verr != nil || len(vals) == 0 {
+					got = append(got, "?")
+					continue
 				}
-			}()
-			var got []string
-			var err error
-			for _, q := range strings.Split(c.sql, ";\n") {
-				rows, qerr := conn.Query(ctx, q)
-				if qerr != nil {
-					err = qerr
-					break
-				}
-				got = got[:0]
-				for rows.Next() {
-					vals, verr := rows.Values()
-					if verr != nil || len(vals) == 0 {
-						got = append(got, "?")
-						continue
-					}
-					if vals[0] == nil {
-						got = append(got, "NULL")
-					} else {
-						got = append(got, strings.TrimSpace(strings.ReplaceAll(toString(vals[0]), "\n", " ")))
-					}
-				}
-				rows.Close()
-				if err = rows.Err(); err != nil {
-					break
+				if vals[0] == nil {
+					got = append(got, "NULL")
+				} else {
+					got = append(got, strings.TrimSpace(strings.ReplaceAll(toString(vals[0]), "\n", " ")))
 				}
 			}
-			switch {
-			case c.code != "" && sqlstate(err) != c.code:
-				t.Errorf("%s: got %v (rows %q), want SQLSTATE %s", c.sql, err, got, c.code)
-			case c.code == "" && err != nil:
-				t.Errorf("%s: %v", c.sql, err)
-			case c.code == "" && strings.Join(got, ",") != c.want:
-				t.Errorf("%s: rows %q, want %q", c.sql, strings.Join(got, ","), c.want)
+			rows.Close()
+			if err = rows.Err(); err != nil {
+				break
 			}
-		})
-	}
+		}
+		switch {
+		case c.code != "" && sqlstate(err) != c.code:
+			t.Errorf("%s: got %v (rows %q), want SQLSTATE %s", c.sql, err, got, c.code)
+		case c.code == "" && err != nil:
+			t.Errorf("%s: %v", c.sql, err)
+		case c.code == "" && strings.Join(got, ",") != c.want:
+			t.Errorf("%s: rows %q, want %q", c.sql, strings.Join(got, ","), c.want)
+		}
+	})
 }
 
 func toString(v any) string {
