@@ -259,6 +259,10 @@ SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
 SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
 		{name: "multi-column subselect", sql: `UPDATE customers SET (phone_exp, other) = (SELECT 'infinity'::timestamptz, 'x') WHERE id = 2;
 SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "data-modifying CTE", sql: `WITH u AS (UPDATE customers SET phone_exp = 'infinity' WHERE id = 2 RETURNING phone) SELECT phone FROM u`, want: "NULL"},
+		{name: "expiry from a subquery", sql: `UPDATE customers SET phone_exp = (SELECT max(email_exp) + interval '10 years' FROM customers) WHERE id = 2;
+SELECT phone FROM customers WHERE id = 2`, want: "NULL"},
+		{name: "copied out before the clock moves", sql: `UPDATE customers SET other = phone, phone_exp = 'infinity' WHERE id = 2 RETURNING other`, want: "NULL"},
 		{name: "where reads the value", sql: `UPDATE customers SET other = 'hit' WHERE phone = 'p2' RETURNING id`, want: ""},
 		{name: "on conflict excluded expiry", sql: `INSERT INTO customers (id, phone_exp) VALUES (2, 'infinity')
 	ON CONFLICT (id) DO UPDATE SET phone_exp = EXCLUDED.phone_exp;
