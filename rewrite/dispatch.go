@@ -38,7 +38,16 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 		return
 	}
 	top := constructName(raw.Stmt)
+	w.ownRegistry = nil
 	forEachRangeVar(raw.Stmt, func(rv *pg.RangeVar) {
+		if w.err != nil {
+			return
+		}
+		if len(w.rw.registries) > 0 {
+			if w.checkRegistry(raw.Stmt, rv); w.err != nil {
+				return
+			}
+		}
 		if w.handled[rv] {
 			return
 		}

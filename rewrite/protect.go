@@ -44,29 +44,28 @@ func (w *walker) registryRule(rv *pg.RangeVar) *ttl.Rule {
 	return nil
 }
 
-// protect fails the walk when the statement n names a sidecar registry
-// anywhere (a read, a write, TRUNCATE, COPY, DDL) but in the proxy's own
-// text (ownRegistryReads), or renames, moves or reshapes a relation the
-// rules depend on by name (protectDDL).
+// protect fails the walk on DDL that renames, moves or reshapes a relation
+// the rules depend on by name (protectDDL), before the statement is walked.
 func (w *walker) protect(n *pg.Node) {
-	if len(w.rw.registries) > 0 {
-		var own map[*pg.RangeVar]bool
-		forEachRangeVar(n, func(rv *pg.RangeVar) {
-			if w.err != nil {
-				return
-			}
-			if r := w.registryRule(rv); r != nil {
-				if own == nil {
-					own = w.ownRegistryReads(n)
-				}
-				if !own[rv] {
-					w.fail(errRegistry(r))
-				}
-			}
-		})
+	w.protectDDL(n)
+}
+
+// checkRegistry fails the walk when rv, a table reference of the statement
+// n, names a sidecar registry anywhere (a read, a write, TRUNCATE, COPY,
+// DDL) but in the proxy's own text (ownRegistryReads, found once per
+// statement in walker.ownRegistry). It runs in the safety net's pass over every table
+// reference (rawStmt), so that a rule set with registries costs no walk of
+// its own.
+func (w *walker) checkRegistry(n *pg.Node, rv *pg.RangeVar) {
+	r := w.registryRule(rv)
+	if r == nil {
+		return
 	}
-	if w.err == nil {
-		w.protectDDL(n)
+	if w.ownRegistry == nil {
+		w.ownRegistry = w.ownRegistryReads(n)
+	}
+	if !w.ownRegistry[rv] {
+		w.fail(errRegistry(r))
 	}
 }
 
