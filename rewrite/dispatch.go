@@ -23,7 +23,7 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 	}
 	w.construct = constructName(raw.Stmt)
 	w.stmtEnd = end
-	w.protect(raw.Stmt)
+	w.protectDDL(raw.Stmt)
 	if w.err != nil {
 		return
 	}

@@ -16,7 +16,8 @@ import (
 // through the proxy is read unfiltered under its new name until the catalog
 // is read again. Both are refused in the client's text; the proxy's own
 // additions (the live condition's registry lookup, an INSERT's
-// registration) are edits made after the walk and are never walked.
+// registration) are edits made after the walk, and are recognised where
+// it writes them when its output is rewritten again.
 
 // registryRule returns the sidecar rule whose registry rv may name: by its
 // schema, or unqualified with the registry's schema on the search path.
@@ -44,18 +45,12 @@ func (w *walker) registryRule(rv *pg.RangeVar) *ttl.Rule {
 	return nil
 }
 
-// protect fails the walk on DDL that renames, moves or reshapes a relation
-// the rules depend on by name (protectDDL), before the statement is walked.
-func (w *walker) protect(n *pg.Node) {
-	w.protectDDL(n)
-}
-
 // checkRegistry fails the walk when rv, a table reference of the statement
 // n, names a sidecar registry anywhere (a read, a write, TRUNCATE, COPY,
 // DDL) but in the proxy's own text (ownRegistryReads, found once per
-// statement in walker.ownRegistry). It runs in the safety net's pass over every table
-// reference (rawStmt), so that a rule set with registries costs no walk of
-// its own.
+// statement in walker.ownRegistry). It runs in the safety net's pass over
+// every table reference (rawStmt), so that a rule set with registries
+// costs no walk of its own.
 func (w *walker) checkRegistry(n *pg.Node, rv *pg.RangeVar) {
 	r := w.registryRule(rv)
 	if r == nil {
