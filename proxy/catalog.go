@@ -170,7 +170,7 @@ func BuildLeakPaths(views, functions [][]string) LeakPaths {
 const catalogPath = "SET LOCAL search_path = pg_catalog"
 
 // catalogStatements is the number of statements catalogSQL returns.
-const catalogStatements = 6
+const catalogStatements = 7
 
 // viewsStatement is the index of the views statement in catalogSQL.
 const viewsStatement = 4
@@ -207,7 +207,10 @@ func catalogResults(results [][][]string, extended bool) (state [][][]string, ca
 // those relations or views (pg_depend for SQL-standard bodies; otherwise the
 // name in prosrc, which errs toward listing) or call such a function, with
 // the tables whose triggers run them (the functions of package install,
-// schema ttlproxy, are its own). Each statement repeats the relations
+// schema ttlproxy, are its own); last, the inheritance parents of those
+// relations at any depth that are not among them, each with a TTL
+// descendant (rewrite.CatalogData.Ancestors), which the views, schemas and
+// functions statements count as read too. Each statement repeats the relations
 // CTE: the statements of one Query do not share it.
 func catalogSQL(tables string) []string {
 	rels := `WITH RECURSIVE ttl AS (
@@ -221,13 +224,19 @@ func catalogSQL(tables string) []string {
   SELECT i.inhrelid, tr.rule FROM pg_catalog.pg_inherits i JOIN tree tr ON i.inhparent = tr.oid
 ), rels AS (
   SELECT oid FROM ttl UNION SELECT oid FROM tree
+), anc AS (
+  SELECT i.inhparent AS oid, i.inhrelid AS via FROM pg_catalog.pg_inherits i JOIN rels r ON i.inhrelid = r.oid
+  UNION
+  SELECT i.inhparent, a.via FROM pg_catalog.pg_inherits i JOIN anc a ON i.inhrelid = a.oid
+), reach AS (
+  SELECT oid FROM rels UNION SELECT oid FROM anc
 ), deps AS (
   SELECT r.ev_class AS oid, d.refobjid AS reads
     FROM pg_catalog.pg_depend d
     JOIN pg_catalog.pg_rewrite r ON r.oid = d.objid
    WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
      AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-     AND d.refobjid IN (SELECT oid FROM rels) AND r.ev_class <> d.refobjid
+     AND d.refobjid IN (SELECT oid FROM reach) AND r.ev_class <> d.refobjid
   UNION
   SELECT r.ev_class, d.refobjid
     FROM deps
@@ -260,7 +269,7 @@ func catalogSQL(tables string) []string {
 		rels + `SELECT c.relname, n.nspname
   FROM pg_catalog.pg_class c
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
- WHERE c.relname IN (SELECT r.relname FROM pg_catalog.pg_class r WHERE r.oid IN (SELECT oid FROM rels) OR r.oid IN (SELECT oid FROM deps))
+ WHERE c.relname IN (SELECT r.relname FROM pg_catalog.pg_class r WHERE r.oid IN (SELECT oid FROM reach) OR r.oid IN (SELECT oid FROM deps))
    AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
    AND n.nspname !~ '^pg_(toast_)?temp_'
  ORDER BY 1, 2`,
@@ -283,7 +292,7 @@ func catalogSQL(tables string) []string {
  ORDER BY 2, 3, 4, 5`,
 		rels + `, names AS (
   SELECT pg_catalog.lower(c.relname::pg_catalog.text) AS name FROM pg_catalog.pg_class c
-   WHERE c.oid IN (SELECT oid FROM rels)
+   WHERE c.oid IN (SELECT oid FROM reach)
       OR c.oid IN (SELECT d.oid FROM deps d JOIN pg_catalog.pg_class v ON v.oid = d.oid AND v.relkind IN ('v', 'm'))
 ), src AS (
   SELECT p.oid, pg_catalog.lower(p.proname::pg_catalog.text) AS name, pg_catalog.lower(p.prosrc) AS body
@@ -296,7 +305,7 @@ func catalogSQL(tables string) []string {
     JOIN pg_catalog.pg_class rc ON rc.oid = d.refobjid
    WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
      AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-     AND (d.refobjid IN (SELECT oid FROM rels) OR d.refobjid IN (SELECT oid FROM deps))
+     AND (d.refobjid IN (SELECT oid FROM reach) OR d.refobjid IN (SELECT oid FROM deps))
   UNION
   SELECT s.oid, x.name FROM src s JOIN names x ON pg_catalog.strpos(s.body, x.name) > 0
   UNION
@@ -316,6 +325,14 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
   JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname <> 'ttlproxy'
  ORDER BY n.nspname, p.proname, funcs.reads`,
+		rels + `SELECT DISTINCT ON (n.nspname, c.relname) n.nspname, c.relname, vn.nspname::pg_catalog.text || '.' || v.relname::pg_catalog.text
+  FROM anc
+  JOIN pg_catalog.pg_class c ON c.oid = anc.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+  JOIN pg_catalog.pg_class v ON v.oid = anc.via
+  JOIN pg_catalog.pg_namespace vn ON vn.oid = v.relnamespace
+ WHERE anc.oid NOT IN (SELECT oid FROM rels)
+ ORDER BY n.nspname, c.relname, 3`,
 	}
 }
 
@@ -504,6 +521,10 @@ func buildCatalog(log *slog.Logger, results [][][]string) *rewrite.Catalog {
 // buildCatalogData is buildCatalog before NewCatalog.
 func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogData {
 	columns, keys, schemas, children, views, functions := results[0], results[1], results[2], results[3], results[4], results[5]
+	var ancestors [][]string
+	if len(results) > 6 {
+		ancestors = results[6]
+	}
 	cat := rewrite.CatalogData{
 		Tables:  map[string]*rewrite.TableInfo{},
 		Schemas: map[string][]string{},
@@ -551,6 +572,15 @@ func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogDat
 			cat.Children = map[string]string{}
 		}
 		cat.Children[row[0]+"."+row[1]] = row[2]
+	}
+	for _, row := range ancestors {
+		if len(row) != 3 {
+			continue
+		}
+		if cat.Ancestors == nil {
+			cat.Ancestors = map[string]string{}
+		}
+		cat.Ancestors[row[0]+"."+row[1]] = row[2]
 	}
 	for _, row := range views {
 		if len(row) != 9 {
@@ -600,4 +630,52 @@ func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogDat
 		}
 	}
 	return cat
+}
+
+// missingRules lists, sorted, the rules' tables the catalog data d does not
+// hold ("schema.table") and the columns their rules read that it lacks
+// ("schema.table.column"): the tables and columns renamed, moved or
+// dropped since the rules were written. Tables of no columns at all are
+// taken as missing.
+func missingRules(rules []ttl.Rule, d rewrite.CatalogData) []string {
+	var out []string
+	for i := range rules {
+		r := &rules[i]
+		q := r.QualifiedName()
+		t := d.Tables[q]
+		if t == nil || len(t.Columns) == 0 {
+			if !slices.Contains(out, q) {
+				out = append(out, q)
+			}
+			continue
+		}
+		for _, col := range ruleColumnNames(r) {
+			if !slices.ContainsFunc(t.Columns, func(c rewrite.Column) bool { return c.Name == col }) {
+				out = append(out, q+"."+col)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// ruleColumnNames are the columns r reads: the row rule's expiry, base,
+// interval or key columns, each expiring column and its clock.
+func ruleColumnNames(r *ttl.Rule) []string {
+	var cols []string
+	switch r.RuleKind() {
+	case ttl.KindColumn:
+		cols = append(cols, r.ExpiryColumn())
+	case ttl.KindDerived:
+		cols = append(cols, r.BaseColumn)
+		if r.IntervalColumn != "" {
+			cols = append(cols, r.IntervalColumn)
+		}
+	case ttl.KindSidecar:
+		cols = append(cols, r.KeyColumns...)
+	}
+	for i := range r.Columns {
+		cols = append(cols, r.Columns[i].Column, r.Columns[i].Clock())
+	}
+	return cols
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // DDL events: DDL made outside the proxy reaches every session before its
@@ -154,6 +156,7 @@ func (e *ddlEvents) forDB(db string) *dbEvents {
 	d.eventsTotal = m.ddlEvents.WithLabelValues(db)
 	d.readsOK = m.ddlReads.WithLabelValues(db, "ok")
 	d.readsFailed = m.ddlReads.WithLabelValues(db, "failed")
+	d.missingGauge = m.ttlMissing.WithLabelValues(db)
 	d.flowingGauge.Set(0)
 	e.wg.Add(2)
 	go func() { defer e.wg.Done(); d.listen(e.ctx) }()
@@ -202,6 +205,9 @@ type dbEvents struct {
 	eventsTotal  interface{ Inc() }
 	readsOK      interface{ Inc() }
 	readsFailed  interface{ Inc() }
+	missingGauge interface{ Set(float64) }
+	// missing is what the last catalog read found missing (readLoop's).
+	missing []string
 }
 
 // eventSnapshot is a catalog the reader read, and the generation it read
@@ -399,6 +405,7 @@ func (d *dbEvents) readLoop(ctx context.Context) {
 				cat = good.cat
 			}
 			rs.catalogs.put(d.name, cat, at, gen)
+			d.reportMissing(rs.rules, cat)
 		}
 		d.mu.Lock()
 		d.reads++
@@ -412,6 +419,30 @@ func (d *dbEvents) readLoop(ctx context.Context) {
 		}
 		close(d.snap.Swap(snap).next)
 	}
+}
+
+// reportMissing sets the missing gauge to the rule tables cat lacks
+// (missingRules) and logs at warn level when that set changes: a TTL table
+// renamed, moved or reshaped outside the proxy (DDL through it is refused)
+// is read unfiltered under its new name. An empty set after a non-empty
+// one is logged at info level.
+func (d *dbEvents) reportMissing(rules []ttl.Rule, cat *rewrite.Catalog) {
+	if cat == nil {
+		return
+	}
+	missing := missingRules(rules, cat.Data())
+	d.missingGauge.Set(float64(len(missing)))
+	if slices.Equal(missing, d.missing) {
+		return
+	}
+	d.missing = missing
+	log := d.ev.srv.log
+	if len(missing) == 0 {
+		log.Info("every TTL rule table is in the catalog again", "database", d.name)
+		return
+	}
+	log.Warn("TTL rule tables missing from the catalog or lacking a rule column: renamed, moved, dropped or altered outside the proxy; under a new name their rows are served unfiltered until the rules follow",
+		"database", d.name, "tables", strings.Join(missing, ", "))
 }
 
 // read reads rs's catalog on the reader's connection, (re)connecting when

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ttlproxy/ttlproxy/install"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
@@ -533,4 +534,40 @@ func TestDDLEventsUnrelatedDDL(t *testing.T) {
 	if d.snap.Load().cat == prev.cat {
 		t.Error("a view over the TTL table left the catalog as it was")
 	}
+}
+
+// TestDDLEventsMissingTTLTable: a TTL table renamed directly (DDL through
+// the proxy that would do it is refused) is counted by
+// ttlproxy_proxy_ttl_tables_missing once the catalog is read after the
+// event, and so is a rule column renamed; both back, the gauge is 0.
+func TestDDLEventsMissingTTLTable(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	p := ddlProxy(t)
+	db := pgtest.NewDatabase(t)
+	execDirect(t, db, ddlSchema...)
+	installDDLEvents(t, db)
+	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	waitFlowing(t, p, db, true)
+	d := p.srv.events.forDB(db)
+	gauge := p.srv.metrics.ttlMissing.WithLabelValues(db)
+	wait := func(ddl string, want float64) {
+		t.Helper()
+		before := d.gen.Load()
+		execDirect(t, db, ddl)
+		waitGen(t, d, before)
+		deadline := time.Now().Add(10 * time.Second)
+		for testutil.ToFloat64(gauge) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s: ttl_tables_missing %v, want %v", ddl, testutil.ToFloat64(gauge), want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	mustExec(t, conn, "SELECT 1")
+	wait("ALTER TABLE items RENAME TO items_moved", 1)
+	wait("ALTER TABLE items_moved RENAME TO items", 0)
+	wait("ALTER TABLE items RENAME COLUMN expires_at TO gone", 1)
+	wait("ALTER TABLE items RENAME COLUMN gone TO expires_at", 0)
+	_, err := conn.Exec(testContext(t), "ALTER TABLE items RENAME TO items_moved")
+	requireCode(t, err, "42501")
 }

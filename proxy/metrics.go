@@ -37,6 +37,7 @@ type metrics struct {
 	ddlEvents  *prometheus.CounterVec
 	ddlReads   *prometheus.CounterVec
 	ddlClosed  prometheus.Counter
+	ttlMissing *prometheus.GaugeVec
 	// Transaction pooling (pooled.go, poolmetrics.go).
 	poolWait        prometheus.Histogram
 	poolPins        *prometheus.CounterVec
@@ -145,6 +146,11 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Name: "ddl_sessions_closed_total",
 			Help: "Sessions closed inside a transaction block because the catalog changed and could not be read again within 5 s.",
 		}),
+		ttlMissing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "ttl_tables_missing",
+			Help: "TTL rule tables of the database that its catalog, read after DDL events, no longer holds under the rule's name, or that lack a column their rule reads (renamed, moved, dropped or altered outside the proxy), by database.",
+		}, []string{"database"}),
 		poolWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "pool_wait_seconds",
@@ -195,7 +201,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 	collectors := []prometheus.Collector{
 		m.clientConnections, m.clientConnectionsTotal, statements, m.rewriteDuration,
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.cancelResults, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
-		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed,
+		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed, m.ttlMissing,
 		m.poolWait, m.poolPins, m.poolPinned, m.poolPinRefusals, m.poolReadbacks, m.poolApplies,
 	}
 	if rw != nil {

@@ -433,9 +433,18 @@ func (c *columnCheck) expiring(r *ttl.Rule, name string) bool {
 // list of a write to r's table) names an expiring column.
 func (c *columnCheck) targets(r *ttl.Rule, list []*pg.Node, where string) {
 	for _, n := range list {
-		if name := n.GetResTarget().GetName(); c.expiring(r, name) {
+		name := n.GetResTarget().GetName()
+		if c.expiring(r, name) {
 			c.fail(r, name, where)
 			return
+		}
+		// Its clock moved alone would bring an expired value back; the
+		// value's guard (reviveGuards) is not built for these writes.
+		for i := range r.Columns {
+			if col := &r.Columns[i]; name != "" && col.Clock() == name {
+				c.fail(r, col.Column, where+" of its clock "+ttl.QuoteIdent(name))
+				return
+			}
 		}
 	}
 }

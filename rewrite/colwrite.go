@@ -183,8 +183,8 @@ func indexOf(list []string, s string) int {
 // writeUpdate stamps or refreshes the expiries of the UPDATE x of r's
 // table, whose reads readWrite has rewritten.
 func (c *columnCheck) writeUpdate(r *ttl.Rule, x *pg.UpdateStmt) {
-	add := setStamps(r, x.TargetList, qualifier(x.Relation))
-	if add == "" {
+	add := setStamps(r, x.TargetList, qualifier(x.Relation)) + c.reviveGuards(r, x.TargetList, qualifier(x.Relation))
+	if add == "" || c.w.err != nil {
 		return
 	}
 	w := c.w
@@ -229,6 +229,30 @@ func setStamps(r *ttl.Rule, targets []*pg.Node, qual string) string {
 			add.WriteString(", " + exp + " = CASE WHEN " + qual + "." + ttl.QuoteIdent(col.Column) + " IS NOT NULL AND " +
 				e.LiveCondition(qual, ttl.Now) + " THEN " + stampValue(r, col) + " ELSE " + qual + "." + exp + " END")
 		}
+	}
+	return add.String()
+}
+
+// reviveGuards returns what a SET list targets of a write to r's table
+// (visible under qual) gets appended so that no write brings an expired
+// value back: for each expiring column whose clock (ttl.ColumnRule.Clock)
+// the list writes and the value not, `, c = V(c)`, the value as it reads
+// in the row before the write, NULL once expired. A live value stays as it
+// is under its new clock; an expired one is cleared, as the sweeper would.
+// Every other read of the value in the statement is V already (colread.go).
+func (c *columnCheck) reviveGuards(r *ttl.Rule, targets []*pg.Node, qual string) string {
+	var add strings.Builder
+	for i := range r.Columns {
+		col := &r.Columns[i]
+		if !setsColumn(targets, col.Clock()) || setsColumn(targets, col.Column) {
+			continue
+		}
+		typ := columnType(c.w.columns(r), col.Column)
+		if typ == "" {
+			c.fail(r, col.Column, "a write of its clock "+ttl.QuoteIdent(col.Clock())+" while the proxy does not know its type")
+			return ""
+		}
+		add.WriteString(", " + ttl.QuoteIdent(col.Column) + " = " + col.ValueExpr(r, qual, typ))
 	}
 	return add.String()
 }
@@ -305,7 +329,7 @@ func (c *columnCheck) writeConflict(r *ttl.Rule, x *pg.InsertStmt) {
 		l.qualifiedOnly = true
 		c.readWriteLevel(l, oc.TargetList, oc.WhereClause)
 	}
-	add := setStamps(r, oc.TargetList, qualifier(x.Relation))
+	add := setStamps(r, oc.TargetList, qualifier(x.Relation)) + c.reviveGuards(r, oc.TargetList, qualifier(x.Relation))
 	if add == "" || c.w.err != nil {
 		return
 	}

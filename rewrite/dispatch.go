@@ -23,6 +23,10 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 	}
 	w.construct = constructName(raw.Stmt)
 	w.stmtEnd = end
+	w.protectDDL(raw.Stmt)
+	if w.err != nil {
+		return
+	}
 	w.expiringColumns(raw.Stmt)
 	if w.err != nil {
 		return
@@ -34,7 +38,16 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 		return
 	}
 	top := constructName(raw.Stmt)
+	w.ownRegistry = nil
 	forEachRangeVar(raw.Stmt, func(rv *pg.RangeVar) {
+		if w.err != nil {
+			return
+		}
+		if len(w.rw.registries) > 0 {
+			if w.checkRegistry(raw.Stmt, rv); w.err != nil {
+				return
+			}
+		}
 		if w.handled[rv] {
 			return
 		}
@@ -122,6 +135,13 @@ func (w *walker) functionBody(n *pg.Node, opts []*pg.Node, sqlBody *pg.Node, wha
 	check := func(body string) {
 		if k := w.rw.tables.find(body); k >= 0 {
 			w.fail(errFunctionBody(&w.rw.rules[w.rw.tables.owner[k]], what))
+		} else if k := w.rw.registryText.find(body); k >= 0 {
+			w.fail(errRegistry(&w.rw.rules[w.rw.registryText.owner[k]]))
+		} else if cat := w.s.Catalog; cat != nil && len(cat.ancestorKeys) > 0 {
+			if k := cat.ancestorNames.find(body); k >= 0 {
+				key := cat.ancestorKeys[cat.ancestorNames.owner[k]]
+				w.fail(errAncestorBody(key, cat.d.Ancestors[key], what))
+			}
 		}
 	}
 	for _, o := range opts {

@@ -63,6 +63,12 @@ type Rewriter struct {
 	byQualified map[string]*ttl.Rule
 	// names lists the distinct TTL table names, sorted (cache key).
 	names []string
+	// registries finds a sidecar rule by its registry's (schema, table);
+	// registryNames holds the registries' table names (protect.go).
+	registries    map[relKey]*ttl.Rule
+	registryNames map[string]struct{}
+	// registryText finds the registries' names in a function body.
+	registryText matcher
 	// quick finds TTL and registry table names and U&" in raw text; tables
 	// finds TTL table names only.
 	quick  matcher
@@ -146,6 +152,15 @@ func New(rules []ttl.Rule, opts Options) (*Rewriter, error) {
 		}
 		if r.RuleKind() == ttl.KindSidecar && r.SidecarTable != "" {
 			rw.quick.add(r.SidecarTable, i)
+			if strings.Contains(r.SidecarTable, `"`) {
+				rw.quick.add(strings.ReplaceAll(r.SidecarTable, `"`, `""`), i)
+			}
+			if rw.registries == nil {
+				rw.registries, rw.registryNames = map[relKey]*ttl.Rule{}, map[string]struct{}{}
+			}
+			rw.registries[relKey{r.SidecarSchemaName(), r.SidecarTable}] = r
+			rw.registryNames[r.SidecarTable] = struct{}{}
+			rw.registryText.add(r.SidecarTable, i)
 		}
 		rw.hasColumns = rw.hasColumns || len(r.Columns) > 0
 	}

@@ -177,6 +177,49 @@ func errLeakyView(view, reads string, materialized bool) *Error {
 	}
 }
 
+// errAncestor: a statement names parent, an inheritance parent of the TTL
+// table desc, without ONLY (0A000).
+func errAncestor(parent, desc string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot use table %s through the proxy without ONLY: it holds the rows of its descendant %s, a TTL table, which the proxy cannot filter through it", parent, desc),
+		Hint:    fmt.Sprintf("Name ONLY %s for its own rows, or name %s itself.", parent, desc),
+	}
+}
+
+// errRegistry: a statement names the sidecar registry of r's table (42501):
+// its rows are the table's expiries; reading them shows expired keys, and
+// deleting or changing them brings expired rows back.
+func errRegistry(r *ttl.Rule) *Error {
+	return &Error{
+		Code:    sqlstate.InsufficientPrivilege,
+		Message: fmt.Sprintf("ttlproxy: cannot use table %s through the proxy: it is the expiry registry of TTL table %s", r.SidecarName(), r.QualifiedName()),
+		Detail:  "The proxy reads and writes the registry itself; a client that read or wrote it could see expired keys or bring expired rows back.",
+		Hint:    "Read and write the TTL table; maintain the registry from a bypass role or a direct connection.",
+	}
+}
+
+// errProtectedDDL: DDL through the proxy would rename, move or reshape the
+// relation name the rewrite depends on (42501).
+func errProtectedDDL(name, what string) *Error {
+	return &Error{
+		Code:    sqlstate.InsufficientPrivilege,
+		Message: fmt.Sprintf("ttlproxy: cannot alter %s through the proxy: %s would leave it read unfiltered until the proxy reads the catalog again", name, what),
+		Hint:    "Run this DDL from a bypass role or a direct connection, and change the TTL rules to match; the proxy's DDL events then refresh every session's catalog.",
+	}
+}
+
+// errAncestorBody: a DO or function body names parent, an inheritance
+// parent of the TTL table desc (0A000): inside the server it reads desc's
+// rows unfiltered.
+func errAncestorBody(parent, desc, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter table %s in %s: it holds the rows of its descendant %s, a TTL table, and function bodies run inside the server", parent, construct, desc),
+		Hint:    fmt.Sprintf("Read %s in the statement itself, with ONLY for its own rows.", parent),
+	}
+}
+
 // errLeakyFunction: a function whose body reads a TTL table (or reads, a
 // view or function that does) is called (0A000).
 func errLeakyFunction(fn, reads string) *Error {

@@ -126,7 +126,7 @@ func (rw *Rewriter) mentionsCatalogName(sql string, s *Session) bool {
 		return false
 	}
 	return (len(cat.childKeys) > 0 && cat.children.find(sql) >= 0) ||
-		((len(cat.leaky) > 0 || len(cat.d.Functions) > 0) && cat.leakyNames.find(sql) >= 0) ||
+		((len(cat.leaky) > 0 || len(cat.d.Functions) > 0 || len(cat.d.Ancestors) > 0) && cat.leakyNames.find(sql) >= 0) ||
 		(rw.hasColumns && len(cat.viewKeys) > 0 && cat.viewNames.find(sql) >= 0)
 }
 

@@ -250,6 +250,18 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 // reference: the filter that wraps the FROM item, qualified by its alias
 // (with its column aliases) or its name.
 func (w *walker) filterJoin(rule *ttl.Rule, rv *pg.RangeVar) (string, bool) {
+	live, ok := w.itemLive(rule, rv)
+	if !ok {
+		return "", false
+	}
+	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + live
+	w.alias++
+	return text, true
+}
+
+// itemLive returns the live condition of the FROM item rv under rule,
+// qualified by its alias (with its column aliases) or its name.
+func (w *walker) itemLive(rule *ttl.Rule, rv *pg.RangeVar) (string, bool) {
 	qual := ttl.QuoteIdent(rv.Relname)
 	var rename map[string]string
 	if rv.Alias != nil {
@@ -260,9 +272,7 @@ func (w *walker) filterJoin(rule *ttl.Rule, rv *pg.RangeVar) (string, bool) {
 			}
 		}
 	}
-	text := " JOIN (SELECT) AS _ttl_" + strconv.Itoa(w.alias) + " ON " + rule.LiveConditionRenamed(qual, ttl.Now, rename)
-	w.alias++
-	return text, true
+	return rule.LiveConditionRenamed(qual, ttl.Now, rename), true
 }
 
 // sampleRangeVar filters `t [alias] TABLESAMPLE method (args) [REPEATABLE

@@ -27,6 +27,9 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 	if r, ok := w.leakyView(rv, sc); ok {
 		return r
 	}
+	if w.ancestorRead(rv, sc) {
+		return nil
+	}
 	if rv.Schemaname != "" {
 		return w.ruleAt(rv.Schemaname, rv.Relname)
 	}
@@ -94,4 +97,30 @@ func (w *walker) resolve(rel string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// ancestorRead fails the walk when rv names, without ONLY, an inheritance
+// parent of a TTL table that is not one itself (CatalogData.Ancestors):
+// the server reads, updates and deletes its descendants' rows through it,
+// and the parent may not even hold their expiry column, so no condition on
+// it can hide them. It is refused rather than rewritten into a union of its
+// own rows and its descendants' filtered ones, which no UPDATE, DELETE or
+// MERGE target can be. With ONLY the parent's own rows are read as written.
+func (w *walker) ancestorRead(rv *pg.RangeVar, sc *scope) bool {
+	cat := w.s.Catalog
+	if cat == nil || len(cat.d.Ancestors) == 0 || !rv.Inh {
+		return false
+	}
+	key := ""
+	if rv.Schemaname != "" {
+		key = rv.Schemaname + "." + rv.Relname
+	} else if !sc.has(rv.Relname) {
+		key = w.resolveIn(rv.Relname, cat.d.Ancestors)
+	}
+	desc, ok := cat.d.Ancestors[key]
+	if !ok {
+		return false
+	}
+	w.fail(errAncestor(key, desc))
+	return true
 }

@@ -73,6 +73,16 @@ func TestRewriteSidecarInsert(t *testing.T) {
 		{"COPY of an INSERT", `COPY (INSERT INTO docs (id) VALUES (1) RETURNING id) TO STDOUT`, "0A000", []string{"public.docs", "RETURNING"}},
 		{"upsert without refresh", `INSERT INTO docs (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET body = 'x'`, "0A000", []string{"public.docs", "ON CONFLICT DO UPDATE", "cannot be registered"}},
 		{"MERGE INSERT", `MERGE INTO docs d USING src ON d.id = src.id WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)`, "0A000", []string{"public.docs", "MERGE", "cannot be registered"}},
+		// The registry is the proxy's: a client's text that names it is
+		// refused, but for the proxy's own conditions in its own places.
+		{"read registry", `SELECT id FROM docs_ttl`, "42501", []string{"docs_ttl", "registry", "public.docs"}},
+		{"delete registry", `DELETE FROM public.docs_ttl WHERE id = 1`, "42501", []string{"registry"}},
+		{"truncate registry", `TRUNCATE docs_ttl`, "42501", []string{"registry"}},
+		{"update registry", `UPDATE docs_ttl SET expires_at = 'infinity'`, "42501", []string{"registry"}},
+		{"copy registry", `COPY docs_ttl TO STDOUT`, "42501", []string{"registry"}},
+		{"registry in a subquery", `SELECT * FROM docs d WHERE d.id IN (SELECT id FROM docs_ttl)`, "42501", []string{"registry"}},
+		{"own lookup under a shadowing alias", `SELECT * FROM docs d WHERE EXISTS (SELECT FROM generate_series(1, 9) AS d(id) WHERE NOT ` + docsLive(`"d"`) + `)`, "42501", []string{"registry"}},
+		{"own lookup in a plain join", `SELECT * FROM generate_series(1, 9) AS d(id) JOIN (SELECT) AS _ttl_0 ON ` + docsLive(`"d"`), "42501", []string{"registry"}},
 	} {
 		checkReject(t, rw, nil, c)
 	}

@@ -184,6 +184,12 @@ type CatalogData struct {
 	// keeps the ancestor's registry); Tables should hold its columns, which
 	// may be ordered differently.
 	Children map[string]string
+	// Ancestors maps each inheritance parent (at any depth) of a TTL table
+	// or of one of Children that is neither itself, "schema.table", to a
+	// TTL descendant whose rows a read of it returns. Such a parent is
+	// refused unless read with ONLY: its own rows carry no expiry, and the
+	// rows it returns of its descendants are not filtered.
+	Ancestors map[string]string
 	// Views are the views and materialized views that read a TTL table, one
 	// of Children or another of Views inside the server, by "schema.name".
 	// NewCatalog decides which of them leak expired rows (leaky.go).
@@ -243,9 +249,14 @@ type Catalog struct {
 	children  matcher
 	childKeys []string
 	// leaky holds the Views that may return expired rows, with what they
-	// read; leakyNames matches their names and the Functions' in raw text.
+	// read; leakyNames matches their names, the Functions' and the
+	// Ancestors' in raw text.
 	leaky      map[string]string
 	leakyNames matcher
+	// ancestorNames matches the Ancestors' names in raw text (a function
+	// body); ancestorKeys are the Ancestors keys, sorted, its owners.
+	ancestorNames matcher
+	ancestorKeys  []string
 	// viewKeys holds the Views' "schema.name" keys (values empty);
 	// viewNames matches their names in raw text.
 	viewKeys  map[string]string
@@ -279,13 +290,22 @@ func NewCatalog(d CatalogData) *Catalog {
 			}
 		}
 	}
-	for _, m := range []map[string]string{c.leaky, c.d.Functions} {
+	for _, m := range []map[string]string{c.leaky, c.d.Functions, c.d.Ancestors} {
 		for k := range m {
 			for _, name := range childNames(k) {
 				c.leakyNames.add(name, 0)
 				if strings.Contains(name, `"`) {
 					c.leakyNames.add(strings.ReplaceAll(name, `"`, `""`), 0)
 				}
+			}
+		}
+	}
+	c.ancestorKeys = slices.Sorted(maps.Keys(c.d.Ancestors))
+	for i, k := range c.ancestorKeys {
+		for _, name := range childNames(k) {
+			c.ancestorNames.add(name, i)
+			if strings.Contains(name, `"`) {
+				c.ancestorNames.add(strings.ReplaceAll(name, `"`, `""`), i)
 			}
 		}
 	}
@@ -302,7 +322,7 @@ func (c *Catalog) Leaky() map[string]string { return maps.Clone(c.leaky) }
 func (c *Catalog) Data() CatalogData { return c.d.clone() }
 
 func (d CatalogData) clone() CatalogData {
-	out := CatalogData{Children: maps.Clone(d.Children), Functions: maps.Clone(d.Functions)}
+	out := CatalogData{Children: maps.Clone(d.Children), Ancestors: maps.Clone(d.Ancestors), Functions: maps.Clone(d.Functions)}
 	if d.Views != nil {
 		out.Views = make(map[string]View, len(d.Views))
 		for k, v := range d.Views {
@@ -367,6 +387,10 @@ func (c *Catalog) appendFacts(b []byte) []byte {
 	b = append(b, 0xff)
 	for _, k := range c.childKeys {
 		b = appendString(appendString(b, k), c.d.Children[k])
+	}
+	b = append(b, 0xff)
+	for _, k := range slices.Sorted(maps.Keys(c.d.Ancestors)) {
+		b = appendString(appendString(b, k), c.d.Ancestors[k])
 	}
 	// What the rewrite depends on of Views is which of them leak, and how
 	// those expand.

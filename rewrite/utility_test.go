@@ -51,7 +51,8 @@ func TestRewriteUtility(t *testing.T) {
 		{"CREATE TRIGGER", `CREATE TRIGGER t BEFORE INSERT ON sessions FOR EACH ROW EXECUTE FUNCTION f()`, ``},
 		{"CREATE TABLE LIKE", `CREATE TABLE s2 (LIKE sessions INCLUDING ALL)`, ``},
 		{"CREATE TABLE PARTITION OF", `CREATE TABLE s_2024 PARTITION OF sessions FOR VALUES FROM ('2024-01-01') TO ('2025-01-01')`, ``},
-		{"ALTER TABLE RENAME", `ALTER TABLE sessions RENAME TO sessions_old`, ``},
+		{"ALTER TABLE RENAME another column", `ALTER TABLE sessions RENAME COLUMN note TO remark`, ``},
+		{"ALTER TABLE DROP another column", `ALTER TABLE sessions DROP COLUMN note`, ``},
 		{"CLUSTER", `CLUSTER sessions USING sessions_pkey`, ``},
 		{"REINDEX", `REINDEX TABLE sessions`, ``},
 		{"CREATE FUNCTION not mentioning", `CREATE FUNCTION sessions_count() RETURNS int LANGUAGE sql AS 'SELECT 1'`, ``},
@@ -66,6 +67,17 @@ func TestRewriteRejects(t *testing.T) {
 	rw := newTestRewriter(t)
 	cases := []rejCase{
 		{"DO block", `DO $$ BEGIN PERFORM * FROM sessions; END $$`, "0A000", []string{"public.sessions", "DO", "function bodies"}},
+		// DDL that leaves a TTL table under a name or shape the session's
+		// catalog does not know (protect.go).
+		{"ALTER TABLE RENAME", `ALTER TABLE sessions RENAME TO sessions_old`, "42501", []string{"public.sessions", "renaming"}},
+		{"ALTER TABLE IF EXISTS RENAME", `ALTER TABLE IF EXISTS public.sessions RENAME TO s2`, "42501", []string{"public.sessions"}},
+		{"SET SCHEMA", `ALTER TABLE sessions SET SCHEMA other`, "42501", []string{"public.sessions", "schema"}},
+		{"RENAME expiry column", `ALTER TABLE sessions RENAME COLUMN expires_at TO e`, "42501", []string{"public.sessions", "expires_at"}},
+		{"DROP expiry column", `ALTER TABLE sessions DROP COLUMN IF EXISTS expires_at`, "42501", []string{"expires_at"}},
+		{"retype expiry column", `ALTER TABLE sessions ALTER COLUMN expires_at TYPE text`, "42501", []string{"expires_at"}},
+		{"NO INHERIT", `ALTER TABLE sessions NO INHERIT base`, "42501", []string{"inheritance"}},
+		{"INHERIT a TTL table", `ALTER TABLE other_t INHERIT sessions`, "42501", []string{"public.sessions", "inheritance"}},
+		{"DETACH PARTITION", `ALTER TABLE sessions DETACH PARTITION s_2024`, "42501", []string{"partition"}},
 		{"CREATE FUNCTION body", `CREATE FUNCTION f() RETURNS bigint LANGUAGE sql AS $$ SELECT count(*) FROM sessions $$`, "0A000", []string{"public.sessions", "CREATE FUNCTION"}},
 		{"CREATE PROCEDURE body", `CREATE PROCEDURE p() LANGUAGE plpgsql AS $$ BEGIN DELETE FROM Sessions; END $$`, "0A000", []string{"public.sessions", "CREATE PROCEDURE"}},
 		{"SQL-standard function body", `CREATE FUNCTION f() RETURNS bigint LANGUAGE sql BEGIN ATOMIC SELECT count(*) FROM sessions; END`, "0A000", []string{"public.sessions", "CREATE FUNCTION"}},

@@ -34,6 +34,9 @@ type walker struct {
 	// registered marks INSERTs whose sidecar registration the text already
 	// holds.
 	registered map[*pg.InsertStmt]bool
+	// ownRegistry holds the registry references of the statement in
+	// rawStmt's safety net that are the proxy's own text (protect.go).
+	ownRegistry map[*pg.RangeVar]bool
 	// childRules holds the rules made for children of TTL tables, by
 	// "schema.table" (nil: not a TTL table).
 	childRules map[string]*ttl.Rule

@@ -139,6 +139,15 @@ func (c *ColumnRule) Expiry(table *Rule) Rule {
 	return r
 }
 
+// Clock returns the column whose value decides the value's expiry: its
+// expiry column, or a derived value's base column.
+func (c *ColumnRule) Clock() string {
+	if c.BaseColumn != "" {
+		return c.BaseColumn
+	}
+	return c.ExpiresAtColumn
+}
+
 // ValueExpr returns the SQL expression that reads the column's value, of
 // SQL type typ (format_type's text, e.g. "character varying(20)"), in
 // table's row visible under qualifier (already quoted): the value while it

@@ -35,8 +35,13 @@ const (
 	InvalidPassword                   = pgerrcode.InvalidPassword
 )
 
-// Class 42: syntax error or access rule violation.
-const SyntaxError = pgerrcode.SyntaxError
+// Class 42: syntax error or access rule violation. InsufficientPrivilege:
+// a statement through the proxy names a relation the proxy keeps to itself
+// (a sidecar registry) or would rename or reshape one the rules depend on.
+const (
+	SyntaxError           = pgerrcode.SyntaxError
+	InsufficientPrivilege = pgerrcode.InsufficientPrivilege
+)
 
 // Class 53: insufficient resources.
 const TooManyConnections = pgerrcode.TooManyConnections
