@@ -31,6 +31,8 @@ type ruleSet struct {
 	queries  catalogQueries
 	// catalogs caches catalog snapshots per database, for this set's rules.
 	catalogs *catalogCache
+	// rsReport is what noteRowSecurity last logged.
+	rsReport rowSecurityReport
 
 	maxMessageBytes      int
 	maxClientConnections int

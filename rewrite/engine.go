@@ -34,6 +34,13 @@ type Options struct {
 	// CacheSize is the number of rewrites kept; 0 means DefaultCacheSize, negative
 	// disables the cache.
 	CacheSize int
+	// RequireRowSecurity (row_security: required) refuses every statement
+	// on a TTL table with a row rule, or on one of its children, that the
+	// session's catalog does not show protected by the live policy of
+	// ttlproxy install --row-security (RowSecurity.Protects), and every
+	// one when the catalog is unknown. Sessions of bypass roles are not
+	// filtered and not refused.
+	RequireRowSecurity bool
 }
 
 // Defaults of Options left zero.

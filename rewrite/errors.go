@@ -214,3 +214,14 @@ func errUnqualifiedColumn(r *ttl.Rule, column string) *Error {
 		Hint:   "Qualify the column with its table's name or alias.",
 	}
 }
+
+// errRowSecurityMissing: row_security is required and the TTL table (or
+// child) named lacks the live policy (55000, object not in prerequisite
+// state).
+func errRowSecurityMissing(table, why string) *Error {
+	return &Error{
+		Code:    sqlstate.ObjectNotInPrerequisiteState,
+		Message: fmt.Sprintf("ttlproxy: TTL table %s is not served: row_security is required and %s", table, why),
+		Hint:    "Run ttlproxy install --row-security (ttlproxy check lists the tables it lacks), or set row_security: off.",
+	}
+}
