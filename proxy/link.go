@@ -79,6 +79,10 @@ type link struct {
 	// whose answers are kept from the client (refresh.go).
 	answers handoff
 
+	// guard tells the server pump which tables' constraint errors lose
+	// their DETAIL (redact.go); the client pump publishes it.
+	guard atomic.Pointer[detailGuard]
+
 	// pooled is the transaction-mode part (pooled.go), set once at startup;
 	// nil in session mode. Read by the sweep and shutdown too, hence atomic.
 	pooled atomic.Pointer[pooledLink]

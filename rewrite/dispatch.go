@@ -35,6 +35,10 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 	}
 	top := constructName(raw.Stmt)
 	forEachRangeVar(raw.Stmt, func(rv *pg.RangeVar) {
+		if isStatsView(rv, nil) && !w.expanded[rv] {
+			w.fail(errCannotFilterStats(rv.Relname, top))
+			return
+		}
 		if w.handled[rv] {
 			return
 		}

@@ -184,7 +184,7 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 		st = defaultState
 	}
 	s := &st.s
-	if (s.Bypass && !rw.mayLeaveBypass(sql, s)) || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s) && !mentionsServerReader(sql)) {
+	if (s.Bypass && !rw.mayLeaveBypass(sql, s)) || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s) && !mentionsServerReader(sql) && !mentionsStatsView(sql)) {
 		if len(rw.rules) == 0 || !mentionsTTLSetting(sql) {
 			return Result{SQL: sql}, nil
 		}

@@ -225,3 +225,22 @@ func errRowSecurityMissing(table, why string) *Error {
 		Hint:    "Run ttlproxy install --row-security (ttlproxy check lists the tables it lacks), or set row_security: off.",
 	}
 }
+
+// errStatsUnknownCatalog: a read of a statistics view when the session's
+// catalog, which names the TTL tables' children, is unknown (0A000).
+func errStatsUnknownCatalog(view string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: "ttlproxy: cannot filter " + view + ": the proxy does not know the TTL tables' children yet",
+		Hint:    "Try again: the proxy reads the catalog again shortly.",
+	}
+}
+
+// errCannotFilterStats: a statistics view in a position the walk does not
+// filter (0A000).
+func errCannotFilterStats(view, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter %s in %s: it lists values of TTL tables", view, construct),
+	}
+}

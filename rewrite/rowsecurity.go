@@ -77,3 +77,22 @@ func (rw *Rewriter) Unprotected(cat *Catalog) map[string]string {
 
 // RequiresRowSecurity reports Options.RequireRowSecurity.
 func (rw *Rewriter) RequiresRowSecurity() bool { return rw.opts.RequireRowSecurity }
+
+// Covers reports whether the table schema.table is a TTL table of the rules
+// (any kind, expiring columns included) or, in cat (nil: unknown), one of
+// their children: a constraint error naming it must not print the values
+// of an existing row (the proxy strips its DETAIL, as PostgreSQL does under
+// row security).
+func (rw *Rewriter) Covers(cat *Catalog, schema, table string) bool {
+	if rw == nil {
+		return false
+	}
+	if rw.byKey[relKey{schema, table}] != nil {
+		return true
+	}
+	if cat == nil {
+		return false
+	}
+	_, ok := cat.d.Children[schema+"."+table]
+	return ok
+}
