@@ -32,11 +32,24 @@ func (rw *Rewriter) unprotected(cat *Catalog, r *ttl.Rule) string {
 	if cat == nil {
 		return "the catalog is unknown"
 	}
-	t := cat.d.Tables[r.QualifiedName()]
-	if t == nil {
-		return "the table is not in the catalog"
+	name := r.QualifiedName()
+	if t := cat.d.Tables[name]; t != nil {
+		return t.RowSecurity.Protects(r)
 	}
-	return t.RowSecurity.Protects(r)
+	// A write through a simple view over one TTL table (viewRule) is
+	// protected by the table's policy: the view's rule renames the
+	// columns, so the table's own rule is the one its policy holds.
+	if v, ok := cat.d.Views[name]; ok && len(v.Reads) == 1 {
+		base := v.Reads[0]
+		rule := rw.byQualified[base]
+		if rule == nil {
+			rule = rw.byQualified[cat.d.Children[base]]
+		}
+		if t := cat.d.Tables[base]; t != nil && rule != nil {
+			return t.RowSecurity.Protects(rule)
+		}
+	}
+	return "the table is not in the catalog"
 }
 
 // Unprotected lists the TTL tables with a row rule and their children

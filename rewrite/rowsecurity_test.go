@@ -151,4 +151,14 @@ func TestStatsViews(t *testing.T) {
 	if _, err := rw.Rewrite("SELECT * FROM pg_stats", NewState(Session{})); err == nil {
 		t.Error("an unknown catalog: served, want refused")
 	}
+	// Inside the server the proxy cannot filter them: refused.
+	for _, q := range []string{
+		`SELECT query_to_xml('SELECT histogram_bounds FROM pg_stats', true, false, '')`,
+		`SELECT query_to_xml('TABLE pg_catalog.pg_stats_ext', true, false, '')`,
+	} {
+		var e *Error
+		if _, err := rw.Rewrite(q, st); !errors.As(err, &e) || e.Code != sqlstate.FeatureNotSupported {
+			t.Errorf("%s: %v, want 0A000", q, err)
+		}
+	}
 }
