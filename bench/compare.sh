@@ -166,6 +166,11 @@
 #              events installed there too). rls/app is the policies' cost.
 #              Not in the TLS row.
 #   PERF=0     no perf counters (default: used when perf works)
+#   ONLY       comma-separated workload ids to run, the others skipped (the
+#              ids: S-simple, S-extended, S-prepared, B-simple, B-extended,
+#              S-prepared-c32, S-prepared-c100, S-prepared-tls, S-simple-c1,
+#              S-prepared-c1, S-prepared-quiet, S-prepared-scrape), for more
+#              rounds of the rows a change is about
 #
 # Needs: the PostgreSQL server binaries, pgbench and psql, Go (unless
 # TTLPROXY is set) and pgbouncer; openssl for the TLS row; perf (optional)
@@ -942,6 +947,15 @@ WORKLOADS+=(
 	"S-prepared-quiet|select-only prepared -c 8, no scraping|select-only|prepared|8|2|log"
 	"S-prepared-scrape|select-only prepared -c 8, /metrics every 100 ms + reload|select-only|prepared|8|2|log,scrape"
 )
+
+if [ -n "${ONLY:-}" ]; then
+	kept=()
+	for w in "${WORKLOADS[@]}"; do
+		case ,$ONLY, in *,"${w%%|*}",*) kept+=("$w") ;; esac
+	done
+	[ ${#kept[@]} -gt 0 ] || usage_die "ONLY=$ONLY names no workload"
+	WORKLOADS=("${kept[@]}")
+fi
 
 printf 'round\tworkload\ttarget\ttps\tlatency_us\ttransactions\tcpu_us\tcpu_us_per_tx\tconnect_ms\tsyscalls_per_tx\tctxsw_per_tx\tfutex_nanosleep_per_tx\tctxsw_proc_per_tx\tp99_us\n' >"$RAW"
 
