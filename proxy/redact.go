@@ -21,17 +21,20 @@ import (
 // server tells under row security too.
 
 // detailGuard is what the server pump reads to decide: the session's
-// rewriter and catalog, published by the client pump (sessionState.apply).
+// rewriter and catalog, and whether it bypasses the filter (a role in
+// bypass_roles sees expired rows anyway, and keeps its DETAILs), published
+// by the client pump (sessionState.apply).
 type detailGuard struct {
-	rw  *rewrite.Rewriter
-	cat *rewrite.Catalog
+	rw     *rewrite.Rewriter
+	cat    *rewrite.Catalog
+	bypass bool
 }
 
 // redactConstraintDetail returns msg (a whole ErrorResponse, header
 // included) without its DETAIL when it is a class 23 error on a table g
 // covers, appended to out; otherwise msg itself.
 func redactConstraintDetail(g *detailGuard, msg, out []byte) []byte {
-	if g == nil || len(msg) < headerLen {
+	if g == nil || g.bypass || len(msg) < headerLen {
 		return msg
 	}
 	var code, schema, table []byte

@@ -240,8 +240,8 @@ func (st *sessionState) apply(row *stateRow) bool {
 		}
 	}
 	next := rewrite.NewState(ns)
-	if st.guard != nil && (st.published == nil || st.published.rw != st.rw || st.published.cat != st.base) {
-		st.published = &detailGuard{rw: st.rw, cat: st.base}
+	if g := (detailGuard{rw: st.rw, cat: st.base, bypass: ns.Bypass}); st.guard != nil && (st.published == nil || *st.published != g) {
+		st.published = &g
 		st.guard.Store(st.published)
 	}
 	changed := next.Fingerprint() != st.cur.Fingerprint()
