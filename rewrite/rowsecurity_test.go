@@ -2,6 +2,7 @@ package rewrite
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,7 @@ func TestRequireRowSecurity(t *testing.T) {
 		t.Errorf("a bypass session: %v", err)
 	}
 	// A changed rule makes the installed policy stale.
-	changed := slicesClone(rules)
+	changed := slices.Clone(rules)
 	changed[1].ExpireAfter = time.Hour
 	stale, err := New(changed, Options{RequireRowSecurity: true})
 	if err != nil {
@@ -105,8 +106,6 @@ func TestRequireRowSecurity(t *testing.T) {
 		t.Errorf("Unprotected: %v, want public.events and public.sessions_old", missing)
 	}
 }
-
-func slicesClone(r []ttl.Rule) []ttl.Rule { return append([]ttl.Rule(nil), r...) }
 
 // TestStatsViews: reads of pg_stats, pg_stats_ext and pg_stats_ext_exprs
 // lose the rows of TTL tables and their children wherever they are read,

@@ -396,7 +396,7 @@ func TestAttackConstraintDetail(t *testing.T) {
 				if pe.Detail != "" || strings.Contains(out, "zzgone") {
 					t.Errorf("%s: the DETAIL reached the client: %q\n%s", c.name, pe.Detail, out)
 				}
-				if pe.TableName == "" || pe.ConstraintName == "" && c.code != "23502" {
+				if pe.TableName == "" || (pe.ConstraintName == "" && c.code != "23502") {
 					t.Errorf("%s: table %q, constraint %q: the other fields must stay", c.name, pe.TableName, pe.ConstraintName)
 				}
 			}
