@@ -155,7 +155,22 @@
 #              statements that do not read it (docs/design/column-ttl.md §8).
 #              Not with BASELINE.
 #   FLOOR=1    the targets floor and floor-epoll too (bench/relayfloor)
+#   RLS=1      the targets app and rls too: what the row-security policies
+#              of `ttlproxy install --row-security` cost beside the rewrite.
+#              Both are this checkout's ttlproxy, with pgbench logging in as
+#              bench_app, an ordinary role (superusers bypass row security)
+#              that owns its own copy of the tables (pgbench -i, the same
+#              TTL columns): app on database bench_app, without policies;
+#              rls on database bench_rls, with the policies installed (FORCE:
+#              they apply to the owner) and `row_security: required` (DDL
+#              events installed there too). rls/app is the policies' cost.
+#              Not in the TLS row.
 #   PERF=0     no perf counters (default: used when perf works)
+#   ONLY       comma-separated workload ids to run, the others skipped (the
+#              ids: S-simple, S-extended, S-prepared, B-simple, B-extended,
+#              S-prepared-c32, S-prepared-c100, S-prepared-tls, S-simple-c1,
+#              S-prepared-c1, S-prepared-quiet, S-prepared-scrape), for more
+#              rounds of the rows a change is about
 #
 # Needs: the PostgreSQL server binaries, pgbench and psql, Go (unless
 # TTLPROXY is set) and pgbouncer; openssl for the TLS row; perf (optional)
@@ -637,17 +652,21 @@ PG_STARTED=1
 as_pg "$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/postgres.log" -w -t 60 start -o "$PG_OPTS" \
 	>/dev/null || die "PostgreSQL did not start: $(cat "$WORK/postgres.log" 2>/dev/null)"
 
-psql_at() { # psql_at PORT ARGS...: one connection to database bench
+psql_at() { # psql_at PORT ARGS...: one connection to database bench (PSQL_DB, as PSQL_USER)
 	local port=$1
 	shift
-	"$PSQL" -X -q -A -t -h 127.0.0.1 -p "$port" -U postgres -d bench -v ON_ERROR_STOP=1 "$@"
+	"$PSQL" -X -q -A -t -h 127.0.0.1 -p "$port" -U "${PSQL_USER:-postgres}" -d "${PSQL_DB:-bench}" -v ON_ERROR_STOP=1 "$@"
 }
 "$PSQL" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -c "CREATE DATABASE bench" >/dev/null
 
-log "pgbench -i -s $SCALE, then the TTL columns"
-"$PGBENCH" -i -q -s "$SCALE" -h 127.0.0.1 -p "$PG_PORT" -U postgres bench >"$WORK/pgbench-init.log" 2>&1 ||
-	die "pgbench -i failed: $(cat "$WORK/pgbench-init.log")"
-psql_at "$PG_PORT" >/dev/null <<'SQL'
+# bench_db DB USER: pgbench -i into DB as USER, then the TTL columns.
+bench_db() {
+	log "pgbench -i -s $SCALE into $1 (as $2), then the TTL columns"
+	"$PGBENCH" -i -q -s "$SCALE" -h 127.0.0.1 -p "$PG_PORT" -U "$2" "$1" >"$WORK/pgbench-init-$1.log" 2>&1 ||
+		die "pgbench -i failed: $(cat "$WORK/pgbench-init-$1.log")"
+	PSQL_DB=$1 PSQL_USER=$2 psql_at "$PG_PORT" >/dev/null <"$WORK/ttl-columns.sql"
+}
+cat >"$WORK/ttl-columns.sql" <<'SQL'
 ALTER TABLE pgbench_accounts ADD COLUMN expires_at timestamptz;
 ALTER TABLE pgbench_accounts ADD COLUMN filler_expires_at timestamptz;
 -- 10% of the rows expire in a day, the others never: every row is live.
@@ -655,9 +674,17 @@ UPDATE pgbench_accounts SET expires_at = now() + interval '1 day' WHERE aid % 10
 -- ttlproxy stamps now() + default_ttl (1h) on INSERT; direct and PgBouncer
 -- get the same value from the column default.
 ALTER TABLE pgbench_history ADD COLUMN expires_at timestamptz DEFAULT (now() + interval '3600 seconds');
-VACUUM ANALYZE;
-CHECKPOINT;
+VACUUM ANALYZE pgbench_accounts, pgbench_branches, pgbench_tellers, pgbench_history;
 SQL
+bench_db bench postgres
+if [ "${RLS:-}" = 1 ]; then
+	"$PSQL" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+		-c "CREATE ROLE bench_app LOGIN" -c "CREATE DATABASE bench_app OWNER bench_app" \
+		-c "CREATE DATABASE bench_rls OWNER bench_app" >/dev/null
+	bench_db bench_app bench_app
+	bench_db bench_rls bench_app
+fi
+psql_at "$PG_PORT" -c CHECKPOINT >/dev/null
 
 # The hand-filtered scripts of the direct and PgBouncer targets: pgbench's
 # built-in select-only and tpcb-like (pgbench --show-script) with ttlproxy's
@@ -684,16 +711,18 @@ SQL
 # Instances. T_PORT, T_PID and T_ADMIN (ttlproxy's admin port) by instance:
 # a target's instance is the target's name, with the suffix "-tls" for the
 # TLS row (direct-tls is PostgreSQL itself).
-declare -A T_PORT T_PID T_ADMIN
+declare -A T_PORT T_PID T_ADMIN T_DB T_USER
 T_PORT[direct]=$PG_PORT
 T_PORT[direct-tls]=$PG_PORT
 
-# start_ttlproxy INSTANCE BINARY TLS [COLUMNS]: writes INSTANCE's
+# start_ttlproxy INSTANCE BINARY TLS [COLUMNS [RLSDB]]: writes INSTANCE's
 # configuration (the same tables for every instance, with COLUMNS=1 the
 # expiring column of COLUMN=1; with TLS=1, client TLS and TLS to the
-# server, else a plain server leg) and starts BINARY on free ports.
+# server, else a plain server leg) and starts BINARY on free ports. With
+# RLSDB, `row_security: required` and DDL events, after installing both
+# into database RLSDB.
 start_ttlproxy() {
-	local inst=$1 binary=$2 tls=$3 columns=${4:-0} port admin pid
+	local inst=$1 binary=$2 tls=$3 columns=${4:-0} rlsdb=${5:-} port admin pid
 	free_port port
 	free_port admin
 	{
@@ -727,6 +756,13 @@ YAML
 	printf 'admin:\n  enable_lifecycle: true\n' >>"$WORK/$inst.yaml"
 	if ! "$binary" rewrite --config "$WORK/$inst.yaml" "SELECT 1" >/dev/null 2>&1; then
 		sed -i '/^admin:$/,$d' "$WORK/$inst.yaml"
+	fi
+	if [ -n "$rlsdb" ]; then
+		local dsn="postgres://postgres@127.0.0.1:$PG_PORT/$rlsdb?sslmode=disable"
+		printf 'row_security: required\nddl_events_dsn: %s\n' "$dsn" >>"$WORK/$inst.yaml"
+		"$binary" install --config "$WORK/$inst.yaml" --dsn "$dsn" --ddl-events >"$WORK/$inst-install.log" 2>&1 &&
+			"$binary" install --config "$WORK/$inst.yaml" --dsn "$dsn" --row-security >>"$WORK/$inst-install.log" 2>&1 ||
+			die "ttlproxy install into $rlsdb failed: $(cat "$WORK/$inst-install.log")"
 	fi
 	log "starting $inst ($(basename "$binary")) on port $port (admin $admin)"
 	"$binary" serve --config "$WORK/$inst.yaml" --log-level warn >"$WORK/$inst.log" 2>&1 &
@@ -805,6 +841,13 @@ start_floor() {
 
 start_ttlproxy ttlproxy "$WORK/ttlproxy" 0
 [ -z "${BASELINE:-}" ] || start_ttlproxy baseline "$WORK/ttlproxy-baseline" 0 "${COLUMN:-0}"
+RLS_TARGETS=
+if [ "${RLS:-}" = 1 ]; then
+	RLS_TARGETS="app rls"
+	start_ttlproxy app "$WORK/ttlproxy" 0
+	start_ttlproxy rls "$WORK/ttlproxy" 0 0 bench_rls
+	T_DB[app]=bench_app T_USER[app]=bench_app T_DB[rls]=bench_rls T_USER[rls]=bench_app
+fi
 start_pgbouncer pgbouncer 0
 FLOORS=
 if [ "${FLOOR:-}" = 1 ]; then
@@ -820,8 +863,8 @@ fi
 
 # ----------------------------------------------------------- checks ---
 
-TARGETS="direct ttlproxy${BASELINE:+ baseline} pgbouncer${FLOORS:+ $FLOORS}"
-PROXY_INSTANCES="ttlproxy${BASELINE:+ baseline}${TLS:+ ttlproxy-tls}"
+TARGETS="direct ttlproxy${BASELINE:+ baseline}${RLS_TARGETS:+ $RLS_TARGETS} pgbouncer${FLOORS:+ $FLOORS}"
+PROXY_INSTANCES="ttlproxy${BASELINE:+ baseline}${RLS_TARGETS:+ $RLS_TARGETS}${TLS:+ ttlproxy-tls}"
 if [ -n "$TLS" ] && [ -n "${BASELINE:-}" ]; then
 	PROXY_INSTANCES="$PROXY_INSTANCES baseline-tls"
 fi
@@ -847,12 +890,13 @@ want=$((100000 * SCALE))
 ssl_q="SELECT count(*) || ' ' || bool_and(ssl) FROM pgbench_accounts, (SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()) s"
 check_target() { # check_target INSTANCE SSLMODE WANT_SSL
 	local n
-	n=$(PGSSLMODE=$2 psql_at "${T_PORT[$1]}" -c "$ssl_q") || die "cannot query pgbench_accounts through $1 (sslmode $2)"
+	n=$(PGSSLMODE=$2 PSQL_DB=${T_DB[$1]:-bench} PSQL_USER=${T_USER[$1]:-postgres} psql_at "${T_PORT[$1]}" -c "$ssl_q") ||
+		die "cannot query pgbench_accounts through $1 (sslmode $2)"
 	[ "$n" = "$want $3" ] || die "$1 (sslmode $2): rows and server-side TLS are '$n', want '$want $3'"
 }
 for t in $TARGETS; do
 	check_target "$t" disable false
-	case " $FLOORS " in *" $t "*) continue ;; esac # no TLS instance
+	case " $FLOORS $RLS_TARGETS " in *" $t "*) continue ;; esac # no TLS instance
 	[ -z "$TLS" ] || check_target "$t-tls" require true
 done
 if [ -n "$TLS" ]; then
@@ -904,6 +948,15 @@ WORKLOADS+=(
 	"S-prepared-scrape|select-only prepared -c 8, /metrics every 100 ms + reload|select-only|prepared|8|2|log,scrape"
 )
 
+if [ -n "${ONLY:-}" ]; then
+	kept=()
+	for w in "${WORKLOADS[@]}"; do
+		case ,$ONLY, in *,"${w%%|*}",*) kept+=("$w") ;; esac
+	done
+	[ ${#kept[@]} -gt 0 ] || usage_die "ONLY=$ONLY names no workload"
+	WORKLOADS=("${kept[@]}")
+fi
+
 printf 'round\tworkload\ttarget\ttps\tlatency_us\ttransactions\tcpu_us\tcpu_us_per_tx\tconnect_ms\tsyscalls_per_tx\tctxsw_per_tx\tfutex_nanosleep_per_tx\tctxsw_proc_per_tx\tp99_us\n' >"$RAW"
 
 # per_tx COUNT TX: COUNT / TX with two decimals, or nothing without COUNT.
@@ -926,13 +979,14 @@ run_pgbench() {
 	admin=${T_ADMIN[$inst]:-}
 	out=$WORK/runs/$name.log
 	case $target in
-	ttlproxy | baseline) wl=(-b "$script") ;; # pgbench's own script; the proxy adds the filter
+	ttlproxy | baseline | app | rls) wl=(-b "$script") ;; # pgbench's own script; the proxy adds the filter
 	*) wl=(-s "$SCALE" -f "$WORK/$script-filtered.sql") ;;
 	esac
 	case $opts in *,log,*) lg=(-l --log-prefix="$WORK/runs/$name.tx") ;; esac
 	if [ "$script" = tpcb-like ]; then
 		# What pgbench does before a run unless -n, done directly.
-		psql_at "$PG_PORT" -c "VACUUM pgbench_branches" -c "VACUUM pgbench_tellers" -c "TRUNCATE pgbench_history" >/dev/null ||
+		PSQL_DB=${T_DB[$inst]:-bench} PSQL_USER=${T_USER[$inst]:-postgres} \
+			psql_at "$PG_PORT" -c "VACUUM pgbench_branches" -c "VACUUM pgbench_tellers" -c "TRUNCATE pgbench_history" >/dev/null ||
 			die "preparing $name failed"
 	fi
 	case $opts in
@@ -940,7 +994,7 @@ run_pgbench() {
 		scrape_out=$WORK/runs/$name.scrape
 		: >"$scrape_out"
 		case $target in
-		ttlproxy | baseline)
+		ttlproxy | baseline | app | rls)
 			scrape_kind=ttlproxy
 			m0=$(http_req "$admin" GET /metrics) || die "cannot read $inst's /metrics"
 			;;
@@ -960,8 +1014,8 @@ run_pgbench() {
 	fi
 	w0=$(date +%s%N)
 	# timeout: a statement that never returns must fail the run, not hang it.
-	PGSSLMODE=$sslmode timeout -k 10 $((secs + 60)) "$PGBENCH" -h 127.0.0.1 -p "$port" -U postgres -n "${wl[@]}" -M "$proto" \
-		-c "$c" -j "$j" -T "$secs" "${lg[@]}" bench >"$out" 2>&1 || rc=$?
+	PGSSLMODE=$sslmode timeout -k 10 $((secs + 60)) "$PGBENCH" -h 127.0.0.1 -p "$port" -U "${T_USER[$inst]:-postgres}" -n "${wl[@]}" -M "$proto" \
+		-c "$c" -j "$j" -T "$secs" "${lg[@]}" "${T_DB[$inst]:-bench}" >"$out" 2>&1 || rc=$?
 	w1=$(date +%s%N)
 	if [ -n "$SCRAPER_PID" ]; then
 		stop_pid "$SCRAPER_PID"
@@ -1042,7 +1096,7 @@ for round in $(seq "$ROUNDS"); do
 	for w in "${WORKLOADS[@]}"; do
 		IFS='|' read -r wid label script proto c j opts <<<"$w"
 		for t in $TARGETS; do
-			case ,$opts,/" $FLOORS " in *,tls,*/*" $t "*) continue ;; esac # floors have no TLS
+			case ,$opts,/" $FLOORS $RLS_TARGETS " in *,tls,*/*" $t "*) continue ;; esac # floors, app and rls have no TLS
 			run_pgbench "r$round-$wid-$t" "$t" "$script" "$proto" "$c" "$j" "$DURATION" "$opts"
 			cpu_tx=$(per_tx "$R_CPU_US" "$R_TX")
 			sys_tx=$(per_tx "$R_SYSCALLS" "$R_TX")
@@ -1094,6 +1148,7 @@ fmt() { # fmt FORMAT VALUE: printf, or "–" when VALUE is empty
 	fi
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.2f", a / b; else printf "–" }'; }
+ratio3() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b > 0) printf "%.3f", a / b; else printf "–" }'; }
 diff_us() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "") printf "%+.0f", a - b; else printf "–" }'; }
 # row CELL...: one Markdown table row.
 row() {
@@ -1114,10 +1169,13 @@ if [ -n "${BASELINE:-}" ]; then
 	PROXY_DESC="$PROXY_DESC, baseline $("$WORK/ttlproxy-baseline" version 2>/dev/null | awk 'NR == 1 { print $NF }') (BASELINE=$BASELINE)"
 	[ "${COLUMN:-}" != 1 ] || PROXY_DESC="$PROXY_DESC; COLUMN=1: baseline is this checkout with filler an expiring column of pgbench_accounts"
 fi
+if [ -n "$RLS_TARGETS" ]; then
+	PROXY_DESC="$PROXY_DESC; RLS=1: app and rls are this checkout as the ordinary owner bench_app of their tables, rls with the policies of ttlproxy install --row-security and row_security: required"
+fi
 
 NOTE=
 [ "${SMOKE:-}" != 1 ] || NOTE=". SMOKE run: the figures mean nothing"
-PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer${FLOORS:+ $FLOORS}"
+PROXIES="ttlproxy${BASELINE:+ baseline}${RLS_TARGETS:+ $RLS_TARGETS} pgbouncer${FLOORS:+ $FLOORS}"
 {
 	echo
 	printf 'pgbench scale %s, %s s per run, %s round(s) (medians), %s CPUs (%s), PostgreSQL %s, PgBouncer %s (session), %s%s%s\n' \
@@ -1132,6 +1190,7 @@ PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer${FLOORS:+ $FLOORS}"
 	[ -z "${BASELINE:-}" ] || hdr+=('baseline CPU µs/tx')
 	hdr+=('pgbouncer CPU µs/tx')
 	for f in $FLOORS; do hdr+=("$f tps" "$f CPU µs/tx"); done
+	[ -z "$RLS_TARGETS" ] || hdr+=('app tps' 'rls tps' rls/app rls/direct rls/pgbouncer 'rls CPU µs/tx')
 	hdr+=('direct latency µs' 'ttlproxy added µs' 'pgbouncer added µs')
 	row "${hdr[@]}"
 	sep=('---')
@@ -1161,6 +1220,12 @@ PROXIES="ttlproxy${BASELINE:+ baseline} pgbouncer${FLOORS:+ $FLOORS}"
 		for f in $FLOORS; do
 			cells+=("$(fmt '%.0f' "$(median "$wid" "$f" 4)")" "$(fmt '%.1f' "$(median "$wid" "$f" 8)")")
 		done
+		if [ -n "$RLS_TARGETS" ]; then
+			ra=$(median "$wid" app 4)
+			rr=$(median "$wid" rls 4)
+			cells+=("$(fmt '%.0f' "$ra")" "$(fmt '%.0f' "$rr")" "$(ratio3 "$rr" "$ra")" "$(ratio "$rr" "$d")" "$(ratio "$rr" "$b")"
+				"$(fmt '%.1f' "$(median "$wid" rls 8)")")
+		fi
 		cells+=("$(fmt '%.0f' "$lat_d")" "$(diff_us "$lat_p" "$lat_d")" "$(diff_us "$lat_b" "$lat_d")")
 		row "${cells[@]}"
 	done

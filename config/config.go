@@ -34,6 +34,12 @@ const (
 	DefaultAdminListen = "127.0.0.1:9187"
 )
 
+// Row security levels (row_security).
+const (
+	RowSecurityOff      = "off"
+	RowSecurityRequired = "required"
+)
+
 // Config is a validated configuration. Listen and AdminListen hold their
 // final values; a tuning key the file leaves out is zero, which the package
 // that owns it reads as its default.
@@ -100,6 +106,14 @@ type Config struct {
 	// shutdown signal before their connections are closed; 0:
 	// proxy.DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// RowSecurity is row_security: RowSecurityOff (the default, "": off)
+	// or RowSecurityRequired, under which the proxy serves a TTL table only
+	// while the server holds its live condition as the row-level security
+	// policy of ttlproxy install --row-security
+	// (rewrite.Options.RequireRowSecurity). Required needs DDL events
+	// (DDLEventsLogin), so that a policy dropped outside the proxy is seen
+	// at once.
+	RowSecurity string
 	// PoolMode is pool_mode: PoolModeSession (the default) or
 	// PoolModeTransaction (proxy.Config.PoolMode).
 	PoolMode string
@@ -272,7 +286,7 @@ func Parse(data []byte) (*Config, error) {
 func parseRoot(root *yaml.Node) (*Config, error) {
 	f, err := mapping(root, "",
 		"listen", "listen_reuseport", "upstream", "admin_listen", "admin", "tls", "upstream_tls", "upstream_tcp", "bypass_roles", "trusted_functions", "limits",
-		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "idle_transaction_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "tables", "sweeper",
+		"dial_timeout", "shutdown_timeout", "client_login_timeout", "idle_session_timeout", "idle_transaction_timeout", "catalog_ttl", "gomaxprocs", "ddl_events_dsn", "row_security", "tables", "sweeper",
 		"pool_mode", "auth_type", "auth_file", "auth_query", "auth_dsn",
 		"default_pool_size", "min_pool_size", "reserve_pool_size", "reserve_pool_timeout", "max_db_connections",
 		"server_lifetime", "server_idle_timeout", "server_connect_timeout", "server_login_retry", "query_wait_timeout",
@@ -396,6 +410,19 @@ func parseRoot(root *yaml.Node) (*Config, error) {
 		if cfg.Sweeper, err = parseSweeper(v); err != nil {
 			return nil, err
 		}
+	}
+	if v, ok := f["row_security"]; ok {
+		s, err := v.str()
+		if err != nil {
+			return nil, err
+		}
+		if s != RowSecurityOff && s != RowSecurityRequired {
+			return nil, fmt.Errorf("%s: %q is not one of %s, %s", v.path, s, RowSecurityOff, RowSecurityRequired)
+		}
+		if s == RowSecurityRequired && cfg.DDLEventsLogin() == "" {
+			return nil, fmt.Errorf("%s: %s needs DDL events, so that a policy dropped outside the proxy is seen at once: set ddl_events_dsn (or a sweeper dsn) and run ttlproxy install --ddl-events", v.path, s)
+		}
+		cfg.RowSecurity = s
 	}
 	return cfg, nil
 }

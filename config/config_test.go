@@ -32,6 +32,7 @@ shutdown_timeout: 20s
 catalog_ttl: 5s
 gomaxprocs: 1
 ddl_events_dsn: postgres://ttl_catalog@127.0.0.1:5432/app
+row_security: required
 pool_mode: transaction
 auth_type: md5
 auth_query: SELECT username, password FROM pgbouncer.get_auth($1)
@@ -108,6 +109,7 @@ sweeper:
 		CatalogTTL:             5 * time.Second,
 		GOMAXPROCS:             1,
 		DDLEventsDSN:           "postgres://ttl_catalog@127.0.0.1:5432/app",
+		RowSecurity:            RowSecurityRequired,
 		PoolMode:               PoolModeTransaction,
 		Auth:                   Auth{Type: "md5", Query: "SELECT username, password FROM pgbouncer.get_auth($1)", DSN: "postgres://ttl_auth@127.0.0.1:5432/app"},
 		Pool: Pool{DefaultPoolSize: 10, MinPoolSize: 2, ReservePoolSize: 3, ReservePoolTimeout: 2 * time.Second, MaxDBConnections: 40,
@@ -345,6 +347,8 @@ func TestParseErrors(t *testing.T) {
 		{"gomaxprocs zero", up + "gomaxprocs: 0\n", "gomaxprocs: must be positive, got 0"},
 		{"gomaxprocs not int", up + "gomaxprocs: all\n", `gomaxprocs: expected an integer, got "all"`},
 		{"ddl events dsn empty", up + "ddl_events_dsn: ''\n", "ddl_events_dsn: must not be empty"},
+		{"row security unknown", up + "row_security: on\n", `row_security: "on" is not one of off, required`},
+		{"row security required without DDL events", up + "row_security: required\n", "row_security: required needs DDL events, so that a policy dropped outside the proxy is seen at once: set ddl_events_dsn (or a sweeper dsn) and run ttlproxy install --ddl-events"},
 
 		// tables: shape and names.
 		{"tables not list", up + "tables: {table: t}\n", "tables: expected a list, got a mapping"},

@@ -50,9 +50,29 @@ const (
 	allPolicy  = "ttlproxy_all"
 )
 
-// policyComment marks the live policy; the suffix records what the install
-// changed ("enabled" row security, "forced" it), for uninstall.
+// policyComment marks the live policy; the suffixes record what the install
+// changed ("enabled" row security, "forced" it), for uninstall, and the
+// condition it holds ("condition" and ttl.Rule.PolicyFingerprint), which the
+// proxy checks at row_security required.
 const policyComment = "ttlproxy: created by ttlproxy install --row-security"
+
+// policyConditionTag precedes the fingerprint in the policy's comment
+// (ttl.PolicyCondition reads it).
+const policyConditionTag = ttl.PolicyConditionTag
+
+// withCondition returns comment recording fp instead of any fingerprint it
+// held.
+func withCondition(comment, fp string) string {
+	if i := strings.Index(comment, policyConditionTag); i >= 0 {
+		rest := comment[i+len(policyConditionTag):]
+		if j := strings.Index(rest, ";"); j >= 0 {
+			comment = comment[:i] + rest[j:]
+		} else {
+			comment = comment[:i]
+		}
+	}
+	return comment + policyConditionTag + fp
+}
 
 // ApplyRowSecurity installs (or, with uninstall, removes) the row-level
 // security policies on the tables of rules and their children, in one
@@ -210,6 +230,7 @@ func planRowSecurity(t rlsTable, exempt []string) []string {
 	if t.live {
 		steps = append(steps, "DROP POLICY "+livePolicy+" ON "+t.name)
 	}
+	comment = withCondition(comment, t.rule.PolicyFingerprint())
 	steps = append(steps,
 		"CREATE POLICY "+livePolicy+" ON "+t.name+" AS RESTRICTIVE FOR ALL TO PUBLIC USING ("+using+") WITH CHECK (true)",
 		"COMMENT ON POLICY "+livePolicy+" ON "+t.name+" IS "+ttl.QuoteLiteral(comment))

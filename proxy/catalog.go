@@ -151,7 +151,7 @@ type LeakPaths struct {
 
 // BuildLeakPaths reads the rows (as text) of LeakPathStatements' statements.
 func BuildLeakPaths(views, functions [][]string) LeakPaths {
-	cat := buildCatalogData(slog.New(slog.DiscardHandler), [][][]string{nil, nil, nil, nil, views, functions})
+	cat := buildCatalogData(slog.New(slog.DiscardHandler), [][][]string{nil, nil, nil, nil, views, functions, nil})
 	lp := LeakPaths{Views: cat.Views, Functions: cat.Functions, TriggerTables: map[string]string{}}
 	for _, row := range views {
 		if len(row) == 9 && row[0] != "v" && row[0] != "m" {
@@ -170,7 +170,7 @@ func BuildLeakPaths(views, functions [][]string) LeakPaths {
 const catalogPath = "SET LOCAL search_path = pg_catalog"
 
 // catalogStatements is the number of statements catalogSQL returns.
-const catalogStatements = 7
+const catalogStatements = 8
 
 // viewsStatement is the index of the views statement in catalogSQL.
 const viewsStatement = 4
@@ -207,10 +207,13 @@ func catalogResults(results [][][]string, extended bool) (state [][][]string, ca
 // those relations or views (pg_depend for SQL-standard bodies; otherwise the
 // name in prosrc, which errs toward listing) or call such a function, with
 // the tables whose triggers run them (the functions of package install,
-// schema ttlproxy, are its own); last, the inheritance parents of those
+// schema ttlproxy, are its own); then the inheritance parents of those
 // relations at any depth that are not among them, each with a TTL
 // descendant (rewrite.CatalogData.Ancestors), which the views, schemas and
-// functions statements count as read too. Each statement repeats the relations
+// functions statements count as read too; last, the row-level security of
+// the TTL tables and their children, with the comment of the live policy of
+// ttlproxy install --row-security when they carry it as installed
+// (RESTRICTIVE, FOR ALL, TO PUBLIC). Each statement repeats the relations
 // CTE: the statements of one Query do not share it.
 func catalogSQL(tables string) []string {
 	rels := `WITH RECURSIVE ttl AS (
@@ -333,8 +336,21 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
   JOIN pg_catalog.pg_namespace vn ON vn.oid = v.relnamespace
  WHERE anc.oid NOT IN (SELECT oid FROM rels)
  ORDER BY n.nspname, c.relname, 3`,
+		rels + `SELECT n.nspname, c.relname, c.relrowsecurity, c.relforcerowsecurity,
+       (SELECT COALESCE(pg_catalog.obj_description(p.oid, 'pg_policy'), '')
+          FROM pg_catalog.pg_policy p
+         WHERE p.polrelid = c.oid AND p.polname = '` + rowSecurityPolicy + `' AND NOT p.polpermissive
+           AND p.polcmd = '*' AND p.polroles = '{0}'::pg_catalog.oid[])
+  FROM rels
+  JOIN pg_catalog.pg_class c ON c.oid = rels.oid
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ ORDER BY 1, 2`,
 	}
 }
+
+// rowSecurityPolicy is the name of the live policy of ttlproxy install
+// --row-security (install.ApplyRowSecurity).
+const rowSecurityPolicy = "ttlproxy_live"
 
 // finishStartup runs after the server's first ReadyForQuery, before it is
 // relayed: it learns what the rewriter needs about this session and hands
@@ -403,6 +419,7 @@ func (s *clientConn) loadCatalog(ask catalogAsker) error {
 	if _, r, ok := catalogResults(results, false); cat == nil && qerr == nil && ok {
 		cat, at = buildCatalog(s.log, r), time.Now()
 		rs.catalogs.put(s.database, cat, at, gen)
+		rs.noteRowSecurity(s.log, s.database, cat)
 	}
 	if at.IsZero() {
 		// The catalog query failed: try again when a snapshot would
@@ -520,11 +537,7 @@ func buildCatalog(log *slog.Logger, results [][][]string) *rewrite.Catalog {
 
 // buildCatalogData is buildCatalog before NewCatalog.
 func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogData {
-	columns, keys, schemas, children, views, functions := results[0], results[1], results[2], results[3], results[4], results[5]
-	var ancestors [][]string
-	if len(results) > 6 {
-		ancestors = results[6]
-	}
+	columns, keys, schemas, children, views, functions, ancestors, security := results[0], results[1], results[2], results[3], results[4], results[5], results[6], results[7]
 	cat := rewrite.CatalogData{
 		Tables:  map[string]*rewrite.TableInfo{},
 		Schemas: map[string][]string{},
@@ -557,6 +570,20 @@ func buildCatalogData(log *slog.Logger, results [][][]string) rewrite.CatalogDat
 		}
 		k := len(t.UniqueKeys) - 1
 		t.UniqueKeys[k] = append(t.UniqueKeys[k], row[3])
+	}
+	for _, row := range security {
+		if len(row) != 5 {
+			continue
+		}
+		// No policy as installed reads as "" (decodeDataRow's NULL);
+		// the install always comments its policy.
+		t := table(row[0], row[1])
+		t.RowSecurity = rewrite.RowSecurity{
+			Enabled:   row[2] == "t",
+			Forced:    row[3] == "t",
+			Policy:    strings.HasPrefix(row[4], "ttlproxy:"),
+			Condition: ttl.PolicyCondition(row[4]),
+		}
 	}
 	for _, row := range schemas {
 		if len(row) != 2 {

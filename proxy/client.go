@@ -118,6 +118,8 @@ func newClientConn(srv *Server, conn net.Conn) *clientConn {
 		started: time.Now(),
 	}
 	s.rs.Store(rs)
+	s.st.guard = &s.link.guard
+	s.st.guard.Store(&detailGuard{rw: rs.rw})
 	return s
 }
 

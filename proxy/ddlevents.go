@@ -482,7 +482,9 @@ func (d *dbEvents) read(ctx context.Context, conn **pgx.Conn, rs *ruleSet) (*rew
 	if len(sets) != catalogStatements {
 		return nil, fmt.Errorf("catalog query: %d result sets, want %d", len(sets), catalogStatements)
 	}
-	return buildCatalog(d.ev.srv.log, sets), nil
+	cat := buildCatalog(d.ev.srv.log, sets)
+	rs.noteRowSecurity(d.ev.srv.log, d.name, cat)
+	return cat, nil
 }
 
 // heartbeat checks that the event triggers are still installed and enabled

@@ -83,6 +83,10 @@ type link struct {
 	// statement text under (lexregime.go).
 	lex lexRegime
 
+	// guard tells the server pump which tables' constraint errors lose
+	// their DETAIL (redact.go); the client pump publishes it.
+	guard atomic.Pointer[detailGuard]
+
 	// pooled is the transaction-mode part (pooled.go), set once at startup;
 	// nil in session mode. Read by the sweep and shutdown too, hence atomic.
 	pooled atomic.Pointer[pooledLink]

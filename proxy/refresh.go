@@ -140,6 +140,7 @@ func (s *clientConn) reloadCatalog() error {
 	}
 	cat, at := buildCatalog(s.log, r), time.Now()
 	s.rs.Load().catalogs.put(s.database, cat, at, gen)
+	s.rs.Load().noteRowSecurity(s.log, s.database, cat)
 	s.st.setCatalog(cat, at)
 	s.st.catalogGen = gen
 	row, ok := stateResult(state, s.rs.Load().queries.names)

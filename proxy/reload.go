@@ -34,6 +34,8 @@ type ruleSet struct {
 	nonASCII bool
 	// catalogs caches catalog snapshots per database, for this set's rules.
 	catalogs *catalogCache
+	// rsReport is what noteRowSecurity last logged.
+	rsReport rowSecurityReport
 
 	maxMessageBytes      int
 	maxClientConnections int

@@ -113,6 +113,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 	defer s.events.start(ctx)()
+	s.warnCatalogWindow(ctx)
+	if s.set.Load().rw.RequiresRowSecurity() {
+		s.watchEventsDatabase()
+	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	go s.sweepSessions(sweepCtx)

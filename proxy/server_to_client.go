@@ -211,6 +211,17 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			out = l.substituteRejection(buf, out[:0])
+			if len(out) > 0 && out[0] == 'E' {
+				// Not the marker's answer: the server's own error.
+				out = redactConstraintDetail(l.guard.Load(), out, nil)
+			}
+			_, err = w.Write(out)
+		case typ == 'E' && started:
+			// Rare: decoded for the constraint DETAIL only (redact.go).
+			if buf, err = readMessage(r, buf, total); err != nil {
+				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
+			}
+			out = redactConstraintDetail(l.guard.Load(), buf, out[:0])
 			_, err = w.Write(out)
 		case typ == 'K' && !started:
 			if buf, err = readMessage(r, buf, total); err != nil {

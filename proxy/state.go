@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -148,6 +149,10 @@ type sessionState struct {
 	log    *slog.Logger
 	rw     *rewrite.Rewriter
 	bypass map[string]bool
+	// guard is the link's (redact.go), published set on it: the rewriter
+	// and catalog the server pump reads to strip constraint DETAILs.
+	guard     *atomic.Pointer[detailGuard]
+	published *detailGuard
 	// track is set at startup when statements are rewritten at all.
 	track bool
 	// cur is the rewriter's input; gen counts the changes of its
@@ -249,6 +254,10 @@ func (st *sessionState) apply(row *stateRow) bool {
 		}
 	}
 	next := rewrite.NewState(ns)
+	if g := (detailGuard{rw: st.rw, cat: st.base, bypass: ns.Bypass}); st.guard != nil && (st.published == nil || *st.published != g) {
+		st.published = &g
+		st.guard.Store(st.published)
+	}
 	changed := next.Fingerprint() != st.cur.Fingerprint()
 	if changed {
 		st.gen++

@@ -29,6 +29,12 @@ type Status struct {
 	// of the cancel requests forwarded to them (peerstatus.go); empty in
 	// session mode.
 	Peers []PeerStatus `json:"peers"`
+	// CatalogRefresh is how sessions learn of DDL made outside the proxy:
+	// "ddl_events", or "catalog_ttl" (only as their catalog ages, without
+	// DDL events).
+	CatalogRefresh string `json:"catalog_refresh"`
+	// RowSecurity is the row_security level and the tables it refuses.
+	RowSecurity RowSecurityStatus `json:"row_security"`
 }
 
 // TableStatus is one TTL table's rule.
@@ -110,6 +116,8 @@ func (s *Server) Status() Status {
 		st.Sessions = append(st.Sessions, ss)
 	}
 	slices.SortFunc(st.Sessions, func(a, b SessionStatus) int { return a.Since.Compare(b.Since) })
+	st.CatalogRefresh = s.catalogRefresh()
+	st.RowSecurity = rs.rowSecurityStatus()
 	st.DDLEvents = s.events.status()
 	slices.SortFunc(st.DDLEvents, func(a, b DDLEventsStatus) int { return strings.Compare(a.Database, b.Database) })
 	return st

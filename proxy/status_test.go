@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
 // TestStatus reports the rules in force and each session's state and
@@ -35,5 +36,32 @@ func TestStatus(t *testing.T) {
 	}
 	if b.State != "idle in transaction" {
 		t.Errorf("session in a transaction block %+v", b)
+	}
+}
+
+// TestStatusRowSecurity: /status says how sessions follow DDL made outside
+// the proxy, and, at row_security required, which TTL tables the catalog
+// a session read shows without the live policy.
+func TestStatusRowSecurity(t *testing.T) {
+	parallel(t) // owns its database and proxy
+	db := pgtest.NewDatabase(t)
+	rw, err := rewrite.New(testRules, rewrite.Options{RequireRowSecurity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, Config{Rewriter: rw})
+	c := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
+	mustExec(t, c, "SELECT 1")
+	st := p.srv.Status()
+	if st.CatalogRefresh != "catalog_ttl" || st.RowSecurity.Level != "required" {
+		t.Errorf("catalog_refresh %q, row_security %+v", st.CatalogRefresh, st.RowSecurity)
+	}
+	// No table of testRules exists in the database, so none is protected.
+	if len(st.RowSecurity.Unprotected) == 0 || st.RowSecurity.Unprotected[0].Database != db {
+		t.Errorf("unprotected %+v, want the tables of %s", st.RowSecurity.Unprotected, db)
+	}
+	off := startProxy(t, Config{})
+	if st := off.srv.Status(); st.RowSecurity.Level != "off" || len(st.RowSecurity.Unprotected) != 0 {
+		t.Errorf("row_security off: %+v", st.RowSecurity)
 	}
 }

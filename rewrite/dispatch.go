@@ -48,6 +48,10 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 				return
 			}
 		}
+		if isStatsView(rv, nil) && !w.expanded[rv] {
+			w.fail(errCannotFilterStats(rv.Relname, top))
+			return
+		}
 		if w.handled[rv] {
 			return
 		}

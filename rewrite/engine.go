@@ -34,6 +34,13 @@ type Options struct {
 	// CacheSize is the number of rewrites kept; 0 means DefaultCacheSize, negative
 	// disables the cache.
 	CacheSize int
+	// RequireRowSecurity (row_security: required) refuses every statement
+	// on a TTL table with a row rule, or on one of its children, that the
+	// session's catalog does not show protected by the live policy of
+	// ttlproxy install --row-security (RowSecurity.Protects), and every
+	// one when the catalog is unknown. Sessions of bypass roles are not
+	// filtered and not refused.
+	RequireRowSecurity bool
 }
 
 // Defaults of Options left zero.
@@ -192,7 +199,7 @@ func (rw *Rewriter) Rewrite(sql string, st *State) (Result, error) {
 		st = defaultState
 	}
 	s := &st.s
-	if (s.Bypass && !rw.mayLeaveBypass(sql, s)) || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s) && !mentionsServerReader(sql)) {
+	if (s.Bypass && !rw.mayLeaveBypass(sql, s)) || len(rw.rules) == 0 || (rw.quick.find(sql) < 0 && !rw.mentionsCatalogName(sql, s) && !mentionsServerReader(sql) && !mentionsStatsView(sql)) {
 		if len(rw.rules) == 0 || !mentionsTTLSetting(sql) {
 			return Result{SQL: sql}, nil
 		}

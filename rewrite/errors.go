@@ -257,3 +257,33 @@ func errUnqualifiedColumn(r *ttl.Rule, column string) *Error {
 		Hint:   "Qualify the column with its table's name or alias.",
 	}
 }
+
+// errRowSecurityMissing: row_security is required and the TTL table (or
+// child) named lacks the live policy (55000, object not in prerequisite
+// state).
+func errRowSecurityMissing(table, why string) *Error {
+	return &Error{
+		Code:    sqlstate.ObjectNotInPrerequisiteState,
+		Message: fmt.Sprintf("ttlproxy: TTL table %s is not served: row_security is required and %s", table, why),
+		Hint:    "Run ttlproxy install --row-security (ttlproxy check lists the tables it lacks), or set row_security: off.",
+	}
+}
+
+// errStatsUnknownCatalog: a read of a statistics view when the session's
+// catalog, which names the TTL tables' children, is unknown (0A000).
+func errStatsUnknownCatalog(view string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: "ttlproxy: cannot filter " + view + ": the proxy does not know the TTL tables' children yet",
+		Hint:    "Try again: the proxy reads the catalog again shortly.",
+	}
+}
+
+// errCannotFilterStats: a statistics view in a position the walk does not
+// filter (0A000).
+func errCannotFilterStats(view, construct string) *Error {
+	return &Error{
+		Code:    sqlstate.FeatureNotSupported,
+		Message: fmt.Sprintf("ttlproxy: cannot filter %s in %s: it lists values of TTL tables", view, construct),
+	}
+}

@@ -214,7 +214,7 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, tableForm bool) {
 // USING columns and outer-join semantics.
 func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 	w.mark(rv)
-	if w.expandView(rv, sc, tableForm) {
+	if w.expandView(rv, sc, tableForm) || w.statsView(rv, sc, tableForm) {
 		return
 	}
 	rule := w.rowRuleFor(rv, sc)

@@ -25,13 +25,13 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 		return nil
 	}
 	if r, ok := w.leakyView(rv, sc); ok {
-		return r
+		return w.guarded(r)
 	}
 	if w.ancestorRead(rv, sc) {
 		return nil
 	}
 	if rv.Schemaname != "" {
-		return w.ruleAt(rv.Schemaname, rv.Relname)
+		return w.guarded(w.ruleAt(rv.Schemaname, rv.Relname))
 	}
 	cat := w.s.Catalog
 	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.d.Children) == 0)) {
@@ -41,7 +41,7 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 		w.pin(rv)
 	}
 	if sch, ok := w.resolve(rv.Relname); ok {
-		return w.ruleAt(sch, rv.Relname)
+		return w.guarded(w.ruleAt(sch, rv.Relname))
 	}
 	return nil
 }

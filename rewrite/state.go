@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // The rewriter's input besides the rules and the text: what one client
@@ -228,6 +230,38 @@ type TableInfo struct {
 	Columns []Column
 	// UniqueKeys lists the column sets of unique indexes and constraints.
 	UniqueKeys [][]string
+	// RowSecurity is the table's row-level security as the catalog has it.
+	RowSecurity RowSecurity
+}
+
+// RowSecurity is what the catalog says of one table's row-level security,
+// as ttlproxy install --row-security leaves it.
+type RowSecurity struct {
+	// Enabled and Forced are pg_class.relrowsecurity and
+	// relforcerowsecurity.
+	Enabled, Forced bool
+	// Policy: the table carries the live policy (ttlproxy_live,
+	// RESTRICTIVE, FOR ALL, TO PUBLIC). Condition is the fingerprint its
+	// comment records (ttl.Rule.PolicyFingerprint; "" when none).
+	Policy    bool
+	Condition string
+}
+
+// Protects reports whether rs holds the live condition of r's row rule in
+// the server: row security enabled and forced, with the live policy of the
+// rule as it is now; "" when it does, else what is missing.
+func (rs RowSecurity) Protects(r *ttl.Rule) string {
+	switch {
+	case !rs.Enabled:
+		return "row security is not enabled"
+	case !rs.Forced:
+		return "row security is not forced"
+	case !rs.Policy:
+		return "the live policy is missing"
+	case rs.Condition != r.PolicyFingerprint():
+		return "the live policy holds another condition than the rule's"
+	}
+	return ""
 }
 
 // Column is one table column.
@@ -337,7 +371,7 @@ func (d CatalogData) clone() CatalogData {
 				out.Tables[k] = nil
 				continue
 			}
-			u := &TableInfo{Columns: slices.Clone(t.Columns)}
+			u := &TableInfo{Columns: slices.Clone(t.Columns), RowSecurity: t.RowSecurity}
 			for _, key := range t.UniqueKeys {
 				u.UniqueKeys = append(u.UniqueKeys, slices.Clone(key))
 			}
@@ -374,6 +408,14 @@ func (c *Catalog) appendFacts(b []byte) []byte {
 				b = appendString(b, col)
 			}
 		}
+		rs := t.RowSecurity
+		flags := byte(0)
+		for i, f := range []bool{rs.Enabled, rs.Forced, rs.Policy} {
+			if f {
+				flags |= 1 << i
+			}
+		}
+		b = appendString(append(b, flags), rs.Condition)
 	}
 	b = append(b, 0xff)
 	for _, k := range slices.Sorted(maps.Keys(c.d.Schemas)) {

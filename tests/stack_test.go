@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ttlproxy/ttlproxy/install"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/proxy"
 	"github.com/ttlproxy/ttlproxy/rewrite"
@@ -47,6 +48,12 @@ type stackOptions struct {
 	// clients with auth (serverAuthFile's auth_file when auth is zero).
 	pool *proxy.PoolSettings
 	auth proxy.AuthConfig
+	// requireRowSecurity runs the proxy at row_security required; ddlEvents
+	// gives it DDL events (the event triggers installed, the superuser's
+	// login); beforeStart runs on a direct connection after setup, before
+	// the proxy starts.
+	requireRowSecurity, ddlEvents bool
+	beforeStart                   func(conn *pgx.Conn)
 }
 
 func newStack(t *testing.T, o stackOptions) *stack {
@@ -64,8 +71,20 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		}
 		conn.Close(ctx)
 	}
+	if o.beforeStart != nil || o.ddlEvents {
+		conn := s.connect(s.direct)
+		if o.ddlEvents {
+			if _, err := install.ApplyDDLEvents(ctx, conn, false); err != nil {
+				t.Fatalf("installing DDL events: %v", err)
+			}
+		}
+		if o.beforeStart != nil {
+			o.beforeStart(conn)
+		}
+		conn.Close(ctx)
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	rw, err := rewrite.New(o.rules, rewrite.Options{BypassRoles: o.bypassRoles})
+	rw, err := rewrite.New(o.rules, rewrite.Options{BypassRoles: o.bypassRoles, RequireRowSecurity: o.requireRowSecurity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,6 +94,9 @@ func newStack(t *testing.T, o stackOptions) *stack {
 		BypassRoles: o.bypassRoles,
 		Logger:      logger,
 		Registerer:  s.reg,
+	}
+	if o.ddlEvents {
+		cfg.DDLEventsDSN = s.direct
 	}
 	switch {
 	case o.pool != nil:

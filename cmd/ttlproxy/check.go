@@ -176,6 +176,9 @@ func checkTables(ctx context.Context, conn *pgx.Conn, cfg *config.Config, sweepe
 			}
 		}
 		checkPaths(r, paths, views, cfg.TrustedFunctions, add)
+		if err := checkRowSecurity(ctx, conn, r, cfg.RowSecurity == config.RowSecurityRequired, add); err != nil {
+			return nil, err
+		}
 		out = append(out, rep)
 	}
 	return out, nil

@@ -152,10 +152,11 @@ func peers(ps []config.Peer) []proxy.Peer {
 // newRewriter builds the rewriter for cfg's tables and limits.
 func newRewriter(cfg *config.Config) (*rewrite.Rewriter, error) {
 	return rewrite.New(cfg.Tables, rewrite.Options{
-		MaxStatementBytes: cfg.Limits.MaxStatementBytes,
-		MaxNestingDepth:   cfg.Limits.MaxNestingDepth,
-		TrustedFunctions:  cfg.TrustedFunctions,
-		BypassRoles:       cfg.BypassRoles,
+		MaxStatementBytes:  cfg.Limits.MaxStatementBytes,
+		MaxNestingDepth:    cfg.Limits.MaxNestingDepth,
+		TrustedFunctions:   cfg.TrustedFunctions,
+		BypassRoles:        cfg.BypassRoles,
+		RequireRowSecurity: cfg.RowSecurity == config.RowSecurityRequired,
 	})
 }
 

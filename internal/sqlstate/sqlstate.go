@@ -56,10 +56,12 @@ const (
 	StatementTooComplex  = pgerrcode.StatementTooComplex
 )
 
-// Class 55: object not in prerequisite state.
+// Class 55: object not in prerequisite state. ObjectNotInPrerequisiteState:
+// a TTL table lacks the row-level security row_security required asks for.
 const (
-	ObjectInUse      = pgerrcode.ObjectInUse
-	LockNotAvailable = pgerrcode.LockNotAvailable
+	ObjectNotInPrerequisiteState = pgerrcode.ObjectNotInPrerequisiteState
+	ObjectInUse                  = pgerrcode.ObjectInUse
+	LockNotAvailable             = pgerrcode.LockNotAvailable
 )
 
 // Class 25: invalid transaction state.
