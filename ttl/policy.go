@@ -19,7 +19,7 @@ func (r *Rule) PolicyFingerprint() string {
 	if !r.HasRowRule() {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(r.LiveCondition(`"t"`, "now()")))
+	sum := sha256.Sum256([]byte(r.LiveCondition(`"t"`, Now)))
 	return hex.EncodeToString(sum[:8])
 }
 
