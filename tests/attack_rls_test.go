@@ -94,8 +94,8 @@ func rlsStack(t *testing.T, policies, required bool, before func(*pgx.Conn)) *st
 		}})
 }
 
-// attacker is a connection of the attacking login, with its NOTICEs.
-type attacker struct {
+// attackConn is a connection of the attacking login, with its NOTICEs.
+type attackConn struct {
 	conn    *pgx.Conn
 	mu      sync.Mutex
 	notices []string
@@ -103,7 +103,7 @@ type attacker struct {
 
 // connectAttacker connects the attacking login to connString (the proxy's
 // or the server's).
-func connectAttacker(t *testing.T, connString string) *attacker {
+func connectAttacker(t *testing.T, connString string) *attackConn {
 	t.Helper()
 	u, err := url.Parse(connString)
 	if err != nil {
@@ -114,7 +114,7 @@ func connectAttacker(t *testing.T, connString string) *attacker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &attacker{}
+	a := &attackConn{}
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 		a.mu.Lock()
 		a.notices = append(a.notices, n.Message+" "+n.Detail+" "+n.Hint+" "+n.Where)
@@ -132,7 +132,7 @@ func connectAttacker(t *testing.T, connString string) *attacker {
 // run sends the statements in order (simple protocol, one Query each) and
 // returns everything the client saw: rows, NOTICEs, and each error with
 // its DETAIL, HINT and context. The first error ends the run.
-func (a *attacker) run(stmts ...string) (seen string, firstErr error) {
+func (a *attackConn) run(stmts ...string) (seen string, firstErr error) {
 	var b strings.Builder
 	ctx := context.Background()
 	for _, q := range stmts {
