@@ -439,6 +439,7 @@ func (s *clientConn) acquireFailed(err error) error {
 	default:
 		pe = loginError(err)
 	}
+	s.srv.metrics.poolNoServer.WithLabelValues(pe.code).Inc()
 	s.logger().Info("closing client: no server connection", "sqlstate", pe.code, "err", pe.msg)
 	b := errorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
@@ -806,12 +807,12 @@ func (ps *poolSet) get(key poolKey, startup map[string]string) *pool {
 		sc, w, err := srv.loginServer(ctx, lg)
 		if errors.Is(err, errServerLogin) {
 			srv.metrics.upstreamErrors.Inc()
-			srv.log.Error("connecting to upstream", "database", key.database, "user", key.user, "err", err)
 		}
 		return sc, w, err
 	}
 	p := newPool(key, startup, ps.cfg, login, db)
 	p.serve = ps.srv.startServer
+	p.obs = &loginLog{srv: srv}
 	if ps.closed {
 		p.close()
 	}
@@ -858,4 +859,36 @@ func (ps *poolSet) close() {
 	for _, p := range ps.pools() {
 		p.close()
 	}
+}
+
+// loginLog is a pool's loginObserver: metrics, and a log line at most once
+// a second per pool while its logins fail, and one when they succeed again.
+type loginLog struct {
+	srv *Server
+	// logged is when a failure was last logged (monoNow; 0: never).
+	logged atomic.Int64
+}
+
+func (o *loginLog) loginFailed(key poolKey, err error, pe *protocolError, permanent bool, fails int, retry time.Duration, waiting int) {
+	o.srv.metrics.poolLoginFailures.WithLabelValues(pe.code).Inc()
+	now := monoNow()
+	last := o.logged.Load()
+	if last != 0 && now-last < int64(time.Second) || !o.logged.CompareAndSwap(last, now) {
+		return
+	}
+	clients := "wait"
+	if permanent {
+		clients = "answered with the error"
+	}
+	o.srv.log.Warn("server login failed", "database", key.database, "user", key.user, "sqlstate", pe.code,
+		"err", err, "failed_in_a_row", fails, "retry_in", retry, "waiting_clients", waiting, "clients", clients)
+}
+
+func (o *loginLog) loginRetried(poolKey) { o.srv.metrics.poolLoginRetries.Inc() }
+
+func (o *loginLog) loginRecovered(key poolKey, outage time.Duration, fails int) {
+	o.srv.metrics.poolRecovery.Observe(outage.Seconds())
+	o.logged.Store(0)
+	o.srv.log.Info("server logins succeed again", "database", key.database, "user", key.user,
+		"after", outage.Round(time.Millisecond), "failed_logins", fails)
 }
