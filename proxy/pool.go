@@ -102,6 +102,10 @@ type pooledServer struct {
 	// none), as of that client's statement generation prepGen
 	// (pooledLink.prepGen); written by the client that holds it.
 	prepOwner, prepGen uint64
+	// mayHoldState: a client ran statements on it since its last complete
+	// reset (completeResetQuery), which the next other client gets first;
+	// written by the client that holds it.
+	mayHoldState bool
 }
 
 // waiter is one client waiting in a pool's queue.

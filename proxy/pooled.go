@@ -324,7 +324,13 @@ func (s *clientConn) relink(owed int64) error {
 			l.busySince.Store(monoNow())
 			l.expected++
 		}
-		return s.restoreSettings(ps)
+		err = s.restoreSettings(ps)
+		if owed > 0 {
+			// The client's unit runs on it: statements the proxy cannot
+			// see into (issue 29, class 7).
+			ps.mayHoldState = true
+		}
+		return err
 	}
 }
 
@@ -332,10 +338,14 @@ func (s *clientConn) relink(owed int64) error {
 // another client used it last, or its settings differ from the client's,
 // it is reset to its login's (RESET ROLE; RESET ALL), written ahead of the
 // client's first message, and the client's own settings, if any, are
-// applied in one round trip before the client's statement. A failure (a
-// role the client may no longer take, say) ends the session with the
-// server's SQLSTATE: the statement never runs under other settings. The
-// client's named statements follow (restoreStatements).
+// applied in one round trip before the client's statement. A server on
+// which another client ran statements (mayHoldState) gets the complete
+// reset (completeResetQuery) instead: whatever the statements were, a
+// function, trigger, view or default they reached may have left state the
+// proxy did not see. A failure (a role the client may no longer take, say)
+// ends the session with the server's SQLSTATE: the statement never runs
+// under other settings or state. The client's named statements follow
+// (restoreStatements).
 func (s *clientConn) restoreSettings(ps *pooledServer) error {
 	l, pl := s.link, s.link.pooled.Load()
 	if rb := pl.readback.Swap(nil); rb != nil {
@@ -345,22 +355,31 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 	if pl.settings != nil {
 		want = pl.settings.fp
 	}
-	if ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
+	complete := ps.mayHoldState && ps.lastClient != s.id
+	if !complete && ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
 		return s.restoreStatements(ps)
 	}
 	pl.unnamedOK = false // the reset's Query drops it
+	if complete {
+		ps.mayHoldState = false
+		ps.prepOwner = 0 // DEALLOCATE ALL: the client's are prepared again
+	}
 	if want == 0 {
 		// Only the reset, which cannot fail for want of a privilege: sent
 		// ahead of the client's first message, flushed with it, its answer
 		// dropped by the server pump. No round trip of its own.
+		reset := resetQuery
+		if complete {
+			reset = completeResetQuery
+		}
 		l.answers.swallow.Add(1)
-		if _, err := l.sw.Write(resetQuery); err != nil {
+		if _, err := l.sw.Write(reset); err != nil {
 			return &writeError{err}
 		}
 		ps.settingsFP = 0
 		return s.restoreStatements(ps)
 	}
-	msgs, n := applyMessages(pl.settings)
+	msgs, n := applyMessages(pl.settings, complete)
 	res, err := l.ask(msgs, n, s.quit)
 	if err != nil {
 		return err
