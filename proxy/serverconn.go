@@ -5,11 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 )
 
 // serverConn is one connection to the upstream server: the socket, the
@@ -145,27 +141,12 @@ func (sc *serverConn) checkEnd() {
 // it shuts down or its backend is terminated), so any of them means the
 // server is gone or going, though its pump may not have seen it yet (a
 // driven pump waits for the sweep's checkEnd when the end came with the
-// last data). One recv(MSG_PEEK|MSG_DONTWAIT): no round trip. False when
-// the socket cannot be peeked (not a TCP or Unix socket).
+// last data). One recv(MSG_PEEK|MSG_DONTWAIT), no round trip, no
+// allocation. False when the socket is not a rawConn's (a net.Pipe in
+// tests).
 func (sc *serverConn) peekEnded() bool {
-	var rc syscall.RawConn
-	if r := rawConnOf(sc.conn()); r != nil {
-		rc = r.rc
-	} else if c, ok := sc.conn().(syscallConn); ok {
-		var err error
-		if rc, err = c.SyscallConn(); err != nil {
-			return false
-		}
-	} else {
-		return false
+	if rc := rawConnOf(sc.conn()); rc != nil {
+		return rc.peekEnded()
 	}
-	ended := false
-	_ = rc.Control(func(fd uintptr) {
-		var b [1]byte
-		//nolint:gosec // G103: recvfrom(2) takes the buffer's address; b outlives the call.
-		_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
-			unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
-		ended = errno != unix.EAGAIN && errno != unix.EINTR
-	})
-	return ended
+	return false
 }
