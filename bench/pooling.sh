@@ -67,8 +67,10 @@
 # transaction is utime+stime of its process (/proc/PID/stat) over the run
 # divided by pgbench's transactions (one clock tick resolution). The
 # server's side: pg_stat_statements (reset before each run) counts the
-# statements run in database bench, and the proxy's RESET ROLE; RESET ALL,
-# per pgbench transaction. A run that
+# statements run in database bench, and the proxy's resets before a server
+# serves another client (counted by their RESET ROLE: each statement of
+# the complete reset, DISCARD ALL's parts, counts in the statements), per
+# pgbench transaction. A run that
 # fails (non-zero exit, failed transactions, aborted clients, no
 # transactions) prints its log and the tail of the target's log, its cell
 # shows FAILED, the row is not run against that target again, and the
@@ -391,7 +393,7 @@ run() {
 		return
 	fi
 	# What the server ran for the run, per pgbench transaction: every
-	# statement in database bench, and the proxy's RESET ROLE; RESET ALL.
+	# statement in database bench, and the proxy's resets (their RESET ROLE).
 	local stmts resets
 	read -r stmts resets < <(psql_q -d postgres -A -t -F ' ' -c "SELECT coalesce(sum(calls), 0),
 		coalesce(sum(calls) FILTER (WHERE query ~* '^RESET ROLE'), 0)
@@ -518,7 +520,7 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 			"$(fmt %.0f "$(med many "$t" 5)")" "$(fmt %.0f "$(med many "$t" 13)")" "$([ "$t" = txn-scram ] && fmt %.3f "$(med many "$t" 16)" || echo –)"
 	done
 	echo
-	echo "Statements the server ran per pgbench transaction (pg_stat_statements, database bench; RESET: the proxy's RESET ROLE; RESET ALL before a server serves another client, counted twice in statements):"
+	echo "Statements the server ran per pgbench transaction (pg_stat_statements, database bench; RESET: the proxy's reset before a server serves another client, each of its statements counted in statements):"
 	echo
 	row row 'direct' 'session' 'transaction' 'pgbouncer' 'transaction: RESET per tx'
 	echo '|---|--:|--:|--:|--:|--:|'

@@ -7,6 +7,7 @@
 #
 #   bench/soak.sh                                 # an hour
 #   SMOKE=1 bench/soak.sh                         # two minutes, every event at least twice (CI)
+#   SMOKE=1 POOL_MODE=transaction bench/soak.sh   # the same through a transaction pool (CI)
 #   DURATION=1200 RESTART_EVERY=300 bench/soak.sh
 #
 # Traffic, each client looping until the end (a client that fails, as every
@@ -91,6 +92,11 @@
 #   RESTART_EVERY  seconds between server restarts (default 600)
 #   RESTART_GRACE  seconds after a restart in which client errors are expected (default 10)
 #   WARMUP         seconds before the samples the slopes are fitted to (default 300)
+#   POOL_MODE      session (default) or transaction: the proxy's pool_mode; in
+#                  transaction mode clients log in to the proxy (auth_type
+#                  trust, an auth_file naming postgres), on default_pool_size
+#                  POOL (default 20) server connections, and a restart must
+#                  cost them no more than it does in session mode
 #   SCALE          pgbench scale (default 2)
 #   BACKLOG        expired rows in events at the start (default 200000)
 #   RATE_BENCH, RATE_TTL, RATE_CONNECT   pgbench -R of each client group (default 100, 40, 10)
@@ -109,6 +115,8 @@ RESTART_EVERY=${RESTART_EVERY:-600}
 RESTART_GRACE=${RESTART_GRACE:-10}
 WARMUP=${WARMUP:-300}
 SCALE=${SCALE:-2}
+POOL_MODE=${POOL_MODE:-session}
+POOL=${POOL:-20}
 BACKLOG=${BACKLOG:-200000}
 RATE_BENCH=${RATE_BENCH:-100}
 RATE_TTL=${RATE_TTL:-40}
@@ -123,13 +131,14 @@ PROG=soak.sh
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-for v in DURATION INTERVAL RELOAD_EVERY RESTART_EVERY RESTART_GRACE SCALE RATE_BENCH RATE_TTL RATE_CONNECT COPY_EVERY COPY_ROWS; do
+for v in DURATION INTERVAL RELOAD_EVERY RESTART_EVERY RESTART_GRACE SCALE POOL RATE_BENCH RATE_TTL RATE_CONNECT COPY_EVERY COPY_ROWS; do
 	case ${!v} in '' | *[!0-9]* | 0*) die "$v must be a positive integer, got '${!v}'" ;; esac
 done
 [ "$RATE_CONNECT" -ge 2 ] || die "RATE_CONNECT must be at least 2 (two clients), got $RATE_CONNECT"
 for v in WARMUP BACKLOG RSS_GROWTH_MIB GOROUTINE_GROWTH FD_GROWTH; do
 	case ${!v} in '' | *[!0-9]*) die "$v must be a whole number, got '${!v}'" ;; esac
 done
+case $POOL_MODE in session | transaction) ;; *) die "POOL_MODE must be session or transaction, got '$POOL_MODE'" ;; esac
 [ "$WARMUP" -lt "$DURATION" ] || die "WARMUP ($WARMUP) must be shorter than DURATION ($DURATION)"
 command -v pgbench >/dev/null || die "pgbench not found (install postgresql-client or postgresql-contrib)"
 
@@ -190,7 +199,12 @@ tables:
     default_ttl: 1d
 sweeper: {dsn: '$DSN', interval: 10s, batch_size: $2, batch_pause: 20ms}
 EOF
+	if [ "$POOL_MODE" = transaction ]; then
+		printf 'pool_mode: transaction\nauth_type: trust\nauth_file: %s\ndefault_pool_size: %s\n' \
+			"$WORK/userlist.txt" "$POOL"
+	fi
 }
+printf '"postgres" ""\n' >"$WORK/userlist.txt"
 # start_proxy: starts ttlproxy on PROXY_PORT and ADMIN_PORT; false when it
 # exits first (a port taken since free_port looked: the machine is shared).
 start_proxy() {

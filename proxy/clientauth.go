@@ -52,6 +52,7 @@ const maxAuthMessage = 65535
 const (
 	codeInvalidPassword      = sqlstate.InvalidPassword
 	codeInvalidAuthorization = sqlstate.InvalidAuthorizationSpecification
+	codeInvalidCatalogName   = sqlstate.InvalidCatalogName
 )
 
 // authConfig is the client authentication the proxy runs: the auth_type,

@@ -91,7 +91,7 @@ func TestCancelRequest(t *testing.T) {
 }
 
 func TestUpstreamUnreachable(t *testing.T) {
-	sessionModeOnly(t, "counts a dial per client; a pool does not dial again within server_login_retry (TestPoolLoginFailure)")
+	sessionModeOnly(t, "counts a dial per client and wants 08001 at once; a pool keeps its clients waiting while it retries a refused login (TestPoolLoginTransient)")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,11 @@ type metrics struct {
 	poolPinRefusals prometheus.Counter
 	poolReadbacks   prometheus.Counter
 	poolApplies     *prometheus.CounterVec
+	// Server restarts as a pool sees them (pool.go's loginObserver).
+	poolLoginFailures *prometheus.CounterVec
+	poolLoginRetries  prometheus.Counter
+	poolRecovery      prometheus.Histogram
+	poolNoServer      *prometheus.CounterVec
 }
 
 const (
@@ -183,6 +188,28 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 			Name: "pool_settings_applies_total",
 			Help: "Clients' settings applied on a server whose settings differed, by result (ok, failed: the client's session was ended), transaction mode.",
 		}, []string{"result"}),
+		poolLoginFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_login_failures_total",
+			Help: "Server logins of the pools that failed, by SQLSTATE (the server's, such as 57P03 while it starts or stops; 08001 when it could not be reached), transaction mode.",
+		}, []string{"sqlstate"}),
+		poolLoginRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_login_retries_total",
+			Help: "Server logins started again after a failed one (100 ms after it, doubling while they fail, up to server_login_retry), transaction mode.",
+		}),
+		poolRecovery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_login_recovery_seconds",
+			Help: "How long a pool's server logins failed: from the first failed login to the next one that succeeded, transaction mode.",
+			// 50 ms to about 7 minutes.
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+		}),
+		poolNoServer: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: subsystem,
+			Name: "pool_no_server_total",
+			Help: "Clients closed for want of a server connection, by the SQLSTATE they were answered with (a failed server login's; 53300 at query_wait_timeout), transaction mode.",
+		}, []string{"sqlstate"}),
 		sessionRefreshes: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: subsystem,
 			Name: "session_refreshes_total",
@@ -203,6 +230,7 @@ func newMetrics(reg prometheus.Registerer, rw func() *rewrite.Rewriter) (*metric
 		m.rewriteCacheHits, m.upstreamErrors, m.cancelRequests, m.cancelResults, m.sessionRefreshes, m.refused, m.acceptErrors, timeouts, m.rejections,
 		m.ddlFlowing, m.ddlEvents, m.ddlReads, m.ddlClosed, m.ttlMissing,
 		m.poolWait, m.poolPins, m.poolPinned, m.poolPinRefusals, m.poolReadbacks, m.poolApplies,
+		m.poolLoginFailures, m.poolLoginRetries, m.poolRecovery, m.poolNoServer,
 	}
 	if rw != nil {
 		stats := func() rewrite.Stats {

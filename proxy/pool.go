@@ -67,9 +67,11 @@ type poolConfig struct {
 	// (server_lifetime); idleTimeout closes one idle for longer
 	// (server_idle_timeout), never below minSize.
 	lifetime, idleTimeout time.Duration
-	// connectTimeout bounds one server login (server_connect_timeout);
-	// after a failed login, clients that would need a new server fail at
-	// once for loginRetry (server_login_retry).
+	// connectTimeout bounds one server login (server_connect_timeout).
+	// loginRetry (server_login_retry) bounds the wait before a failed
+	// login is tried again (loginBackoff); after a failure that will not
+	// heal by itself (loginPermanent), clients that would need a new
+	// server fail at once for that long.
 	connectTimeout, loginRetry time.Duration
 	// waitTimeout bounds a client's wait for a server (query_wait_timeout).
 	waitTimeout time.Duration
@@ -100,6 +102,10 @@ type pooledServer struct {
 	// none), as of that client's statement generation prepGen
 	// (pooledLink.prepGen); written by the client that holds it.
 	prepOwner, prepGen uint64
+	// mayHoldState: a client ran statements on it since its last complete
+	// reset (completeResetQuery), which the next other client gets first;
+	// written by the client that holds it.
+	mayHoldState bool
 }
 
 // waiter is one client waiting in a pool's queue.
@@ -140,6 +146,60 @@ func loginError(err error) *protocolError {
 	return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
 }
 
+// loginPermanent reports a failed server login that will not heal by
+// itself, which PgBouncer too answers clients with at once: the server
+// refused the role or its password (class 28: 28P01, 28000, a role that
+// does not exist), the database does not exist (3D000), or the server asks
+// for an authentication the client's login left nothing to answer with.
+// Anything else (57P03 while the server starts or stops, 53300 at its
+// max_connections, class 08, a refused or reset connection, an end of
+// stream during the login) is transient: clients wait while the login is
+// tried again.
+func loginPermanent(err error) bool {
+	var se *serverError
+	if !errors.As(err, &se) {
+		return false
+	}
+	return se.unanswerable || strings.HasPrefix(se.Code, "28") || se.Code == codeInvalidCatalogName
+}
+
+// First and longest wait before a transiently failed server login is tried
+// again: 100 ms, doubling while logins keep failing, up to 1 s or
+// server_login_retry if less (PgBouncer waits all of server_login_retry, 15
+// s by default, at once). A refused or 57P03 login costs the server little,
+// and a server back after an outage of any length serves the waiting
+// clients within about a second.
+const (
+	loginBackoffFirst = 100 * time.Millisecond
+	loginBackoffMax   = time.Second
+)
+
+// loginBackoff is the wait after the fails-th transient failed login in a
+// row (≥ 1): at most limit (server_login_retry) and loginBackoffMax, at
+// least loginBackoffFirst.
+func loginBackoff(fails int, limit time.Duration) time.Duration {
+	limit = min(limit, loginBackoffMax)
+	d := loginBackoffFirst
+	for i := 1; i < fails && d < limit; i++ {
+		d *= 2
+	}
+	return max(min(d, limit), loginBackoffFirst)
+}
+
+// loginObserver hears of a pool's failed and recovered server logins
+// (metrics and logs: the pool's owner; nil: nobody).
+type loginObserver interface {
+	// loginFailed: a login of pool key failed with err (its clients'
+	// answer pe), the fails-th in a row; the next is tried after retry;
+	// the waiting clients wait (permanent false) or were answered with it.
+	loginFailed(key poolKey, err error, pe *protocolError, permanent bool, fails int, retry time.Duration, waiting int)
+	// loginRetried: a login started after a failed one.
+	loginRetried(key poolKey)
+	// loginRecovered: a login succeeded after fails failed ones, the
+	// first outage before.
+	loginRecovered(key poolKey, outage time.Duration, fails int)
+}
+
 // pool is the servers of one key. Its methods are safe for concurrent use.
 type pool struct {
 	key   poolKey
@@ -155,6 +215,8 @@ type pool struct {
 	// baseline is what a new client of the pool is welcomed with, read on a
 	// server at its login's settings (pooled.go); nil until a first login.
 	baseline atomic.Pointer[poolBaseline]
+	// obs hears of failed and recovered logins; set before the first.
+	obs loginObserver
 
 	mu  sync.Mutex
 	cfg poolConfig
@@ -167,10 +229,21 @@ type pool struct {
 	waiters []*waiter
 	// active counts the servers held by clients, logins those being opened.
 	active, logins int
-	// loginErr is the last failed login, at loginErrAt (monoNow); cleared by
-	// a successful one.
-	loginErr   error
+	// loginErr is the last failed login, at loginErrAt (monoNow), the
+	// loginFails-th in a row since outageAt; cleared by a successful one.
+	// No login starts before retryAt (heldLocked); loginPerm: loginErr is
+	// permanent (loginPermanent), and clients that would need a new server
+	// get it for loginRetry.
+	loginErr   *protocolError
 	loginErrAt int64
+	loginFails int
+	loginPerm  bool
+	retryAt    int64
+	outageAt   int64
+	// retry starts the logins the waiting clients need at retryAt
+	// (retryLaterLocked); retrying while it is set to.
+	retry    *time.Timer
+	retrying bool
 	// dbStarved: the last count of logins was cut short by the database's
 	// limit (max_db_connections).
 	dbStarved bool
@@ -236,17 +309,27 @@ func (p *pool) total() int { return p.active + len(p.idle) + p.logins }
 // client's answer) when the pool has no server to wait for, ctx.Err().
 func (p *pool) acquire(ctx context.Context, client uint64) (*pooledServer, error) {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, errPoolClosed
-	}
-	if ps := p.popIdleLocked(client); ps != nil {
+	for {
+		if p.closed {
+			p.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		ps := p.popIdleLocked(client)
+		if ps == nil {
+			break
+		}
 		p.active++
 		p.mu.Unlock()
-		return ps, nil
+		if !ps.sc.peekEnded() {
+			return ps, nil
+		}
+		// Killed while idle (a restart of the server), and its pump has
+		// not seen it yet: another, or a new login.
+		p.release(ps, client, false)
+		p.mu.Lock()
 	}
 	now := monoNow()
-	if p.loginErr != nil && p.active == 0 && now-p.loginErrAt < int64(p.cfg.loginRetry) {
+	if p.loginPerm && p.active == 0 && p.heldLocked(now) {
 		err := p.loginErr
 		p.mu.Unlock()
 		return nil, err
@@ -274,6 +357,15 @@ func (p *pool) acquire(ctx context.Context, client uint64) (*pooledServer, error
 	case <-expired:
 		if r, ok := p.leave(w); ok {
 			return r.ps, r.err
+		}
+		p.mu.Lock()
+		lerr := p.loginErr
+		p.mu.Unlock()
+		if lerr != nil {
+			// Waited for a server that does not let the proxy in: say
+			// why, with the server's SQLSTATE.
+			return nil, &protocolError{code: lerr.code,
+				msg: fmt.Sprintf("ttlproxy: query_wait_timeout: no server connection within %s; the last server login failed: %s", timeout, lerr.msg)}
 		}
 		return nil, waitTimeoutError(timeout)
 	case <-ctx.Done():
@@ -394,7 +486,13 @@ func (p *pool) kick() {
 // database's slots; it reserves them (logins, database slots) and returns
 // their number. p.mu held.
 func (p *pool) startLoginsLocked(now int64) int {
-	if p.closed || p.secret == nil || p.loginErr != nil && now-p.loginErrAt < int64(p.cfg.loginRetry) {
+	if p.closed || p.secret == nil {
+		return 0
+	}
+	if p.heldLocked(now) {
+		if !p.loginPerm && (len(p.waiters) > p.logins || p.cfg.minSize > p.total()) {
+			p.retryLaterLocked(time.Duration(p.retryAt - now))
+		}
 		return 0
 	}
 	limit := p.cfg.size
@@ -411,7 +509,50 @@ func (p *pool) startLoginsLocked(now int64) int {
 	}
 	p.dbStarved = n < want
 	p.logins += n
+	if n > 0 && p.loginErr != nil && p.obs != nil {
+		p.obs.loginRetried(p.key)
+	}
 	return n
+}
+
+// heldLocked reports whether no login may start yet after a failed one:
+// within server_login_retry (as configured now) of a permanent failure,
+// before retryAt after a transient one. p.mu held.
+func (p *pool) heldLocked(now int64) bool {
+	switch {
+	case p.loginErr == nil:
+		return false
+	case p.loginPerm:
+		return now-p.loginErrAt < int64(p.cfg.loginRetry)
+	}
+	return now < p.retryAt
+}
+
+// retryLaterLocked has the logins the waiting clients need started after
+// d, unless a retry is already due. p.mu held.
+func (p *pool) retryLaterLocked(d time.Duration) {
+	if p.retrying {
+		return
+	}
+	p.retrying = true
+	if p.retry == nil {
+		p.retry = time.AfterFunc(d, p.retryNow)
+	} else {
+		p.retry.Reset(d)
+	}
+}
+
+// retryNow is the retry timer's: it starts the logins due.
+func (p *pool) retryNow() {
+	p.mu.Lock()
+	p.retrying = false
+	n := p.startLoginsLocked(monoNow())
+	starved := p.dbStarved
+	p.mu.Unlock()
+	p.runLogins(n)
+	if starved {
+		p.db.evictFor(p)
+	}
 }
 
 // runLogins starts n logins reserved by startLoginsLocked. When the pool
@@ -435,15 +576,18 @@ func (p *pool) runLogins(n int) {
 	timeout := p.cfg.connectTimeout
 	p.wg.Add(n)
 	p.mu.Unlock()
+	started := monoNow()
 	for range n {
-		go p.loginOne(lg, timeout)
+		go p.loginOne(lg, timeout, started)
 	}
 }
 
 // loginOne opens one server and hands it to the head waiter or the idle
-// stack. A failure is kept for loginRetry; the waiters fail with it only
-// when the pool has no server that could be released to them.
-func (p *pool) loginOne(lg serverLogin, timeout time.Duration) {
+// stack. After a failure no login starts for a while (loginBackoff; for a
+// permanent failure, loginRetry); the waiters fail with a permanent one
+// when the pool has no server that could be released to them, and wait for
+// the next login after a transient one.
+func (p *pool) loginOne(lg serverLogin, timeout time.Duration, started int64) {
 	defer p.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	sc, welcome, err := p.login(ctx, lg)
@@ -452,16 +596,13 @@ func (p *pool) loginOne(lg serverLogin, timeout time.Duration) {
 	p.mu.Lock()
 	p.logins--
 	if err != nil {
-		p.loginErr, p.loginErrAt = loginError(err), now
-		if p.active == 0 && len(p.idle) == 0 && p.logins == 0 {
-			for p.handLocked(waitResult{err: p.loginErr}) {
-			}
-		}
-		p.mu.Unlock()
-		p.db.give()
-		return
+		p.loginFailedLocked(err, started, now)
+		return // p.mu unlocked
 	}
-	p.loginErr = nil
+	if p.loginErr != nil && p.obs != nil {
+		p.obs.loginRecovered(p.key, time.Duration(now-p.outageAt), p.loginFails)
+	}
+	p.loginErr, p.loginFails, p.loginPerm, p.retryAt, p.outageAt = nil, 0, false, 0, 0
 	if welcome.keys != nil && p.secret != nil && p.secret.keys == nil && p.secret.password != "" {
 		// Later logins skip PBKDF2.
 		s := *p.secret
@@ -484,6 +625,42 @@ func (p *pool) loginOne(lg serverLogin, timeout time.Duration) {
 		p.idle = append(p.idle, ps)
 	}
 	p.mu.Unlock()
+}
+
+// loginFailedLocked records a failed login (started at started), answers
+// the waiters with a permanent failure when no server can come to them,
+// and has a transient one tried again; it unlocks p.mu.
+func (p *pool) loginFailedLocked(err error, started, now int64) {
+	pe := loginError(err)
+	perm := loginPermanent(err)
+	// Logins started together fail together: one failure in a row.
+	if p.loginErr == nil || started > p.loginErrAt {
+		p.loginFails++
+	}
+	if p.loginErr == nil {
+		p.outageAt = now
+	}
+	p.loginErr, p.loginErrAt, p.loginPerm = pe, now, perm
+	wait := loginBackoff(p.loginFails, p.cfg.loginRetry)
+	if perm {
+		wait = p.cfg.loginRetry
+	} else {
+		p.retryAt = now + int64(wait)
+	}
+	if perm && p.active == 0 && len(p.idle) == 0 && p.logins == 0 {
+		for p.handLocked(waitResult{err: pe}) {
+		}
+	}
+	waiting := len(p.waiters)
+	if !perm {
+		p.startLoginsLocked(now) // 0 before retryAt: times the retry
+	}
+	fails := p.loginFails
+	p.mu.Unlock()
+	p.db.give()
+	if p.obs != nil {
+		p.obs.loginFailed(p.key, err, pe, perm, fails, wait, waiting)
+	}
 }
 
 // maintain is the pool's share of the server's sweep: it closes idle
@@ -564,6 +741,9 @@ func (p *pool) evictIdle() bool {
 func (p *pool) close() {
 	p.mu.Lock()
 	p.closed = true
+	if p.retry != nil {
+		p.retry.Stop()
+	}
 	idle := p.idle
 	p.idle = nil
 	for p.handLocked(waitResult{err: errPoolClosed}) {

@@ -324,7 +324,13 @@ func (s *clientConn) relink(owed int64) error {
 			l.busySince.Store(monoNow())
 			l.expected++
 		}
-		return s.restoreSettings(ps)
+		err = s.restoreSettings(ps)
+		if owed > 0 {
+			// The client's unit runs on it: statements the proxy cannot
+			// see into (issue 29, class 7).
+			ps.mayHoldState = true
+		}
+		return err
 	}
 }
 
@@ -332,10 +338,14 @@ func (s *clientConn) relink(owed int64) error {
 // another client used it last, or its settings differ from the client's,
 // it is reset to its login's (RESET ROLE; RESET ALL), written ahead of the
 // client's first message, and the client's own settings, if any, are
-// applied in one round trip before the client's statement. A failure (a
-// role the client may no longer take, say) ends the session with the
-// server's SQLSTATE: the statement never runs under other settings. The
-// client's named statements follow (restoreStatements).
+// applied in one round trip before the client's statement. A server on
+// which another client ran statements (mayHoldState) gets the complete
+// reset (completeResetQuery) instead: whatever the statements were, a
+// function, trigger, view or default they reached may have left state the
+// proxy did not see. A failure (a role the client may no longer take, say)
+// ends the session with the server's SQLSTATE: the statement never runs
+// under other settings or state. The client's named statements follow
+// (restoreStatements).
 func (s *clientConn) restoreSettings(ps *pooledServer) error {
 	l, pl := s.link, s.link.pooled.Load()
 	if rb := pl.readback.Swap(nil); rb != nil {
@@ -345,22 +355,31 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 	if pl.settings != nil {
 		want = pl.settings.fp
 	}
-	if ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
+	complete := ps.mayHoldState && ps.lastClient != s.id
+	if !complete && ps.settingsFP == want && (ps.lastClient == 0 || ps.lastClient == s.id) {
 		return s.restoreStatements(ps)
 	}
 	pl.unnamedOK = false // the reset's Query drops it
+	if complete {
+		ps.mayHoldState = false
+		ps.prepOwner = 0 // DEALLOCATE ALL: the client's are prepared again
+	}
 	if want == 0 {
 		// Only the reset, which cannot fail for want of a privilege: sent
 		// ahead of the client's first message, flushed with it, its answer
 		// dropped by the server pump. No round trip of its own.
+		reset := resetQuery
+		if complete {
+			reset = completeResetQuery
+		}
 		l.answers.swallow.Add(1)
-		if _, err := l.sw.Write(resetQuery); err != nil {
+		if _, err := l.sw.Write(reset); err != nil {
 			return &writeError{err}
 		}
 		ps.settingsFP = 0
 		return s.restoreStatements(ps)
 	}
-	msgs, n := applyMessages(pl.settings)
+	msgs, n := applyMessages(pl.settings, complete)
 	res, err := l.ask(msgs, n, s.quit)
 	if err != nil {
 		return err
@@ -439,6 +458,7 @@ func (s *clientConn) acquireFailed(err error) error {
 	default:
 		pe = loginError(err)
 	}
+	s.srv.metrics.poolNoServer.WithLabelValues(pe.code).Inc()
 	s.logger().Info("closing client: no server connection", "sqlstate", pe.code, "err", pe.msg)
 	b := errorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
@@ -815,12 +835,12 @@ func (ps *poolSet) get(key poolKey, startup map[string]string) *pool {
 		sc, w, err := srv.loginServer(ctx, lg)
 		if errors.Is(err, errServerLogin) {
 			srv.metrics.upstreamErrors.Inc()
-			srv.log.Error("connecting to upstream", "database", key.database, "user", key.user, "err", err)
 		}
 		return sc, w, err
 	}
 	p := newPool(key, startup, ps.cfg, login, db)
 	p.serve = ps.srv.startServer
+	p.obs = &loginLog{srv: srv}
 	if ps.closed {
 		p.close()
 	}
@@ -867,4 +887,36 @@ func (ps *poolSet) close() {
 	for _, p := range ps.pools() {
 		p.close()
 	}
+}
+
+// loginLog is a pool's loginObserver: metrics, and a log line at most once
+// a second per pool while its logins fail, and one when they succeed again.
+type loginLog struct {
+	srv *Server
+	// logged is when a failure was last logged (monoNow; 0: never).
+	logged atomic.Int64
+}
+
+func (o *loginLog) loginFailed(key poolKey, err error, pe *protocolError, permanent bool, fails int, retry time.Duration, waiting int) {
+	o.srv.metrics.poolLoginFailures.WithLabelValues(pe.code).Inc()
+	now := monoNow()
+	last := o.logged.Load()
+	if last != 0 && now-last < int64(time.Second) || !o.logged.CompareAndSwap(last, now) {
+		return
+	}
+	clients := "wait"
+	if permanent {
+		clients = "answered with the error"
+	}
+	o.srv.log.Warn("server login failed", "database", key.database, "user", key.user, "sqlstate", pe.code,
+		"err", err, "failed_in_a_row", fails, "retry_in", retry, "waiting_clients", waiting, "clients", clients)
+}
+
+func (o *loginLog) loginRetried(poolKey) { o.srv.metrics.poolLoginRetries.Inc() }
+
+func (o *loginLog) loginRecovered(key poolKey, outage time.Duration, fails int) {
+	o.srv.metrics.poolRecovery.Observe(outage.Seconds())
+	o.logged.Store(0)
+	o.srv.log.Info("server logins succeed again", "database", key.database, "user", key.user,
+		"after", outage.Round(time.Millisecond), "failed_logins", fails)
 }

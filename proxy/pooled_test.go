@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 )
 
@@ -47,7 +48,13 @@ func sessionModeOnly(t *testing.T, why string) {
 // with their SCRAM keys.
 func writeServerAuthFile(t testing.TB) string {
 	t.Helper()
-	conn, err := pgx.Connect(testContext(t), pgtest.Server(t).ConnString("postgres"))
+	return writeAuthFileOf(t, pgtest.Server(t))
+}
+
+// writeAuthFileOf is writeServerAuthFile for the roles of cluster c.
+func writeAuthFileOf(t testing.TB, c *pgcluster.Cluster) string {
+	t.Helper()
+	conn, err := pgx.Connect(testContext(t), c.ConnString("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}

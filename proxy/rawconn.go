@@ -68,6 +68,11 @@ type rawConn struct {
 	dmu       sync.Mutex
 	rdeadline time.Time
 
+	// peekFn is peekEnded's Control callback, built once; it sets ended.
+	// Called by the one goroutine that holds the connection.
+	peekFn func(fd uintptr)
+	ended  bool
+
 	wmu     sync.Mutex
 	wbuf    []byte
 	wn      int
@@ -109,6 +114,7 @@ func newRawConn(c net.Conn) net.Conn {
 	r.readFn = r.read
 	r.driveFn = r.driven
 	r.writeFn = r.write
+	r.peekFn = r.peek
 	return r
 }
 
@@ -319,6 +325,23 @@ func (c *rawConn) checkEnd() {
 		_ = c.Conn.SetReadDeadline(time.Unix(1, 0))
 		c.dmu.Unlock()
 	}
+}
+
+// peekEnded reports whether the socket has an end of stream, an error or
+// bytes to read, with one recv(MSG_PEEK|MSG_DONTWAIT) and no allocation
+// (serverConn.peekEnded). Not safe for concurrent use.
+func (c *rawConn) peekEnded() bool {
+	c.ended = false
+	_ = c.rc.Control(c.peekFn)
+	return c.ended
+}
+
+func (c *rawConn) peek(fd uintptr) {
+	var b [1]byte
+	//nolint:gosec // G103: recvfrom(2) takes the buffer's address; b outlives the call.
+	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
+		unix.MSG_PEEK|unix.MSG_DONTWAIT, 0, 0)
+	c.ended = errno != unix.EAGAIN && errno != unix.EINTR
 }
 
 // restoreDeadline puts back the caller's read deadline after a poke.

@@ -134,3 +134,19 @@ func (sc *serverConn) checkEnd() {
 		rc.checkEnd()
 	}
 }
+
+// peekEnded reports whether an idle pooled server's socket has anything to
+// read: an end of stream, an error, or bytes. Between transactions a server
+// sends nothing unasked but the FATAL it ends its session with (57P01 when
+// it shuts down or its backend is terminated), so any of them means the
+// server is gone or going, though its pump may not have seen it yet (a
+// driven pump waits for the sweep's checkEnd when the end came with the
+// last data). One recv(MSG_PEEK|MSG_DONTWAIT), no round trip, no
+// allocation. False when the socket is not a rawConn's (a net.Pipe in
+// tests).
+func (sc *serverConn) peekEnded() bool {
+	if rc := rawConnOf(sc.conn()); rc != nil {
+		return rc.peekEnded()
+	}
+	return false
+}

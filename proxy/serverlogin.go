@@ -52,6 +52,10 @@ type paramStatus struct{ name, value string }
 // cannot answer the server's authentication request.
 type serverError struct {
 	Code, Message string
+	// unanswerable: the server asks for an authentication the login has
+	// nothing to answer with (cannotAuthenticate); it will not heal by
+	// itself.
+	unanswerable bool
 }
 
 func (e *serverError) Error() string { return e.Message + " (SQLSTATE " + e.Code + ")" }
@@ -193,6 +197,6 @@ func keyBody(m *pgproto3.BackendKeyData) []byte {
 // client's login left nothing to answer with (a server asking for SCRAM of
 // a user the auth_file holds as an md5 hash, say).
 func cannotAuthenticate(user, what string) error {
-	return &serverError{Code: codeUnableToConnect,
+	return &serverError{Code: codeUnableToConnect, unanswerable: true,
 		Message: fmt.Sprintf(`ttlproxy: cannot log in to the server as "%s": it asks for %s, and the client's login gave nothing to answer with`, user, what)}
 }

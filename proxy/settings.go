@@ -60,11 +60,32 @@ func readbackMessages(custom []string) []byte {
 // role alone, hence RESET ROLE first.
 var resetQuery = appendQuery(nil, "RESET ROLE; RESET ALL")
 
-// applyMessages returns a server to its baseline (RESET ROLE; RESET ALL) and,
-// for settings other than the baseline, applies them; n is the number of
-// ReadyForQuery messages the server answers with.
-func applyMessages(st *sessionSettings) (msgs []byte, n int) {
-	msgs = append([]byte(nil), resetQuery...)
+// completeResetQuery returns a server that may hold another client's
+// session state to its login's: DISCARD ALL's parts (PostgreSQL's
+// discard.c) but DISCARD PLANS, which only costs plans, and with RESET
+// ROLE, which RESET ALL leaves alone. DISCARD ALL itself may not run in the
+// implicit transaction of a Query of several statements; its parts may, so
+// it stays one Query sent ahead of the client's first message. It ends the
+// state a function can leave where the proxy cannot see it (hostile.md):
+// cursors WITH HOLD, a session authorization and role, settings
+// (set_config(…, false)), prepared statements (PREPARE run by EXECUTE; the
+// proxy's own are prepared again: pooledServer.prepOwner), LISTEN, session
+// advisory locks, temporary tables, views and sequences, and the sequences'
+// currval. Loaded libraries (LOAD) stay, as with DISCARD ALL: LOAD pins its
+// client for life and its server is closed.
+var completeResetQuery = appendQuery(nil, "CLOSE ALL; RESET SESSION AUTHORIZATION; RESET ROLE; RESET ALL; "+
+	"DEALLOCATE ALL; UNLISTEN *; SELECT pg_catalog.pg_advisory_unlock_all(); DISCARD TEMP; DISCARD SEQUENCES")
+
+// applyMessages returns a server to its baseline (RESET ROLE; RESET ALL, or
+// completeResetQuery when complete) and, for settings other than the
+// baseline, applies them; n is the number of ReadyForQuery messages the
+// server answers with.
+func applyMessages(st *sessionSettings, complete bool) (msgs []byte, n int) {
+	reset := resetQuery
+	if complete {
+		reset = completeResetQuery
+	}
+	msgs = append([]byte(nil), reset...)
 	if st == nil || st.fp == 0 {
 		return msgs, 1
 	}

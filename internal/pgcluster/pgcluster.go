@@ -256,6 +256,58 @@ func (c *Cluster) Stop() error {
 	return err
 }
 
+// Restart restarts the server with `pg_ctl restart -m mode` (smart, fast
+// or immediate) on its port and waits until it accepts connections.
+func (c *Cluster) Restart(ctx context.Context, mode string) error {
+	return c.pgCtl(ctx, "-m", mode, "restart")
+}
+
+// StopServer stops the server (`pg_ctl stop -m mode`) and keeps its data
+// directory, for StartServer.
+func (c *Cluster) StopServer(ctx context.Context, mode string) error {
+	return c.pgCtl(ctx, "-m", mode, "stop")
+}
+
+// StartServer starts a stopped server again on its port and waits until it
+// accepts connections. After a crash of the postmaster its orphaned
+// backends keep the shared memory for a moment, and the server refuses to
+// start until they are gone: it tries again until ctx ends.
+func (c *Cluster) StartServer(ctx context.Context) error {
+	for {
+		err := c.pgCtl(ctx, "start")
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// PostmasterPID returns the process ID of the running postmaster (the first
+// line of postmaster.pid).
+func (c *Cluster) PostmasterPID() (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(line))
+}
+
+// pgCtl runs pg_ctl on the cluster's data directory with args, waiting
+// (-w) for the action to finish.
+func (c *Cluster) pgCtl(ctx context.Context, args ...string) error {
+	all := append([]string{"-D", c.DataDir, "-l", filepath.Join(c.root, "server.log"),
+		"-o", fmt.Sprintf("-p %d", c.Port), "-w", "-t", "60"}, args...)
+	if out, err := c.command(ctx, "pg_ctl", all...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
 // ServerLog returns the server's log file contents (for failing tests).
 func (c *Cluster) ServerLog() string {
 	b, _ := os.ReadFile(filepath.Join(c.root, "server.log"))

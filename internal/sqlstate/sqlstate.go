@@ -35,6 +35,10 @@ const (
 	InvalidPassword                   = pgerrcode.InvalidPassword
 )
 
+// Class 3D: invalid catalog name. A server login refused with it (the
+// database does not exist) will not heal by itself.
+const InvalidCatalogName = pgerrcode.InvalidCatalogName
+
 // Class 42: syntax error or access rule violation. InsufficientPrivilege:
 // a statement through the proxy names a relation the proxy keeps to itself
 // (a sidecar registry) or would rename or reshape one the rules depend on.
