@@ -43,6 +43,8 @@ func resolveStack(t *testing.T) *stack {
 		`INSERT INTO evil.vault VALUES (9, 'decoy', NULL)`,
 		`ALTER TABLE evil.sessions OWNER TO `+resolveAttacker,
 		`ALTER TABLE evil.vault OWNER TO `+resolveAttacker,
+		// A function reading a TTL table, which the proxy refuses to call.
+		`CREATE FUNCTION public.leak_notes() RETURNS SETOF text LANGUAGE sql AS 'SELECT note FROM public.sessions'`,
 	)})
 }
 
@@ -115,6 +117,8 @@ func TestAttackResolveInsideFunction(t *testing.T) {
 		for _, q := range []string{
 			`CREATE OR REPLACE FUNCTION evil.sp() RETURNS void LANGUAGE plpgsql AS
 				$$ BEGIN PERFORM set_config('search_path', 'public', false); END $$`,
+			`CREATE OR REPLACE FUNCTION evil.sp_local() RETURNS void LANGUAGE plpgsql AS
+				$$ BEGIN PERFORM set_config('search_path', 'public', true); END $$`,
 			`CREATE OR REPLACE PROCEDURE evil.pp() LANGUAGE plpgsql AS
 				$$ BEGIN PERFORM set_config('search_path', 'public', false); END $$`,
 			`CREATE TABLE IF NOT EXISTS evil.log (x int)`,
@@ -140,6 +144,7 @@ func TestAttackResolveInsideFunction(t *testing.T) {
 				steps      []string
 			}{
 				{"set_config in a function", "evil, public", []string{`SELECT evil.sp()`}},
+				{"set_config local in a function", "evil, public", []string{`SELECT evil.sp_local()`}},
 				{"set_config in a procedure", "evil, public", []string{`CALL evil.pp()`}},
 				{"set_config in a trigger", "evil, public", []string{`INSERT INTO evil.log VALUES (1)`}},
 				{"temporary shadow dropped in a function", "public", []string{
@@ -157,6 +162,37 @@ func TestAttackResolveInsideFunction(t *testing.T) {
 				readNoLeak(t, conn, what, tb.read, tb.expired)
 				mustExec(t, conn, `ROLLBACK`)
 			}
+		}
+		mustExec(t, conn, `RESET search_path`)
+	}
+}
+
+// TestAttackResolveFunctionCall: the attacker's harmless function of the
+// same name as one that reads a TTL table stands first on the path the
+// proxy knows; a function moves the server's path to the other. An
+// unqualified call of such a name is refused, whatever the path.
+func TestAttackResolveFunctionCall(t *testing.T) {
+	s := resolveStack(t)
+	for _, m := range execModes {
+		conn := s.attackerConn(m.mode)
+		for _, q := range []string{
+			`CREATE OR REPLACE FUNCTION evil.sp() RETURNS void LANGUAGE plpgsql AS
+				$$ BEGIN PERFORM set_config('search_path', 'public', false); END $$`,
+			`CREATE OR REPLACE FUNCTION evil.leak_notes() RETURNS SETOF text LANGUAGE sql AS $$ SELECT 'decoy' $$`,
+		} {
+			mustExec(t, conn, q)
+		}
+		for _, path := range []string{"evil", "evil, public"} {
+			mustExec(t, conn, `SET search_path = `+path)
+			mustExec(t, conn, `BEGIN`)
+			mustExec(t, conn, `SELECT evil.sp()`)
+			readNoLeak(t, conn, m.name+": path "+path, `SELECT * FROM leak_notes()`, "expired")
+			mustExec(t, conn, `ROLLBACK`)
+		}
+		// Qualified, the attacker's own function is called as written.
+		mustExec(t, conn, `SET search_path = evil`)
+		if got := ids(t, conn, `SELECT * FROM evil.leak_notes()`); got != "decoy" {
+			t.Errorf("%s: evil.leak_notes() = %q", m.name, got)
 		}
 		mustExec(t, conn, `RESET search_path`)
 	}
