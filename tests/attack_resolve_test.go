@@ -43,6 +43,13 @@ func resolveStack(t *testing.T) *stack {
 		`INSERT INTO evil.vault VALUES (9, 'decoy', NULL)`,
 		`ALTER TABLE evil.sessions OWNER TO `+resolveAttacker,
 		`ALTER TABLE evil.vault OWNER TO `+resolveAttacker,
+		// A view reading a TTL table directly, which the proxy expands
+		// filtered, and the attacker's table of the same name.
+		`CREATE VIEW public.v_notes AS SELECT id, note, expires_at FROM public.sessions`,
+		`GRANT SELECT ON public.v_notes TO `+resolveAttacker,
+		`CREATE TABLE evil.v_notes (id int, note text, expires_at timestamptz)`,
+		`INSERT INTO evil.v_notes VALUES (9, 'decoy', NULL)`,
+		`ALTER TABLE evil.v_notes OWNER TO `+resolveAttacker,
 		// A function reading a TTL table, which the proxy refuses to call.
 		`CREATE FUNCTION public.leak_notes() RETURNS SETOF text LANGUAGE sql AS 'SELECT note FROM public.sessions'`,
 	)})
@@ -193,6 +200,27 @@ func TestAttackResolveFunctionCall(t *testing.T) {
 		mustExec(t, conn, `SET search_path = evil`)
 		if got := ids(t, conn, `SELECT * FROM evil.leak_notes()`); got != "decoy" {
 			t.Errorf("%s: evil.leak_notes() = %q", m.name, got)
+		}
+		mustExec(t, conn, `RESET search_path`)
+	}
+}
+
+// TestAttackResolveView: a view reading a TTL table is expanded with the
+// filter where the proxy resolves its name to it; where the path the proxy
+// knows holds no such view, a function moving the server's path must not
+// make the name reach it.
+func TestAttackResolveView(t *testing.T) {
+	s := resolveStack(t)
+	for _, m := range execModes {
+		conn := s.attackerConn(m.mode)
+		mustExec(t, conn, `CREATE OR REPLACE FUNCTION evil.sp() RETURNS void LANGUAGE plpgsql AS
+				$$ BEGIN PERFORM set_config('search_path', 'public', false); END $$`)
+		for _, path := range []string{"evil", "evil, public", "public"} {
+			mustExec(t, conn, `SET search_path = `+path)
+			mustExec(t, conn, `BEGIN`)
+			mustExec(t, conn, `SELECT evil.sp()`)
+			readNoLeak(t, conn, m.name+": path "+path, `SELECT note FROM v_notes ORDER BY id`, "expired")
+			mustExec(t, conn, `ROLLBACK`)
 		}
 		mustExec(t, conn, `RESET search_path`)
 	}
