@@ -151,7 +151,9 @@ type LeakPaths struct {
 
 // BuildLeakPaths reads the rows (as text) of LeakPathStatements' statements.
 func BuildLeakPaths(views, functions [][]string) LeakPaths {
-	cat := buildCatalogData(slog.New(slog.DiscardHandler), [][][]string{nil, nil, nil, nil, views, functions, nil})
+	results := make([][][]string, catalogStatements)
+	results[viewsStatement], results[viewsStatement+1] = views, functions
+	cat := buildCatalogData(slog.New(slog.DiscardHandler), results)
 	lp := LeakPaths{Views: cat.Views, Functions: cat.Functions, TriggerTables: map[string]string{}}
 	for _, row := range views {
 		if len(row) == 9 && row[0] != "v" && row[0] != "m" {

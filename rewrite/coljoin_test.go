@@ -19,7 +19,7 @@ func TestExpiringColumnJoins(t *testing.T) {
 	s := NewState(Session{Catalog: columnCatalog()})
 	o, p := colText{`"o"`}, colText{`"p"`}
 	O := colText{`"orders"`}
-	jo, jp := join("orders o", `"o"`, 0), join("orders p", `"p"`, 1)
+	jo, jp := join(`"public".orders o`, `"o"`, 0), join(`"public".orders p`, `"p"`, 1)
 	cases := []rwCase{
 		{"join targets and where", `SELECT o.id, p.note FROM orders o JOIN orders p ON p.id = o.id WHERE o.client_ip = '10.0.0.1'`,
 			`SELECT o.id, ` + p.noteV() + ` AS "note" FROM ` + jo + ` JOIN ` + jp + ` ON p.id = o.id WHERE ` + o.ipLive() + ` AND o.client_ip = '10.0.0.1'`},
@@ -28,7 +28,7 @@ func TestExpiringColumnJoins(t *testing.T) {
 		{"full join on reads V", `SELECT o.id FROM orders o FULL JOIN orders p ON p.note = o.note`,
 			`SELECT o.id FROM ` + jo + ` FULL JOIN ` + jp + ` ON ` + p.noteV() + ` = ` + o.noteV()},
 		{"unqualified beside a known table", `SELECT client_ip FROM orders o, sessions s WHERE s.id = o.id`,
-			`SELECT ` + o.ipV() + ` AS "client_ip" FROM ` + jo + `, ` + join("sessions s", `"s"`, 1) + ` WHERE s.id = o.id`},
+			`SELECT ` + o.ipV() + ` AS "client_ip" FROM ` + jo + `, ` + join(`"public".sessions s`, `"s"`, 1) + ` WHERE s.id = o.id`},
 		{"star over a join", `SELECT * FROM orders o JOIN users u ON u.id = o.id`,
 			`SELECT ` + starCols(`"o"`) + `, "u".* FROM ` + jo + ` JOIN users u ON u.id = o.id`},
 		{"another item's column of the same name", `SELECT u.client_ip FROM orders o JOIN users u ON u.id = o.id`,
@@ -38,18 +38,18 @@ func TestExpiringColumnJoins(t *testing.T) {
 		{"correlated value", `SELECT (SELECT o.client_ip FROM users u LIMIT 1) FROM orders o`,
 			`SELECT (SELECT ` + o.ipV() + ` AS "client_ip" FROM users u LIMIT 1) FROM ` + jo},
 		{"unqualified of an outer level", `SELECT id FROM orders WHERE id IN (SELECT 1 WHERE note = 'x')`,
-			`SELECT id FROM ` + join("orders", `"orders"`, 0) + ` WHERE id IN (SELECT 1 WHERE ` + O.noteLive() + ` AND note = 'x')`},
+			`SELECT id FROM ` + join(`"public".orders`, `"orders"`, 0) + ` WHERE id IN (SELECT 1 WHERE ` + O.noteLive() + ` AND note = 'x')`},
 		{"derived table output", `SELECT s.note FROM (SELECT note FROM orders) s WHERE s.note = 'x'`,
-			`SELECT s.note FROM (SELECT ` + O.noteV() + ` AS "note" FROM ` + join("orders", `"orders"`, 0) + `) s WHERE s.note = 'x'`},
+			`SELECT s.note FROM (SELECT ` + O.noteV() + ` AS "note" FROM ` + join(`"public".orders`, `"orders"`, 0) + `) s WHERE s.note = 'x'`},
 		{"cte output", `WITH w AS (SELECT note FROM orders) SELECT note FROM w`,
-			`WITH w AS (SELECT ` + O.noteV() + ` AS "note" FROM ` + join("orders", `"orders"`, 0) + `) SELECT note FROM w`},
+			`WITH w AS (SELECT ` + O.noteV() + ` AS "note" FROM ` + join(`"public".orders`, `"orders"`, 0) + `) SELECT note FROM w`},
 		{"a cte named like the table", `WITH orders AS (SELECT 1 AS note) SELECT note FROM orders`, ``},
 		{"lateral", `SELECT x.n FROM orders o, LATERAL (SELECT o.note AS n) x`,
 			`SELECT x.n FROM ` + jo + `, LATERAL (SELECT ` + o.noteV() + ` AS n) x`},
 		{"set operation order by an output name", `SELECT note FROM orders o UNION SELECT note FROM orders o ORDER BY note`,
-			`SELECT ` + o.noteV() + ` AS "note" FROM ` + jo + ` UNION SELECT ` + o.noteV() + ` AS "note" FROM ` + join("orders o", `"o"`, 1) + ` ORDER BY note`},
+			`SELECT ` + o.noteV() + ` AS "note" FROM ` + jo + ` UNION SELECT ` + o.noteV() + ` AS "note" FROM ` + join(`"public".orders o`, `"o"`, 1) + ` ORDER BY note`},
 		{"update's subquery", `UPDATE orders SET status = 'x' WHERE EXISTS (SELECT 1 FROM users u WHERE u.name = orders.note)`,
-			`UPDATE orders SET status = 'x' WHERE (EXISTS (SELECT 1 FROM users u WHERE ` + O.noteLive() + ` AND u.name = orders.note)) AND ` + live(`"orders"`)},
+			`UPDATE "public".orders SET status = 'x' WHERE (EXISTS (SELECT 1 FROM users u WHERE ` + O.noteLive() + ` AND u.name = orders.note)) AND ` + live(`"orders"`)},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
@@ -86,14 +86,14 @@ func TestExpiringColumnJoinedWrites(t *testing.T) {
 	o, O := colText{`"o"`}, colText{`"orders"`}
 	cases := []rwCase{
 		{"update from", `UPDATE users u SET name = o.note FROM orders o WHERE o.id = u.id AND o.client_ip IS NULL`,
-			`UPDATE users u SET name = ` + o.noteV() + ` FROM ` + join("orders o", `"o"`, 0) + ` WHERE o.id = u.id AND (o.client_ip IS NULL OR ` + o.ipExpired() + `)`},
+			`UPDATE users u SET name = ` + o.noteV() + ` FROM ` + join(`"public".orders o`, `"o"`, 0) + ` WHERE o.id = u.id AND (o.client_ip IS NULL OR ` + o.ipExpired() + `)`},
 		{"update from returning", `UPDATE orders SET status = 'x' FROM users u WHERE u.id = orders.id RETURNING orders.note, u.name`,
-			`UPDATE orders SET status = 'x' FROM users u WHERE (u.id = orders.id) AND ` + live(`"orders"`) + ` RETURNING ` + O.noteV() + ` AS "note", u.name`},
+			`UPDATE "public".orders SET status = 'x' FROM users u WHERE (u.id = orders.id) AND ` + live(`"orders"`) + ` RETURNING ` + O.noteV() + ` AS "note", u.name`},
 		{"delete using", `DELETE FROM orders USING users u WHERE u.id = orders.id AND orders.note = u.name RETURNING orders.client_ip`,
-			`DELETE FROM orders USING users u WHERE (u.id = orders.id AND ` + O.noteLive() + ` AND orders.note = u.name) AND ` + live(`"orders"`) +
+			`DELETE FROM "public".orders USING users u WHERE (u.id = orders.id AND ` + O.noteLive() + ` AND orders.note = u.name) AND ` + live(`"orders"`) +
 				` RETURNING ` + O.ipV() + ` AS "client_ip"`},
 		{"merge reads", `MERGE INTO users u USING orders o ON o.id = u.id AND o.note = u.name WHEN MATCHED AND o.client_ip IS NULL THEN UPDATE SET name = o.note WHEN NOT MATCHED THEN INSERT (id, name) VALUES (o.id, o.note)`,
-			`MERGE INTO users u USING ` + join("orders o", `"o"`, 0) + ` ON o.id = u.id AND ` + o.noteLive() + ` AND o.note = u.name WHEN MATCHED AND (o.client_ip IS NULL OR ` +
+			`MERGE INTO users u USING ` + join(`"public".orders o`, `"o"`, 0) + ` ON o.id = u.id AND ` + o.noteLive() + ` AND o.note = u.name WHEN MATCHED AND (o.client_ip IS NULL OR ` +
 				o.ipExpired() + `) THEN UPDATE SET name = ` + o.noteV() + ` WHEN NOT MATCHED THEN INSERT (id, name) VALUES (o.id, ` + o.noteV() + `)`},
 	}
 	for _, c := range cases {
@@ -119,7 +119,7 @@ func TestExpiringColumnNaturalJoin(t *testing.T) {
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"o"`}
 	checkRewrite(t, rw, s, rwCase{"no expiring column in common", `SELECT o.client_ip FROM orders o NATURAL JOIN (SELECT 1 AS id) x`,
-		`SELECT ` + o.ipV() + ` AS "client_ip" FROM ` + join("orders o", `"o"`, 0) + ` NATURAL JOIN (SELECT 1 AS id) x`})
+		`SELECT ` + o.ipV() + ` AS "client_ip" FROM ` + join(`"public".orders o`, `"o"`, 0) + ` NATURAL JOIN (SELECT 1 AS id) x`})
 	for _, c := range []rejCase{
 		{"an expiring column in common", `SELECT o.id FROM orders o NATURAL JOIN (SELECT 1 AS note) x`, "", []string{"NATURAL JOIN"}},
 		{"the table twice", `SELECT o.id FROM orders o NATURAL JOIN orders p`, "", []string{"NATURAL JOIN"}},

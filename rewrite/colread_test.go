@@ -55,8 +55,8 @@ func TestExpiringColumnPredicates(t *testing.T) {
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"orders"`}
 	a := colText{`"o"`}
-	from := `FROM ` + join("orders", `"orders"`, 0)
-	fromO := `FROM ` + join("orders o", `"o"`, 0)
+	from := `FROM ` + join(`"public".orders`, `"orders"`, 0)
+	fromO := `FROM ` + join(`"public".orders o`, `"o"`, 0)
 	cases := []rwCase{
 		{"equality", `SELECT id FROM orders WHERE client_ip = '10.0.0.1'`,
 			`SELECT id ` + from + ` WHERE ` + o.ipLive() + ` AND client_ip = '10.0.0.1'`},
@@ -131,11 +131,11 @@ func TestExpiringColumnPredicates(t *testing.T) {
 		{"any of a subquery", `SELECT id FROM orders WHERE note = ANY (SELECT name FROM users) AND note > ALL (SELECT name FROM users)`,
 			`SELECT id ` + from + ` WHERE ` + o.noteLive() + ` AND note = ANY (SELECT name FROM users) AND ` + o.noteV() + ` > ALL (SELECT name FROM users)`},
 		{"update where", `UPDATE orders SET status = 'x' WHERE note = 'a' OR note IS NULL`,
-			`UPDATE orders SET status = 'x' WHERE (` + o.noteLive() + ` AND note = 'a' OR (note IS NULL OR ` + o.noteExpired() + `)) AND ` + live(`"orders"`)},
+			`UPDATE "public".orders SET status = 'x' WHERE (` + o.noteLive() + ` AND note = 'a' OR (note IS NULL OR ` + o.noteExpired() + `)) AND ` + live(`"orders"`)},
 		{"update set reads the value", `UPDATE orders o SET status = o.note WHERE client_ip = $1`,
-			`UPDATE orders o SET status = ` + a.noteV() + ` WHERE (` + a.ipLive() + ` AND client_ip = $1) AND ` + live(`"o"`)},
+			`UPDATE "public".orders o SET status = ` + a.noteV() + ` WHERE (` + a.ipLive() + ` AND client_ip = $1) AND ` + live(`"o"`)},
 		{"delete where", `DELETE FROM orders WHERE client_ip << '10.0.0.0/8'`,
-			`DELETE FROM orders WHERE (` + o.ipLive() + ` AND client_ip << '10.0.0.0/8') AND ` + live(`"orders"`)},
+			`DELETE FROM "public".orders WHERE (` + o.ipLive() + ` AND client_ip << '10.0.0.0/8') AND ` + live(`"orders"`)},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
@@ -191,7 +191,7 @@ func TestExpiringColumnPredicateShapes(t *testing.T) {
 	rw := newColumnRewriter(t)
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"orders"`}
-	from := `FROM ` + join("orders", `"orders"`, 0)
+	from := `FROM ` + join(`"public".orders`, `"orders"`, 0)
 	before := rw.Stats()
 	for _, lit := range []string{"'a'", "'bb'", "'ccc'", "'dddd'"} {
 		checkRewrite(t, rw, s, rwCase{"shape " + lit,
@@ -208,10 +208,10 @@ func TestExpiringColumnPredicateShapes(t *testing.T) {
 	for _, lit := range []string{"'10.0.0.1'", "'10.0.0.2'", "'10.0.0.3'"} {
 		checkRewrite(t, rw, s, rwCase{"insert shape " + lit,
 			`INSERT INTO orders (id, client_ip) VALUES (1, ` + lit + `), (2, NULL)`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") VALUES (1, ` + lit + `, ` + cstamp + `), (2, NULL, NULL)`})
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at") VALUES (1, ` + lit + `, ` + cstamp + `), (2, NULL, NULL)`})
 		checkRewrite(t, rw, s, rwCase{"update shape " + lit,
 			`UPDATE orders SET client_ip = ` + lit + ` WHERE client_ip = ` + lit,
-			`UPDATE orders SET client_ip = ` + lit + `, "client_ip_expires_at" = ` + cstamp + ` WHERE (` + o.ipLive() + ` AND client_ip = ` + lit + `) AND ` + live(`"orders"`)})
+			`UPDATE "public".orders SET client_ip = ` + lit + `, "client_ip_expires_at" = ` + cstamp + ` WHERE (` + o.ipLive() + ` AND client_ip = ` + lit + `) AND ` + live(`"orders"`)})
 	}
 	after := rw.Stats()
 	if after.ShapeHits < before.ShapeHits+4 || after.ShapeMismatches != 0 {

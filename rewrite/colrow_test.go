@@ -32,7 +32,7 @@ func TestExpiringColumnWholeRows(t *testing.T) {
 	rw := newColumnRewriter(t)
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"o"`}
-	jo := join("orders o", `"o"`, 0)
+	jo := join(`"public".orders o`, `"o"`, 0)
 	cases := []rwCase{
 		{"function argument", `SELECT row_to_json(o) FROM orders o`, `SELECT row_to_json(` + wholeOf(`"o"`) + `) FROM ` + jo},
 		{"target keeps its name", `SELECT o FROM orders o`, `SELECT ` + wholeOf(`"o"`) + ` AS "o" FROM ` + jo},
@@ -45,9 +45,9 @@ func TestExpiringColumnWholeRows(t *testing.T) {
 		{"functional notation of another column", `SELECT id(o) FROM orders o`, `SELECT id(` + wholeOf(`"o"`) + `) FROM ` + jo},
 		{"alias list", `SELECT x.a, c FROM orders AS x(a, b, c) WHERE c IS NULL`,
 			`SELECT x.a, CASE WHEN ` + colText{`"x"`}.ipLive() + ` THEN "x"."c" ELSE NULL::inet END AS "c" FROM ` +
-				`(orders AS x(a, b, c) JOIN (SELECT) AS _ttl_0 ON ` + live(`"x"`) + `) WHERE (c IS NULL OR ` + colText{`"x"`}.ipExpired() + `)`},
+				`("public".orders AS x(a, b, c) JOIN (SELECT) AS _ttl_0 ON ` + live(`"x"`) + `) WHERE (c IS NULL OR ` + colText{`"x"`}.ipExpired() + `)`},
 		{"alias list renaming the expiry", `SELECT d FROM orders AS x(a, b, c, d) WHERE c = '10.0.0.1'`,
-			`SELECT d FROM (orders AS x(a, b, c, d) JOIN (SELECT) AS _ttl_0 ON ` + live(`"x"`) + `) WHERE ("x"."d" IS NULL OR "x"."d" OPERATOR(pg_catalog.>=) pg_catalog.now()) AND c = '10.0.0.1'`},
+			`SELECT d FROM ("public".orders AS x(a, b, c, d) JOIN (SELECT) AS _ttl_0 ON ` + live(`"x"`) + `) WHERE ("x"."d" IS NULL OR "x"."d" OPERATOR(pg_catalog.>=) pg_catalog.now()) AND c = '10.0.0.1'`},
 		{"null test of the row", `SELECT o.id FROM orders o WHERE o IS DISTINCT FROM NULL AND NULL IS NOT DISTINCT FROM o.*`,
 			`SELECT o.id FROM ` + jo + ` WHERE o IS DISTINCT FROM NULL AND NULL IS NOT DISTINCT FROM o.*`},
 		{"star over a join beside unknown columns", `SELECT row_to_json(o.*) FROM orders o JOIN users u ON u.id = o.id`,

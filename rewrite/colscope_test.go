@@ -23,8 +23,8 @@ func TestExpiringColumnStar(t *testing.T) {
 	rw := newColumnRewriter(t)
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"orders"`}
-	from := `FROM ` + join("orders", `"orders"`, 0)
-	fromO := `FROM ` + join("orders o", `"o"`, 0)
+	from := `FROM ` + join(`"public".orders`, `"orders"`, 0)
+	fromO := `FROM ` + join(`"public".orders o`, `"o"`, 0)
 	cases := []rwCase{
 		{"star", `SELECT * FROM orders`, `SELECT ` + starCols(`"orders"`) + ` ` + from},
 		{"qualified star and more", `SELECT o.*, o.id AS k FROM orders o WHERE o.id = 1`,
@@ -83,17 +83,17 @@ func TestExpiringColumnReturning(t *testing.T) {
 	where := `WHERE (id = 1) AND ` + live(`"orders"`)
 	cases := []rwCase{
 		{"update", `UPDATE orders SET status = 'x' WHERE id = 1 RETURNING client_ip, note AS n`,
-			`UPDATE orders SET status = 'x' ` + where + ` RETURNING ` + o.ipV() + ` AS "client_ip", ` + o.noteV() + ` AS n`},
+			`UPDATE "public".orders SET status = 'x' ` + where + ` RETURNING ` + o.ipV() + ` AS "client_ip", ` + o.noteV() + ` AS n`},
 		{"update of the value, star", `UPDATE orders SET client_ip = '10.0.0.9' WHERE id = 1 RETURNING *`,
-			`UPDATE orders SET client_ip = '10.0.0.9', "client_ip_expires_at" = ` + cstamp + ` ` + where + ` RETURNING ` + starCols(`"orders"`)},
+			`UPDATE "public".orders SET client_ip = '10.0.0.9', "client_ip_expires_at" = ` + cstamp + ` ` + where + ` RETURNING ` + starCols(`"orders"`)},
 		{"delete", `DELETE FROM orders WHERE id = 1 RETURNING id, note::text`,
-			`DELETE FROM orders ` + where + ` RETURNING id, ` + o.noteV() + `::text AS "note"`},
+			`DELETE FROM "public".orders ` + where + ` RETURNING id, ` + o.noteV() + `::text AS "note"`},
 		{"insert", `INSERT INTO orders AS o (id, client_ip) VALUES (1, '10.0.0.1') RETURNING o.*`,
-			`INSERT INTO orders AS o (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `) RETURNING ` + starCols(`"o"`)},
+			`INSERT INTO "public".orders AS o (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `) RETURNING ` + starCols(`"o"`)},
 		{"insert, do update", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = 'y' RETURNING note`,
-			`INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = 'y' WHERE ` + live(`"orders"`) + ` RETURNING ` + o.noteV() + ` AS "note"`},
+			`INSERT INTO "public".orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = 'y' WHERE ` + live(`"orders"`) + ` RETURNING ` + o.noteV() + ` AS "note"`},
 		{"in a cte", `WITH d AS (DELETE FROM orders o RETURNING o.client_ip) SELECT * FROM d`,
-			`WITH d AS (DELETE FROM orders o WHERE ` + live(`"o"`) + ` RETURNING ` + a.ipV() + ` AS "client_ip") SELECT * FROM d`},
+			`WITH d AS (DELETE FROM "public".orders o WHERE ` + live(`"o"`) + ` RETURNING ` + a.ipV() + ` AS "client_ip") SELECT * FROM d`},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, s, c)
@@ -109,7 +109,7 @@ func TestExpiringColumnReturning(t *testing.T) {
 	before := rw.Stats()
 	for _, lit := range []string{"1", "22", "333", "4444"} {
 		checkRewrite(t, rw, s, rwCase{"shape " + lit, `DELETE FROM orders WHERE id = ` + lit + ` RETURNING note`,
-			`DELETE FROM orders WHERE (id = ` + lit + `) AND ` + live(`"orders"`) + ` RETURNING ` + o.noteV() + ` AS "note"`})
+			`DELETE FROM "public".orders WHERE (id = ` + lit + `) AND ` + live(`"orders"`) + ` RETURNING ` + o.noteV() + ` AS "note"`})
 	}
 	if after := rw.Stats(); after.ShapeHits < before.ShapeHits+2 || after.ShapeMismatches != 0 {
 		t.Errorf("shape hits %d → %d, mismatches %d: want hits and no mismatch", before.ShapeHits, after.ShapeHits, after.ShapeMismatches)
@@ -125,8 +125,8 @@ func TestExpiringColumnOrderGroup(t *testing.T) {
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"orders"`}
 	a := colText{`"o"`}
-	from := `FROM ` + join("orders", `"orders"`, 0)
-	fromO := `FROM ` + join("orders o", `"o"`, 0)
+	from := `FROM ` + join(`"public".orders`, `"orders"`, 0)
+	fromO := `FROM ` + join(`"public".orders o`, `"o"`, 0)
 	cases := []rwCase{
 		{"order by", `SELECT id FROM orders WHERE note = 'x' ORDER BY note DESC, client_ip || 'x' NULLS FIRST`,
 			`SELECT id ` + from + ` WHERE ` + o.noteLive() + ` AND note = 'x' ORDER BY ` + o.noteV() + ` DESC, ` + o.ipV() + ` || 'x' NULLS FIRST`},
@@ -184,14 +184,14 @@ func TestExpiringColumnCopy(t *testing.T) {
 	rw := newColumnRewriter(t)
 	s := NewState(Session{Catalog: columnCatalog()})
 	o := colText{`"orders"`}
-	from := `FROM ` + join("orders", `"orders"`, 0)
+	from := `FROM ` + join(`"public".orders`, `"orders"`, 0)
 	where := ` WHERE ` + live(`"orders"`)
 	cases := []rwCase{
-		{"copy to", `COPY orders TO STDOUT`, `COPY (SELECT ` + starCols(`"orders"`) + ` FROM orders` + where + `) TO STDOUT`},
+		{"copy to", `COPY orders TO STDOUT`, `COPY (SELECT ` + starCols(`"orders"`) + ` FROM "public".orders` + where + `) TO STDOUT`},
 		{"copy of columns", `COPY public.orders (id, note) TO STDOUT WITH (FORMAT csv, HEADER)`,
 			`COPY (SELECT "orders"."id", ` + o.noteV() + ` AS "note" FROM public.orders` + where + `) TO STDOUT WITH (FORMAT csv, HEADER)`},
 		{"copy of other columns", `COPY orders (id, status) TO STDOUT`,
-			`COPY (SELECT id, status FROM orders` + where + `) TO STDOUT`},
+			`COPY (SELECT id, status FROM "public".orders` + where + `) TO STDOUT`},
 		{"copy of a query", `COPY (SELECT * FROM orders WHERE note = 'x' ORDER BY client_ip) TO STDOUT`,
 			`COPY (SELECT ` + starCols(`"orders"`) + ` ` + from + ` WHERE ` + o.noteLive() + ` AND note = 'x' ORDER BY client_ip) TO STDOUT`},
 	}

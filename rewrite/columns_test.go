@@ -177,33 +177,33 @@ func TestExpiringColumnsRead(t *testing.T) {
 	}
 	for _, c := range []rwCase{
 		{"bare", `SELECT client_ip FROM orders`,
-			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join("orders", O, 0)},
+			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join(`"public".orders`, O, 0)},
 		{"with other columns", `SELECT id, client_ip, status, note FROM orders WHERE id = $1`,
-			`SELECT id, ` + ip(O) + ` AS "client_ip", status, ` + note(O) + ` AS "note" FROM ` + join("orders", O, 0) + ` WHERE id = $1`},
+			`SELECT id, ` + ip(O) + ` AS "client_ip", status, ` + note(O) + ` AS "note" FROM ` + join(`"public".orders`, O, 0) + ` WHERE id = $1`},
 		{"alias qualified", `SELECT o.client_ip FROM orders AS o`,
-			`SELECT ` + ip(`"o"`) + ` AS "client_ip" FROM ` + join("orders AS o", `"o"`, 0)},
+			`SELECT ` + ip(`"o"`) + ` AS "client_ip" FROM ` + join(`"public".orders AS o`, `"o"`, 0)},
 		{"schema qualified table", `SELECT orders.note FROM public.orders`,
 			`SELECT ` + note(O) + ` AS "note" FROM ` + join("public.orders", O, 0)},
 		{"own name kept", `SELECT client_ip AS ip, note n FROM orders`,
-			`SELECT ` + ip(O) + ` AS ip, ` + note(O) + ` n FROM ` + join("orders", O, 0)},
+			`SELECT ` + ip(O) + ` AS ip, ` + note(O) + ` n FROM ` + join(`"public".orders`, O, 0)},
 		{"quoted and upper case", `SELECT "client_ip", NOTE FROM ORDERS`,
-			`SELECT ` + ip(O) + ` AS "client_ip", ` + note(O) + ` AS "note" FROM ` + join("ORDERS", O, 0)},
+			`SELECT ` + ip(O) + ` AS "client_ip", ` + note(O) + ` AS "note" FROM ` + join(`"public".ORDERS`, O, 0)},
 		{"positional order by", `SELECT note FROM orders ORDER BY 1 LIMIT 10`,
-			`SELECT ` + note(O) + ` AS "note" FROM ` + join("orders", O, 0) + ` ORDER BY 1 LIMIT 10`},
+			`SELECT ` + note(O) + ` AS "note" FROM ` + join(`"public".orders`, O, 0) + ` ORDER BY 1 LIMIT 10`},
 		{"subquery of its own", `SELECT s.id FROM (SELECT id, note FROM orders) s`,
-			`SELECT s.id FROM (SELECT id, ` + note(O) + ` AS "note" FROM ` + join("orders", O, 0) + `) s`},
+			`SELECT s.id FROM (SELECT id, ` + note(O) + ` AS "note" FROM ` + join(`"public".orders`, O, 0) + `) s`},
 		{"union arm", `SELECT client_ip FROM orders UNION ALL SELECT ip FROM users`,
-			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join("orders", O, 0) + ` UNION ALL SELECT ip FROM users`},
+			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join(`"public".orders`, O, 0) + ` UNION ALL SELECT ip FROM users`},
 		{"cast", `SELECT client_ip::text FROM orders`,
-			`SELECT ` + ip(O) + `::text AS "client_ip" FROM ` + join("orders", O, 0)},
+			`SELECT ` + ip(O) + `::text AS "client_ip" FROM ` + join(`"public".orders`, O, 0)},
 		{"in an expression", `SELECT host(client_ip) FROM orders`,
-			`SELECT host(` + ip(O) + `) FROM ` + join("orders", O, 0)},
+			`SELECT host(` + ip(O) + `) FROM ` + join(`"public".orders`, O, 0)},
 		{"and in where", `SELECT client_ip FROM orders WHERE client_ip IS NOT NULL`,
-			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join("orders", O, 0) + ` WHERE (client_ip IS NOT NULL AND ` +
+			`SELECT ` + ip(O) + ` AS "client_ip" FROM ` + join(`"public".orders`, O, 0) + ` WHERE (client_ip IS NOT NULL AND ` +
 				colText{O}.ipLive() + `)`},
 		{"a value expression of another column is a value of its own",
 			strings.Replace(`SELECT `+ip(O)+` FROM orders`, `THEN "orders"."client_ip"`, `THEN "orders"."note"`, 1),
-			strings.Replace(`SELECT `+ip(O)+` FROM `+join("orders", O, 0), `THEN "orders"."client_ip"`, `THEN `+note(O), 1)},
+			strings.Replace(`SELECT `+ip(O)+` FROM `+join(`"public".orders`, O, 0), `THEN "orders"."client_ip"`, `THEN `+note(O), 1)},
 	} {
 		checkRewrite(t, rw, s, c)
 	}
@@ -225,15 +225,15 @@ func TestExpiringColumnsRead(t *testing.T) {
 func TestExpiringColumnsViews(t *testing.T) {
 	rw := newColumnRewriter(t)
 	s := NewState(Session{Catalog: columnCatalog()})
-	ids := `(SELECT orders.id FROM ` + join("orders", `"orders"`, 0) + `) AS "order_ids"("id")`
+	ids := `(SELECT orders.id FROM ` + join(`"public".orders`, `"orders"`, 0) + `) AS "order_ids"("id")`
 	for _, c := range []rwCase{
-		{"view created through the proxy", `SELECT * FROM order_filtered`, ``},
+		{"view created through the proxy", `SELECT * FROM order_filtered`, `SELECT * FROM "public".order_filtered`},
 		{"view in a subquery", `SELECT 1 WHERE EXISTS (SELECT 1 FROM order_ids)`, `SELECT 1 WHERE EXISTS (SELECT 1 FROM ` + ids + `)`},
 		{"view of a view", `SELECT id FROM order_ids_2`, `SELECT id FROM (SELECT order_ids.id FROM ` + ids + `) AS "order_ids_2"("id")`},
 		{"view of sessions only is expanded as before", `SELECT owner FROM session_owners`,
-			`SELECT owner FROM (SELECT sessions.owner FROM ` + join("sessions", `"sessions"`, 0) + `) AS "session_owners"("owner")`},
+			`SELECT owner FROM (SELECT sessions.owner FROM ` + join(`"public".sessions`, `"sessions"`, 0) + `) AS "session_owners"("owner")`},
 		{"the view a statement creates is not read", `CREATE OR REPLACE VIEW order_ids AS SELECT id FROM orders`,
-			`CREATE OR REPLACE VIEW order_ids AS SELECT id FROM ` + join("orders", `"orders"`, 0)},
+			`CREATE OR REPLACE VIEW order_ids AS SELECT id FROM ` + join(`"public".orders`, `"orders"`, 0)},
 	} {
 		checkRewrite(t, rw, s, c)
 	}
@@ -246,26 +246,26 @@ func TestExpiringColumnsPass(t *testing.T) {
 	O := `"orders"`
 	cases := []rwCase{
 		{"other columns", `SELECT id FROM orders`,
-			`SELECT id FROM ` + join("orders", O, 0)},
+			`SELECT id FROM ` + join(`"public".orders`, O, 0)},
 		{"qualified other columns", `SELECT o.id, o.status FROM orders o WHERE o.id = $1`,
-			`SELECT o.id, o.status FROM ` + join("orders o", `"o"`, 0) + ` WHERE o.id = $1`},
+			`SELECT o.id, o.status FROM ` + join(`"public".orders o`, `"o"`, 0) + ` WHERE o.id = $1`},
 		{"expiry columns are not expiring", `SELECT client_ip_expires_at, created_at FROM orders`,
-			`SELECT client_ip_expires_at, created_at FROM ` + join("orders", O, 0)},
+			`SELECT client_ip_expires_at, created_at FROM ` + join(`"public".orders`, O, 0)},
 		{"count star", `SELECT count(*) FROM orders`,
-			`SELECT count(*) FROM ` + join("orders", O, 0)},
+			`SELECT count(*) FROM ` + join(`"public".orders`, O, 0)},
 		{"star of another table", `SELECT u.* FROM users u JOIN orders o ON o.user_id = u.id`,
-			`SELECT u.* FROM users u JOIN ` + join("orders o", `"o"`, 0) + ` ON o.user_id = u.id`},
+			`SELECT u.* FROM users u JOIN ` + join(`"public".orders o`, `"o"`, 0) + ` ON o.user_id = u.id`},
 		{"star over a level without the table", `SELECT * FROM users WHERE id IN (SELECT user_id FROM orders)`,
-			`SELECT * FROM users WHERE id IN (SELECT user_id FROM ` + join("orders", O, 0) + `)`},
-		{"insert of other columns", `INSERT INTO orders (id, status) VALUES (1, 'new')`, ``},
-		{"insert default values", `INSERT INTO orders DEFAULT VALUES`, ``},
+			`SELECT * FROM users WHERE id IN (SELECT user_id FROM ` + join(`"public".orders`, O, 0) + `)`},
+		{"insert of other columns", `INSERT INTO orders (id, status) VALUES (1, 'new')`, `INSERT INTO "public".orders (id, status) VALUES (1, 'new')`},
+		{"insert default values", `INSERT INTO orders DEFAULT VALUES`, `INSERT INTO "public".orders DEFAULT VALUES`},
 		{"update of other columns", `UPDATE orders SET status = 'x' WHERE id = 1`,
-			`UPDATE orders SET status = 'x' WHERE (id = 1) AND ` + live(O)},
+			`UPDATE "public".orders SET status = 'x' WHERE (id = 1) AND ` + live(O)},
 		{"delete returning other columns", `DELETE FROM orders WHERE id = 1 RETURNING id`,
-			`DELETE FROM orders WHERE (id = 1) AND ` + live(O) + ` RETURNING id`},
+			`DELETE FROM "public".orders WHERE (id = 1) AND ` + live(O) + ` RETURNING id`},
 		{"copy of other columns", `COPY orders (id, status) TO STDOUT`,
-			`COPY (SELECT id, status FROM orders WHERE ` + live(O) + `) TO STDOUT`},
-		{"copy from other columns", `COPY orders (id) FROM STDIN`, ``},
+			`COPY (SELECT id, status FROM "public".orders WHERE ` + live(O) + `) TO STDOUT`},
+		{"copy from other columns", `COPY orders (id) FROM STDIN`, `COPY "public".orders (id) FROM STDIN`},
 		{"the name on another table", `SELECT client_ip FROM users`, ``},
 		{"ddl names the column", `CREATE INDEX ON orders (client_ip)`, ``},
 		{"ddl expression", `ALTER TABLE orders ADD CHECK (note <> '')`, ``},
@@ -285,7 +285,7 @@ func TestExpiringColumnsShapes(t *testing.T) {
 		checkReject(t, rw, nil, rejCase{"refused shape " + lit, `SELECT id FROM orders WHERE id = 1 ORDER BY client_ip = ` + lit,
 			sqlstate.FeatureNotSupported, []string{"public.orders", "client_ip"}})
 		checkRewrite(t, rw, nil, rwCase{"passing shape " + lit, `SELECT id FROM orders WHERE status = ` + lit,
-			`SELECT id FROM ` + join("orders", `"orders"`, 0) + ` WHERE status = ` + lit})
+			`SELECT id FROM ` + join(`"public".orders`, `"orders"`, 0) + ` WHERE status = ` + lit})
 	}
 	// The read of a value is a shape template too.
 	s := NewState(Session{Catalog: columnCatalog()})
@@ -294,7 +294,7 @@ func TestExpiringColumnsShapes(t *testing.T) {
 	before := rw.Stats()
 	for _, lit := range []string{"'new'", "'paid'", "'gone'"} {
 		checkRewrite(t, rw, s, rwCase{"read shape " + lit, `SELECT client_ip FROM orders WHERE status = ` + lit,
-			`SELECT ` + ip + ` AS "client_ip" FROM ` + join("orders", `"orders"`, 0) + ` WHERE status = ` + lit})
+			`SELECT ` + ip + ` AS "client_ip" FROM ` + join(`"public".orders`, `"orders"`, 0) + ` WHERE status = ` + lit})
 	}
 	after := rw.Stats()
 	if after.ShapeHits <= before.ShapeHits || after.ShapeMismatches != 0 {

@@ -39,46 +39,46 @@ func TestExpiringColumnWrites(t *testing.T) {
 
 	for _, c := range []rwCase{
 		{"insert", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1')`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `)`},
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `)`},
 		{"insert rows, NULL clears", `INSERT INTO orders (client_ip, id) VALUES ('10.0.0.1', 1), (NULL, 2), (NULL::inet, 3), (DEFAULT, 4)`,
-			`INSERT INTO orders (client_ip, id, "client_ip_expires_at") VALUES ('10.0.0.1', 1, ` + cstamp + `), (NULL, 2, NULL), (NULL::inet, 3, NULL), (DEFAULT, 4, ` + cstamp + `)`},
-		{"insert with the expiry", `INSERT INTO orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', now())`, ``},
-		{"insert of a derived column", `INSERT INTO orders (id, note) VALUES (1, 'x')`, ``},
+			`INSERT INTO "public".orders (client_ip, id, "client_ip_expires_at") VALUES ('10.0.0.1', 1, ` + cstamp + `), (NULL, 2, NULL), (NULL::inet, 3, NULL), (DEFAULT, 4, ` + cstamp + `)`},
+		{"insert with the expiry", `INSERT INTO orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', now())`, `INSERT INTO "public".orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', now())`},
+		{"insert of a derived column", `INSERT INTO orders (id, note) VALUES (1, 'x')`, `INSERT INTO "public".orders (id, note) VALUES (1, 'x')`},
 		{"insert select", `INSERT INTO orders (id, client_ip) SELECT id, ip FROM users`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") SELECT id, ip, ` + cstamp + ` FROM users`},
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at") SELECT id, ip, ` + cstamp + ` FROM users`},
 		{"insert of a query wrapped", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1') LIMIT 1`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") SELECT *, ` + cstamp + ` FROM (VALUES (1, '10.0.0.1') LIMIT 1) AS _ttl_src`},
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at") SELECT *, ` + cstamp + ` FROM (VALUES (1, '10.0.0.1') LIMIT 1) AS _ttl_src`},
 		{"insert without a column list, from the catalog", `INSERT INTO orders VALUES (1, 'new', '10.0.0.1')`,
-			`INSERT INTO orders ("id", "status", "client_ip", "client_ip_expires_at") VALUES (1, 'new', '10.0.0.1', ` + cstamp + `)`},
-		{"insert without a column list short of the column", `INSERT INTO orders VALUES (1, 'new')`, ``},
+			`INSERT INTO "public".orders ("id", "status", "client_ip", "client_ip_expires_at") VALUES (1, 'new', '10.0.0.1', ` + cstamp + `)`},
+		{"insert without a column list short of the column", `INSERT INTO orders VALUES (1, 'new')`, `INSERT INTO "public".orders VALUES (1, 'new')`},
 		{"insert of a query without a column list", `INSERT INTO orders SELECT id, 'new', ip FROM users UNION ALL SELECT 2, 'x', NULL`,
-			`INSERT INTO orders ("id", "status", "client_ip", "client_ip_expires_at") SELECT id, 'new', ip, ` + cstamp + ` FROM users UNION ALL SELECT 2, 'x', NULL, ` + cstamp},
+			`INSERT INTO "public".orders ("id", "status", "client_ip", "client_ip_expires_at") SELECT id, 'new', ip, ` + cstamp + ` FROM users UNION ALL SELECT 2, 'x', NULL, ` + cstamp},
 		{"update", `UPDATE orders SET client_ip = '10.0.0.1' WHERE id = 1`,
-			`UPDATE orders SET client_ip = '10.0.0.1', "client_ip_expires_at" = ` + cstamp + ` WHERE (id = 1) AND ` + rowLive},
+			`UPDATE "public".orders SET client_ip = '10.0.0.1', "client_ip_expires_at" = ` + cstamp + ` WHERE (id = 1) AND ` + rowLive},
 		{"update clears", `UPDATE orders SET client_ip = NULL`,
-			`UPDATE orders SET client_ip = NULL, "client_ip_expires_at" = NULL WHERE ` + rowLive},
+			`UPDATE "public".orders SET client_ip = NULL, "client_ip_expires_at" = NULL WHERE ` + rowLive},
 		{"update reads the value", `UPDATE orders SET client_ip = client_ip, note = note || 'x' WHERE client_ip IS NULL RETURNING id`,
-			`UPDATE orders SET client_ip = ` + o.ipV() + `, note = ` + o.noteV() + ` || 'x', "client_ip_expires_at" = ` + cstamp +
+			`UPDATE "public".orders SET client_ip = ` + o.ipV() + `, note = ` + o.noteV() + ` || 'x', "client_ip_expires_at" = ` + cstamp +
 				` WHERE ((client_ip IS NULL OR ` + o.ipExpired() + `)) AND ` + rowLive + ` RETURNING id`},
 		{"update of several columns", `UPDATE orders o SET (status, client_ip) = ('x', '10.0.0.1')`,
-			`UPDATE orders o SET (status, client_ip) = ('x', '10.0.0.1'), "client_ip_expires_at" = ` + cstamp + ` WHERE ` + live(`"o"`)},
+			`UPDATE "public".orders o SET (status, client_ip) = ('x', '10.0.0.1'), "client_ip_expires_at" = ` + cstamp + ` WHERE ` + live(`"o"`)},
 		{"update with the expiry", `UPDATE orders SET client_ip = '10.0.0.1', client_ip_expires_at = NULL`,
-			`UPDATE orders SET client_ip = '10.0.0.1', client_ip_expires_at = NULL WHERE ` + rowLive},
+			`UPDATE "public".orders SET client_ip = '10.0.0.1', client_ip_expires_at = NULL WHERE ` + rowLive},
 		{"update refreshes", `UPDATE orders SET status = 'x' WHERE id = $1`,
-			`UPDATE orders SET status = 'x', ` + refresh + ` WHERE (id = $1) AND ` + rowLive},
+			`UPDATE "public".orders SET status = 'x', ` + refresh + ` WHERE (id = $1) AND ` + rowLive},
 		{"on conflict", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1') ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `) ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip, "client_ip_expires_at" = ` + cstamp + ` WHERE ` + rowLive},
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `) ON CONFLICT (id) DO UPDATE SET client_ip = EXCLUDED.client_ip, "client_ip_expires_at" = ` + cstamp + ` WHERE ` + rowLive},
 		{"on conflict reads and refreshes", `INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = o.note || EXCLUDED.status WHERE o.client_ip IS NULL RETURNING id`,
-			`INSERT INTO orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = ` + colText{`"o"`}.noteV() + ` || EXCLUDED.status, ` +
+			`INSERT INTO "public".orders AS o (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = ` + colText{`"o"`}.noteV() + ` || EXCLUDED.status, ` +
 				strings.ReplaceAll(refresh, `"orders"`, `"o"`) + ` WHERE ((o.client_ip IS NULL OR ` + colText{`"o"`}.ipExpired() + `)) AND ` + live(`"o"`) + ` RETURNING id`},
 		// Unqualified, a column of DO UPDATE is ambiguous between the
 		// target and EXCLUDED: left for the server to say so (42702),
 		// inside `= ANY (subquery)`'s tested value too.
 		{"on conflict leaves an unqualified column", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = note WHERE client_ip IS NULL OR client_ip = ANY (SELECT ip FROM users)`,
-			`INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = note, ` + refresh +
+			`INSERT INTO "public".orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = note, ` + refresh +
 				` WHERE (client_ip IS NULL OR client_ip = ANY (SELECT ip FROM users)) AND ` + rowLive},
 		{"in a cte", `WITH u AS (UPDATE orders SET status = 'x' RETURNING id) SELECT * FROM u`,
-			`WITH u AS (UPDATE orders SET status = 'x', ` + refresh + ` WHERE ` + rowLive + ` RETURNING id) SELECT * FROM u`},
+			`WITH u AS (UPDATE "public".orders SET status = 'x', ` + refresh + ` WHERE ` + rowLive + ` RETURNING id) SELECT * FROM u`},
 	} {
 		checkRewrite(t, rw, s, c)
 	}
@@ -86,12 +86,12 @@ func TestExpiringColumnWrites(t *testing.T) {
 	// list and in the values alike.
 	for _, c := range []rwCase{
 		{"insert", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1')`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at", "expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `, ` + rstamp + `)`},
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at", "expires_at") VALUES (1, '10.0.0.1', ` + cstamp + `, ` + rstamp + `)`},
 		{"insert without a column list", `INSERT INTO orders VALUES (1, 'new', NULL), (2, 'new', '10.0.0.1')`,
-			`INSERT INTO orders ("id", "status", "client_ip", "client_ip_expires_at", "expires_at") VALUES (1, 'new', NULL, NULL, ` + rstamp +
+			`INSERT INTO "public".orders ("id", "status", "client_ip", "client_ip_expires_at", "expires_at") VALUES (1, 'new', NULL, NULL, ` + rstamp +
 				`), (2, 'new', '10.0.0.1', ` + cstamp + `, ` + rstamp + `)`},
 		{"insert of a query wrapped", `INSERT INTO orders (id, client_ip) VALUES (1, '10.0.0.1') LIMIT 1`,
-			`INSERT INTO orders (id, client_ip, "client_ip_expires_at", "expires_at") SELECT *, ` + rstamp + ` FROM (SELECT *, ` + cstamp +
+			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at", "expires_at") SELECT *, ` + rstamp + ` FROM (SELECT *, ` + cstamp +
 				` FROM (VALUES (1, '10.0.0.1') LIMIT 1) AS _ttl_src) AS _ttl_src`},
 	} {
 		checkRewrite(t, rwRow, s, c)

@@ -34,6 +34,9 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 	rv := c.Relation
 	w.mark(rv)
 	if c.IsFrom {
+		if w.pinning && rv.Schemaname == "" {
+			w.pin(rv)
+		}
 		return
 	}
 	rule := w.ruleFor(rv, nil)
@@ -47,7 +50,7 @@ func (w *walker) copyStmt(c *pg.CopyStmt, start, end int) {
 		return
 	}
 	ne := ts.nameEnd(i)
-	name := w.sql[ts[i].start:ts[ne-1].end]
+	name := w.span(ts[i].start, ts[ne-1].end)
 	cols, last := "*", ne-1
 	if len(c.Attlist) > 0 {
 		rparen := ts.match(ne)

@@ -33,6 +33,8 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 	}
 	w.leakyFunctions(raw.Stmt)
 	w.serverReads(raw.Stmt)
+	w.pinning = pinnable(raw.Stmt)
+	defer func() { w.pinning = false }()
 	w.stmt(raw.Stmt, nil, start, end)
 	if w.err != nil {
 		return
@@ -59,6 +61,9 @@ func (w *walker) rawStmt(raw *pg.RawStmt) {
 			w.fail(errUnhandledPosition(r, top))
 		}
 	})
+	if w.err == nil {
+		w.flushPins()
+	}
 }
 
 // stmt walks a statement that spans the text [start, end) at most; for a
@@ -80,10 +85,7 @@ func (w *walker) stmt(n *pg.Node, sc *scope, start, end int) {
 	case *pg.Node_ExplainStmt:
 		w.stmt(x.ExplainStmt.Query, sc, start, end)
 	case *pg.Node_PrepareStmt:
-		w.pinning = true
 		w.stmt(x.PrepareStmt.Query, sc, start, end)
-		w.pinning = false
-		w.flushPins()
 	case *pg.Node_DeclareCursorStmt:
 		w.stmt(x.DeclareCursorStmt.Query, sc, start, end)
 	case *pg.Node_CreateTableAsStmt:

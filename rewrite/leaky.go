@@ -319,6 +319,10 @@ func (w *walker) expandView(rv *pg.RangeVar, sc *scope, tableForm bool) bool {
 		text = "SELECT * FROM " + text
 	}
 	w.replace(from, to, text)
+	if p := w.pins[int(rv.Location)]; p != nil {
+		// The definition names every relation with its schema.
+		p.done = true
+	}
 	if w.expanded == nil {
 		w.expanded = map[*pg.RangeVar]bool{}
 	}
@@ -450,6 +454,12 @@ func (w *walker) leakyFunction(names []*pg.Node) {
 	}
 	reads, ok := fns[key]
 	if !ok || w.rw.trusted[key] || w.rw.trusted[name] {
+		if schema == "" {
+			// The server may resolve the call elsewhere (qualify.go).
+			if other := w.untrustedNamed(name); other != "" {
+				w.fail(errUnqualifiedCall(name, other, fns[other]))
+			}
+		}
 		return
 	}
 	w.fail(errLeakyFunction(key, reads))

@@ -31,12 +31,19 @@ type pinEdit struct {
 // is not a CTE, when its name is a TTL table's or a child's.
 func (w *walker) pin(rv *pg.RangeVar) {
 	loc := int(rv.Location)
-	if _, ok := w.pins[loc]; ok || !w.isTTLName(rv.Relname) {
+	if _, ok := w.pins[loc]; ok || w.expanded[rv] {
 		return
 	}
-	sch, ok := w.resolve(rv.Relname)
+	sch, known, ok := w.pinSchema(rv.Relname)
+	if !known {
+		return
+	}
 	if !ok {
-		w.fail(errPrepareUnresolved(rv.Relname))
+		if w.construct == "PREPARE" {
+			w.fail(errPrepareUnresolved(rv.Relname))
+		} else {
+			w.fail(errUnresolvedName(rv.Relname))
+		}
 		return
 	}
 	if ts := w.tokens(); w.err == nil && ts.at(loc) < 0 {

@@ -46,12 +46,12 @@ func TestRewritePreparePinsSchema(t *testing.T) {
 		{"Unicode escape spelling", `PREPARE p AS SELECT * FROM U&"\0073essions"`,
 			`PREPARE p AS SELECT * FROM ` + join(`"public".U&"\0073essions"`, S, 0)},
 		{"only the PREPARE is pinned", `PREPARE p AS SELECT * FROM sessions; SELECT * FROM sessions`,
-			`PREPARE p AS SELECT * FROM ` + join(P, S, 0) + `; SELECT * FROM ` + join("sessions", S, 1)},
+			`PREPARE p AS SELECT * FROM ` + join(P, S, 0) + `; SELECT * FROM ` + join(`"public".sessions`, S, 1)},
 		{"EXECUTE passes", `EXECUTE p`, ``},
 		{"DECLARE is not pinned", `DECLARE c CURSOR FOR SELECT * FROM sessions`,
-			`DECLARE c CURSOR FOR SELECT * FROM ` + join("sessions", S, 0)},
+			`DECLARE c CURSOR FOR SELECT * FROM ` + join(`"public".sessions`, S, 0)},
 		{"CREATE VIEW is not pinned", `CREATE VIEW v AS SELECT * FROM sessions`,
-			`CREATE VIEW v AS SELECT * FROM ` + join("sessions", S, 0)},
+			`CREATE VIEW v AS SELECT * FROM ` + join(`"public".sessions`, S, 0)},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, nil, c)
@@ -108,9 +108,8 @@ func TestRewritePrepareResolution(t *testing.T) {
 	} {
 		checkReject(t, rw, c.s, rejCase{c.name, in, "0A000", []string{`"sessions"`, "search path"}})
 	}
-	// Outside PREPARE the same session reads the name unfiltered: no schema
-	// on the path holds a TTL table of that name.
-	checkRewrite(t, rw, NewState(Session{SearchPath: []string{"other"}}), rwCase{"plain read", `SELECT * FROM sessions`, ``})
+	// Outside PREPARE too: every statement binds its names (qualify.go).
+	checkReject(t, rw, NewState(Session{SearchPath: []string{"other"}}), rejCase{"plain read", `SELECT * FROM sessions`, "0A000", []string{`"sessions"`, "search path"}})
 }
 
 func TestRewritePrepareChildren(t *testing.T) {

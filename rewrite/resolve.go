@@ -24,6 +24,9 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 	if rv == nil {
 		return nil
 	}
+	if w.pinning && rv.Schemaname == "" && !sc.has(rv.Relname) {
+		w.pin(rv)
+	}
 	if r, ok := w.leakyView(rv, sc); ok {
 		return w.guarded(r)
 	}
@@ -33,12 +36,11 @@ func (w *walker) ruleFor(rv *pg.RangeVar, sc *scope) *ttl.Rule {
 	if rv.Schemaname != "" {
 		return w.guarded(w.ruleAt(rv.Schemaname, rv.Relname))
 	}
-	cat := w.s.Catalog
-	if sc.has(rv.Relname) || (len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.d.Children) == 0)) {
+	if sc.has(rv.Relname) {
 		return nil
 	}
-	if w.pinning {
-		w.pin(rv)
+	if cat := w.s.Catalog; len(w.rw.byName[rv.Relname]) == 0 && (cat == nil || len(cat.d.Children) == 0) {
+		return nil
 	}
 	if sch, ok := w.resolve(rv.Relname); ok {
 		return w.guarded(w.ruleAt(sch, rv.Relname))

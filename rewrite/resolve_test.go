@@ -20,36 +20,31 @@ func TestRewriteNameResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	const in = `SELECT * FROM sessions`
-	filtered := `SELECT * FROM ` + join("sessions", `"sessions"`, 0)
+	// The schema the name resolves to is written into the text
+	// (qualify.go).
+	filtered := func(sch string) string { return `SELECT * FROM ` + join(`"`+sch+`".sessions`, `"sessions"`, 0) }
 	cases := []struct {
 		name string
 		s    *State
 		out  string
 	}{
-		{"default path is public", nil, filtered},
-		{"path without a TTL schema", NewState(Session{SearchPath: []string{"other"}}), in},
-		{"first TTL schema on the path", NewState(Session{SearchPath: []string{"other", "app"}}), filtered},
+		{"default path is public", nil, filtered("public")},
+		{"first TTL schema on the path", NewState(Session{SearchPath: []string{"other", "app"}}), filtered("app")},
 		{"catalog: an earlier schema holds the name", NewState(Session{
 			SearchPath: []string{"other", "public"},
 			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
-		}), in},
+		}), `SELECT * FROM "other".sessions`},
 		{"catalog: the TTL schema comes first", NewState(Session{
 			SearchPath: []string{"public", "other"},
 			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
-		}), filtered},
-		{"catalog: the earlier schema may not be used", NewState(Session{
-			SearchPath: []string{"other", "public"}, NoUsage: []string{"other"},
-			Catalog: NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
-		}), filtered},
-		{"catalog: USAGE unknown after a change of role", NewState(Session{
-			SearchPath: []string{"other", "public"}, UsageUnknown: true,
-			Catalog: NewCatalog(CatalogData{Schemas: map[string][]string{"sessions": {"other", "public"}}}),
-		}), filtered},
+		}), filtered("public")},
 		{"catalog without the name falls back to the rules", NewState(Session{
 			SearchPath: []string{"other", "app"},
 			Catalog:    NewCatalog(CatalogData{Schemas: map[string][]string{}}),
-		}), filtered},
+		}), filtered("app")},
 	}
+	checkReject(t, rw, NewState(Session{SearchPath: []string{"other"}}), rejCase{"path without a TTL schema", in, "0A000",
+		[]string{`"sessions"`, "cannot tell which schema"}})
 	for _, c := range cases {
 		checkRewrite(t, rw, c.s, rwCase{c.name, in, func() string {
 			if c.out == in {
@@ -68,7 +63,7 @@ func TestRewriteQuotedTableName(t *testing.T) {
 	rw := newTestRewriter(t)
 	live := `("m"."Exp" IS NULL OR "m"."Exp" OPERATOR(pg_catalog.>=) pg_catalog.now())`
 	checkRewrite(t, rw, nil, rwCase{"quoted mixed case", `SELECT * FROM "Mixed Case" m`,
-		`SELECT * FROM ("Mixed Case" m JOIN (SELECT) AS _ttl_0 ON ` + live + `)`})
+		`SELECT * FROM ("public"."Mixed Case" m JOIN (SELECT) AS _ttl_0 ON ` + live + `)`})
 	checkRewrite(t, rw, nil, rwCase{"folded spelling is another table", `SELECT * FROM mixed_case`, ``})
 }
 
@@ -76,20 +71,20 @@ func TestRewriteColumnAliasList(t *testing.T) {
 	rw := newTestRewriter(t)
 	s := NewState(Session{Catalog: sessionsCatalog()})
 	checkRewrite(t, rw, s, rwCase{"renamed expiry column", `SELECT * FROM sessions AS s(a, b, c, e)`,
-		`SELECT * FROM (sessions AS s(a, b, c, e) JOIN (SELECT) AS _ttl_0 ON ("s"."e" IS NULL OR "s"."e" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
+		`SELECT * FROM ("public".sessions AS s(a, b, c, e) JOIN (SELECT) AS _ttl_0 ON ("s"."e" IS NULL OR "s"."e" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 	checkRewrite(t, rw, s, rwCase{"short list keeps the expiry name", `SELECT * FROM sessions s(a)`,
-		`SELECT * FROM (sessions s(a) JOIN (SELECT) AS _ttl_0 ON ("s"."expires_at" IS NULL OR "s"."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
+		`SELECT * FROM ("public".sessions s(a) JOIN (SELECT) AS _ttl_0 ON ("s"."expires_at" IS NULL OR "s"."expires_at" OPERATOR(pg_catalog.>=) pg_catalog.now()))`})
 }
 
 func TestRewriteSystemColumns(t *testing.T) {
 	rw := newTestRewriter(t)
 	cases := []rwCase{
 		{"ctid is qualified", `SELECT ctid, xmin FROM sessions WHERE ctid = '(0,1)' ORDER BY ctid`,
-			`SELECT "sessions".ctid, "sessions".xmin FROM ` + join("sessions", `"sessions"`, 0) + ` WHERE "sessions".ctid = '(0,1)' ORDER BY "sessions".ctid`},
+			`SELECT "sessions".ctid, "sessions".xmin FROM ` + join(`"public".sessions`, `"sessions"`, 0) + ` WHERE "sessions".ctid = '(0,1)' ORDER BY "sessions".ctid`},
 		{"batch delete by ctid", `DELETE FROM sessions WHERE ctid IN (SELECT ctid FROM sessions s LIMIT 100)`,
-			`DELETE FROM sessions WHERE (ctid IN (SELECT "s".ctid FROM ` + join("sessions s", `"s"`, 0) + ` LIMIT 100)) AND ` + live(`"sessions"`)},
+			`DELETE FROM "public".sessions WHERE (ctid IN (SELECT "s".ctid FROM ` + join(`"public".sessions s`, `"s"`, 0) + ` LIMIT 100)) AND ` + live(`"sessions"`)},
 		{"qualified ctid stays", `SELECT s.ctid FROM sessions s`,
-			`SELECT s.ctid FROM ` + join("sessions s", `"s"`, 0)},
+			`SELECT s.ctid FROM ` + join(`"public".sessions s`, `"s"`, 0)},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, nil, c)
@@ -154,5 +149,5 @@ func TestRewriteColumnAliasListSidecar(t *testing.T) {
 		"public.docs": {Columns: []Column{{Name: "id"}, {Name: "body"}}},
 	}})})
 	checkRewrite(t, rw, s, rwCase{"registry keeps its key names", `SELECT * FROM docs AS d(doc_id, b)`,
-		`SELECT * FROM (docs AS d(doc_id, b) JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" OPERATOR(pg_catalog.=) "d"."doc_id" AND _ttl_reg.expires_at OPERATOR(pg_catalog.<) pg_catalog.now())))`})
+		`SELECT * FROM ("public".docs AS d(doc_id, b) JOIN (SELECT) AS _ttl_0 ON (NOT EXISTS (SELECT 1 FROM "public"."docs_ttl" AS _ttl_reg WHERE _ttl_reg."id" OPERATOR(pg_catalog.=) "d"."doc_id" AND _ttl_reg.expires_at OPERATOR(pg_catalog.<) pg_catalog.now())))`})
 }

@@ -81,7 +81,7 @@ func TestRewriteTTLSettingAccepted(t *testing.T) {
 	// A statement naming a TTL table still gets its own rewrite.
 	checkRewrite(t, rw, nil, rwCase{"SET LOCAL then a read in another query",
 		`SELECT current_setting('ttlproxy.ttl'), id FROM sessions`,
-		`SELECT current_setting('ttlproxy.ttl'), id FROM ` + join("sessions", `"sessions"`, 0)})
+		`SELECT current_setting('ttlproxy.ttl'), id FROM ` + join(`"public".sessions`, `"sessions"`, 0)})
 	// Without rules the setting means nothing and nothing is parsed.
 	none, err := New(nil, Options{})
 	if err != nil {
@@ -112,7 +112,7 @@ func TestRewriteShowTTLSetting(t *testing.T) {
 				if s != nil {
 					continue
 				}
-				c.out = q + `; SELECT id FROM (sessions JOIN (SELECT) AS _ttl_0 ON ` +
+				c.out = q + `; SELECT id FROM ("public".sessions JOIN (SELECT) AS _ttl_0 ON ` +
 					(&ttl.Rule{Table: "sessions"}).LiveCondition(`"sessions"`, ttl.Now) + `)`
 			}
 			checkRewrite(t, rw, s, c)
@@ -128,7 +128,7 @@ func TestRewriteInvalidSessionTTL(t *testing.T) {
 	s := NewState(Session{TTLInvalid: "3 parsecs"})
 	checkReject(t, rw, s, rejCase{"stamping INSERT", `INSERT INTO sessions (id) VALUES (1)`, "22023",
 		[]string{"public.sessions", `"3 parsecs"`}})
-	checkRewrite(t, rw, s, rwCase{"INSERT that gives the expiry", `INSERT INTO sessions (id, expires_at) VALUES (1, NULL)`, ""})
+	checkRewrite(t, rw, s, rwCase{"INSERT that gives the expiry", `INSERT INTO sessions (id, expires_at) VALUES (1, NULL)`, `INSERT INTO "public".sessions (id, expires_at) VALUES (1, NULL)`})
 	if _, err := rw.Rewrite(`SELECT id FROM sessions`, s); err != nil {
 		t.Errorf("a read in a session with an invalid ttlproxy.ttl: %v", err)
 	}

@@ -28,27 +28,27 @@ func TestRewriteSidecarInsert(t *testing.T) {
 	pairsLive := sidecarRules[1].LiveCondition(`"p"`, ttl.Now)
 	cases := []rwCase{
 		{"values", `INSERT INTO docs (id, body) VALUES (1, 'a'), (2, 'b')`,
-			`WITH _ttl_ins AS (INSERT INTO docs (id, body) VALUES (1, 'a'), (2, 'b')` + registerDocs},
+			`WITH _ttl_ins AS (INSERT INTO "public".docs (id, body) VALUES (1, 'a'), (2, 'b')` + registerDocs},
 		{"no column list needs no catalog", `INSERT INTO docs VALUES (1, 'a')`,
-			`WITH _ttl_ins AS (INSERT INTO docs VALUES (1, 'a')` + registerDocs},
+			`WITH _ttl_ins AS (INSERT INTO "public".docs VALUES (1, 'a')` + registerDocs},
 		{"default values, semicolon and comment", "INSERT INTO public.docs DEFAULT VALUES; -- one",
 			"WITH _ttl_ins AS (INSERT INTO public.docs DEFAULT VALUES" + registerDocs + "; -- one"},
 		{"insert select reading the table", `INSERT INTO docs (id, body) SELECT id + 100, body FROM docs`,
-			`WITH _ttl_ins AS (INSERT INTO docs (id, body) SELECT id + 100, body FROM (docs JOIN (SELECT) AS _ttl_0 ON ` + docsLive(`"docs"`) + `)` + registerDocs},
+			`WITH _ttl_ins AS (INSERT INTO "public".docs (id, body) SELECT id + 100, body FROM ("public".docs JOIN (SELECT) AS _ttl_0 ON ` + docsLive(`"docs"`) + `)` + registerDocs},
 		{"the INSERT's WITH is kept", `WITH src AS (SELECT 1 AS id) INSERT INTO docs (id) SELECT id FROM src`,
-			`WITH src AS (SELECT 1 AS id) , _ttl_ins AS (INSERT INTO docs (id) SELECT id FROM src` + registerDocs},
+			`WITH src AS (SELECT 1 AS id) , _ttl_ins AS (INSERT INTO "public".docs (id) SELECT id FROM src` + registerDocs},
 		{"on conflict do nothing", `INSERT INTO docs (id) VALUES (1) ON CONFLICT DO NOTHING`,
-			`WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (1) ON CONFLICT DO NOTHING` + registerDocs},
+			`WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES (1) ON CONFLICT DO NOTHING` + registerDocs},
 		{"composite key, registry elsewhere, upsert with refresh", `INSERT INTO pairs AS p (a, b, v) VALUES (1, 2, 'x') ON CONFLICT (a, b) DO UPDATE SET v = excluded.v`,
-			`WITH _ttl_ins AS (INSERT INTO pairs AS p (a, b, v) VALUES (1, 2, 'x') ON CONFLICT (a, b) DO UPDATE SET v = excluded.v WHERE ` + pairsLive +
+			`WITH _ttl_ins AS (INSERT INTO "public".pairs AS p (a, b, v) VALUES (1, 2, 'x') ON CONFLICT (a, b) DO UPDATE SET v = excluded.v WHERE ` + pairsLive +
 				` RETURNING "a", "b") INSERT INTO "reg"."pairs_ttl" ("a", "b", expires_at) SELECT "a", "b", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '60 seconds') FROM _ttl_ins ON CONFLICT ("a", "b") DO UPDATE SET expires_at = EXCLUDED.expires_at`},
 		{"PREPARE", `PREPARE ins(int) AS INSERT INTO docs (id) VALUES ($1)`,
 			`PREPARE ins(int) AS WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES ($1)` + registerDocs},
 		{"EXPLAIN", `EXPLAIN INSERT INTO docs (id) VALUES (1)`,
-			`EXPLAIN WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (1)` + registerDocs},
-		{"no lifetime, no registration", `INSERT INTO plain (id) VALUES (1)`, ``},
+			`EXPLAIN WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES (1)` + registerDocs},
+		{"no lifetime, no registration", `INSERT INTO plain (id) VALUES (1)`, `INSERT INTO "public".plain (id) VALUES (1)`},
 		{"multi-statement", `INSERT INTO docs (id) VALUES (1); INSERT INTO docs (id) VALUES (2)`,
-			`WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (1)` + registerDocs + `; WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (2)` + registerDocs},
+			`WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES (1)` + registerDocs + `; WITH _ttl_ins AS (INSERT INTO "public".docs (id) VALUES (2)` + registerDocs},
 	}
 	for _, c := range cases {
 		checkRewrite(t, rw, nil, c)
@@ -62,9 +62,9 @@ func TestRewriteSidecarInsert(t *testing.T) {
 	}
 	ten := 10 * time.Minute
 	checkRewrite(t, rw, NewState(Session{TTL: &ten}), rwCase{"session lifetime enables registration", `INSERT INTO plain (id) VALUES (1)`,
-		`WITH _ttl_ins AS (INSERT INTO plain (id) VALUES (1) RETURNING "id") INSERT INTO "public"."plain_ttl" ("id", expires_at) SELECT "id", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`})
+		`WITH _ttl_ins AS (INSERT INTO "public".plain (id) VALUES (1) RETURNING "id") INSERT INTO "public"."plain_ttl" ("id", expires_at) SELECT "id", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`})
 	zero := time.Duration(0)
-	checkRewrite(t, rw, NewState(Session{TTL: &zero}), rwCase{"session lifetime 0 disables it", `INSERT INTO docs (id) VALUES (1)`, ``})
+	checkRewrite(t, rw, NewState(Session{TTL: &zero}), rwCase{"session lifetime 0 disables it", `INSERT INTO docs (id) VALUES (1)`, `INSERT INTO "public".docs (id) VALUES (1)`})
 
 	for _, c := range []rejCase{
 		{"RETURNING", `INSERT INTO docs (id) VALUES (1) RETURNING id`, "0A000", []string{"public.docs", "RETURNING", "cannot be registered"}},
@@ -87,5 +87,5 @@ func TestRewriteSidecarInsert(t *testing.T) {
 		checkReject(t, rw, nil, c)
 	}
 	checkRewrite(t, rw, nil, rwCase{"MERGE without INSERT", `MERGE INTO docs d USING src ON d.id = src.id WHEN MATCHED THEN DELETE`,
-		`MERGE INTO docs d USING src ON (d.id = src.id) AND ` + docsLive(`"d"`) + ` WHEN MATCHED THEN DELETE`})
+		`MERGE INTO "public".docs d USING src ON (d.id = src.id) AND ` + docsLive(`"d"`) + ` WHEN MATCHED THEN DELETE`})
 }

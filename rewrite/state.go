@@ -295,6 +295,10 @@ type Catalog struct {
 	// viewNames matches their names in raw text.
 	viewKeys  map[string]string
 	viewNames matcher
+	// viewNamed holds the Views' names, functionsNamed the Functions' keys
+	// by name (qualify.go).
+	viewNamed      map[string]bool
+	functionsNamed map[string][]string
 }
 
 // NewCatalog copies d, so changing d afterwards does not change the
@@ -343,6 +347,7 @@ func NewCatalog(d CatalogData) *Catalog {
 			}
 		}
 	}
+	c.indexNames()
 	c.id = registry.number(c.appendFacts([]byte{'C'}))
 	return c
 }
