@@ -356,15 +356,26 @@ func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusa
 	return false, lexRefusal(risk, bits, nonASCII)
 }
 
-// lexRisk is statementRisk of msg's text, but for a backslash in a text
-// whose bytes name nothing the proxy guards: however the server reads it,
-// it reads no TTL table. Not so for non-ASCII bytes, which a conversion
-// changes.
+// lexRisk is statementRisk of msg's text, but none for a text whose bytes
+// name nothing the proxy guards: however the server reads its backslashes,
+// it reads no TTL table. Non-ASCII bytes count there too unless a rule
+// spells a name with a non-ASCII character: a conversion to the server's
+// encoding turns each multibyte character into a non-ASCII one, never into
+// ASCII, so the ASCII runs the server reads (every name of a relation the
+// proxy guards) are runs of the bytes the proxy checked; a converted
+// single-byte encoding can turn caf\xe9 into a rule's café.
 func (s *clientConn) lexRisk(msg []byte) uint32 {
 	sql := string(msg[headerLen:])
 	risk := statementRisk(sql)
-	if rw := s.rs.Load().rw; risk&lexBackslash != 0 && rw != nil && !rw.MayNameTTL(sql, s.st.cur) {
+	if risk == 0 {
+		return 0
+	}
+	rs := s.rs.Load()
+	if rs.rw != nil && !rs.rw.MayNameTTL(sql, s.st.cur) {
 		risk &^= lexBackslash
+		if !rs.nonASCII {
+			risk &^= lexHighBytes
+		}
 	}
 	return risk
 }

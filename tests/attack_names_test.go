@@ -471,11 +471,49 @@ func TestAttackClientEncoding(t *testing.T) {
 	if res, err := run(`SELECT note FROM sessions ORDER BY id`); err != nil || len(res[0].Rows) != 2 {
 		t.Errorf("SJIS, an ASCII statement: %v", err)
 	}
+	// A text whose bytes name no TTL table reads none however its
+	// characters convert: served (0x82 0xA0 is SJIS for U+3042).
+	if res, err := run("SELECT '\x82\xa0' AS a"); err != nil || len(res[0].Rows) != 1 {
+		t.Errorf("SJIS, a non-ASCII statement naming no TTL table: %v", err)
+	}
 	if _, err := run(`SET client_encoding = 'UTF8'`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run(`SELECT 'café'`); err != nil {
 		t.Errorf("back to UTF8, a non-ASCII statement: %v", err)
+	}
+	// In a pipeline after an Execute, whose change of the encoding would
+	// only be reported at the ReadyForQuery: a non-ASCII text naming no
+	// TTL table is served, one naming a TTL table is refused.
+	for _, c := range []struct {
+		sql, code string
+	}{{`SELECT 'café' AS a`, ""}, {`SELECT note FROM sessions WHERE note <> 'café'`, "0A000"}} {
+		p := pc.StartPipeline(ctx)
+		p.SendQueryParams(`SELECT 1`, nil, nil, nil, nil)
+		p.SendQueryParams(c.sql, nil, nil, nil, nil)
+		if err := p.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		var perr error
+		for {
+			r, err := p.GetResults()
+			if err != nil {
+				perr = err
+				break
+			}
+			if r == nil {
+				break
+			}
+			if rr, ok := r.(*pgconn.ResultReader); ok {
+				if res := rr.Read(); res.Err != nil && perr == nil {
+					perr = res.Err
+				}
+			}
+		}
+		_ = p.Close()
+		if sqlstate(perr) != c.code {
+			t.Errorf("pipeline, %s after an Execute: err %v, want %q", c.sql, perr, c.code)
+		}
 	}
 }
 
