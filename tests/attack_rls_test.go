@@ -208,6 +208,21 @@ var leakyAttacks = []rlsAttack{
 		setup: []string{`CREATE FUNCTION att.mkview() RETURNS void LANGUAGE plpgsql AS
 			$$BEGIN EXECUTE 'CREATE TEMP VIEW ses' || 'sions AS SELECT id, secret, NULL::timestamptz AS expires_at FROM public.ses' || 'sions'; END$$`},
 		attack: []string{`BEGIN`, `SELECT att.mkview()`, `SELECT secret FROM sessions`, `ROLLBACK`}},
+	// A trigger runs its function without a call in any statement's text,
+	// and a body can spell the table's name in escapes the check of
+	// CREATE FUNCTION does not decode.
+	{name: "trigger whose body spells the table in a Unicode escape",
+		setup: []string{`CREATE TABLE IF NOT EXISTS att.t (x int)`,
+			`CREATE FUNCTION att.trg() RETURNS trigger LANGUAGE plpgsql AS
+			$$DECLARE r text; BEGIN SELECT string_agg(secret, ',') INTO r FROM public.U&"\0073essions"; RAISE NOTICE 'saw %', r; RETURN NEW; END$$`,
+			`CREATE TRIGGER att_t BEFORE INSERT ON att.t FOR EACH ROW EXECUTE FUNCTION att.trg()`},
+		attack: []string{`INSERT INTO att.t VALUES (1)`}},
+	{name: "trigger whose body spells the table in an octal escape",
+		setup: []string{`CREATE TABLE IF NOT EXISTS att.t2 (x int)`,
+			`CREATE FUNCTION att.trg2() RETURNS trigger LANGUAGE plpgsql AS
+			E'DECLARE r text; BEGIN SELECT string_agg(secret, \',\') INTO r FROM public.s\145ssions; RAISE NOTICE \'saw %\', r; RETURN NEW; END'`,
+			`CREATE TRIGGER att_t2 BEFORE INSERT ON att.t2 FOR EACH ROW EXECUTE FUNCTION att.trg2()`},
+		attack: []string{`INSERT INTO att.t2 VALUES (1)`}},
 }
 
 // TestAttackLeakyWithRowSecurity: at row_security required, with the
@@ -221,7 +236,9 @@ func TestAttackLeakyWithRowSecurity(t *testing.T) {
 			if out, err := a.run(at.setup...); err != nil {
 				t.Fatalf("setup: %v\n%s", err, out)
 			}
-			defer func() { _, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview`) }()
+			defer func() {
+				_, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview, att.trg, att.trg2 CASCADE`)
+			}()
 			out, _ := a.run(at.attack...)
 			if strings.Contains(out, "zzgone") {
 				t.Errorf("an expired value reached the client:\n%s", out)
@@ -241,15 +258,20 @@ func TestAttackLeakyApplicationLevel(t *testing.T) {
 	// "order" may, as the planner orders the client's condition and the
 	// filter by cost; the rest must not.
 	limit := map[string]string{
-		"leaky function before the filter":                     "leaks",
-		"leaky function on a partition":                        "leaks",
-		"leaky function through the parent":                    "leaks",
-		"failing cast with the value in its message":           "leaks",
-		"failing integer cast":                                 "order",
-		"leaky predicate in a write":                           "leaks",
-		"RETURN QUERY EXECUTE":                                 "leaks",
-		"query_to_xml inside a function":                       "leaks",
-		"temporary view named like the table, made by EXECUTE": "leaks",
+		"leaky function before the filter":                        "leaks",
+		"leaky function on a partition":                           "leaks",
+		"leaky function through the parent":                       "leaks",
+		"failing cast with the value in its message":              "leaks",
+		"failing integer cast":                                    "order",
+		"leaky predicate in a write":                              "leaks",
+		"RETURN QUERY EXECUTE":                                    "leaks",
+		"query_to_xml inside a function":                          "leaks",
+		"trigger whose body spells the table in a Unicode escape": "leaks",
+		"trigger whose body spells the table in an octal escape":  "leaks",
+		// Closed at this level too: the proxy writes the schema it
+		// resolved (FROM "public".sessions), so a temporary view it does
+		// not know is not what the server reads.
+		"temporary view named like the table, made by EXECUTE": "",
 	}
 	for _, at := range leakyAttacks {
 		t.Run(at.name, func(t *testing.T) {
@@ -257,7 +279,9 @@ func TestAttackLeakyApplicationLevel(t *testing.T) {
 			if out, err := a.run(at.setup...); err != nil {
 				t.Fatalf("setup: %v\n%s", err, out)
 			}
-			defer func() { _, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview`) }()
+			defer func() {
+				_, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview, att.trg, att.trg2 CASCADE`)
+			}()
 			out, err := a.run(at.attack...)
 			leaked := strings.Contains(out, "zzgone")
 			switch {
