@@ -223,6 +223,14 @@ var leakyAttacks = []rlsAttack{
 			E'DECLARE r text; BEGIN SELECT string_agg(secret, \',\') INTO r FROM public.s\145ssions; RAISE NOTICE \'saw %\', r; RETURN NEW; END'`,
 			`CREATE TRIGGER att_t2 BEFORE INSERT ON att.t2 FOR EACH ROW EXECUTE FUNCTION att.trg2()`},
 		attack: []string{`INSERT INTO att.t2 VALUES (1)`}},
+	{name: "DO block spelling the table in a Unicode escape",
+		attack: []string{`DO $$BEGIN RAISE NOTICE 'saw %', (SELECT string_agg(secret, ',') FROM public.U&"\0073essions"); END$$`}},
+	// The proxy writes the temporary shadow it knows ("pg_temp".sessions);
+	// a function can replace it by a view under the same name.
+	{name: "temporary shadow replaced by a view in a function",
+		setup: []string{`CREATE FUNCTION att.swap() RETURNS void LANGUAGE plpgsql AS
+			$$BEGIN EXECUTE 'DROP TABLE pg_temp.ses' || 'sions'; EXECUTE 'CREATE TEMP VIEW ses' || 'sions AS SELECT secret FROM public.ses' || 'sions'; END$$`},
+		attack: []string{`BEGIN`, `CREATE TEMP TABLE sessions (secret text)`, `SELECT att.swap()`, `SELECT secret FROM sessions`, `ROLLBACK`}},
 }
 
 // TestAttackLeakyWithRowSecurity: at row_security required, with the
@@ -237,7 +245,7 @@ func TestAttackLeakyWithRowSecurity(t *testing.T) {
 				t.Fatalf("setup: %v\n%s", err, out)
 			}
 			defer func() {
-				_, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview, att.trg, att.trg2 CASCADE`)
+				_, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview, att.trg, att.trg2, att.swap CASCADE`)
 			}()
 			out, _ := a.run(at.attack...)
 			if strings.Contains(out, "zzgone") {
@@ -268,6 +276,8 @@ func TestAttackLeakyApplicationLevel(t *testing.T) {
 		"query_to_xml inside a function":                          "leaks",
 		"trigger whose body spells the table in a Unicode escape": "leaks",
 		"trigger whose body spells the table in an octal escape":  "leaks",
+		"DO block spelling the table in a Unicode escape":         "leaks",
+		"temporary shadow replaced by a view in a function":       "leaks",
 		// Closed at this level too: the proxy writes the schema it
 		// resolved (FROM "public".sessions), so a temporary view it does
 		// not know is not what the server reads.
@@ -280,7 +290,7 @@ func TestAttackLeakyApplicationLevel(t *testing.T) {
 				t.Fatalf("setup: %v\n%s", err, out)
 			}
 			defer func() {
-				_, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview, att.trg, att.trg2 CASCADE`)
+				_, _ = a.run(`DROP FUNCTION IF EXISTS att.leak, att.dyn, att.x, att.mkview, att.trg, att.trg2, att.swap CASCADE`)
 			}()
 			out, err := a.run(at.attack...)
 			leaked := strings.Contains(out, "zzgone")
