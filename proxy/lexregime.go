@@ -306,7 +306,7 @@ func backslashOutsideEscapes(sql string) bool {
 				return true
 			}
 			i += j + 4
-		case !prevIdent && c == '$' && i+1 < n && (sql[i+1] == '$' || !('0' <= sql[i+1] && sql[i+1] <= '9')):
+		case !prevIdent && c == '$' && i+1 < n && (sql[i+1] == '$' || sql[i+1] < '0' || sql[i+1] > '9'):
 			k := i + 1
 			for k < n && sql[k] != '$' && identByte(sql[k]) {
 				k++

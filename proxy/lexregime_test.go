@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -42,10 +43,20 @@ func TestLexRegime(t *testing.T) {
 			t.Errorf("textRisk(%q) = %b, want %b", c.sql, got, c.risk)
 		}
 	}
-	if lexRefusal(lexBackslash, lexHighBytes, false) != nil || lexRefusal(lexHighBytes, lexHighBytes, false) != errLexEncoding ||
-		lexRefusal(lexBackslash|lexHighBytes, lexBackslash, false) != errLexBackslash ||
-		lexRefusal(lexHighBytes, lexConverted, false) != nil || lexRefusal(lexHighBytes, lexConverted, true) != errLexConverted {
-		t.Error("lexRefusal")
+	for _, c := range []struct {
+		risk, bits uint32
+		nonASCII   bool
+		want       error
+	}{
+		{lexBackslash, lexHighBytes, false, nil},
+		{lexHighBytes, lexHighBytes, false, errLexEncoding},
+		{lexBackslash | lexHighBytes, lexBackslash, false, errLexBackslash},
+		{lexHighBytes, lexConverted, false, nil},
+		{lexHighBytes, lexConverted, true, errLexConverted},
+	} {
+		if got := lexRefusal(c.risk, c.bits, c.nonASCII); !errors.Is(got, c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("lexRefusal(%b, %b, %v) = %v, want %v", c.risk, c.bits, c.nonASCII, got, c.want)
+		}
 	}
 }
 

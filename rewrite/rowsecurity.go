@@ -76,13 +76,10 @@ func (rw *Rewriter) Unprotected(cat *Catalog) map[string]string {
 			continue
 		}
 		t := cat.d.Tables[child]
-		switch {
-		case t == nil:
+		if t == nil {
 			out[child] = "the table is not in the catalog"
-		default:
-			if why := t.RowSecurity.Protects(parent); why != "" {
-				out[child] = why
-			}
+		} else if why := t.RowSecurity.Protects(parent); why != "" {
+			out[child] = why
 		}
 	}
 	return out
