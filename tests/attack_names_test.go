@@ -341,36 +341,12 @@ func TestAttackStandardConformingStrings(t *testing.T) {
 	}
 
 	// By a function, then the attack in the same pipeline.
-	pc := conn.PgConn()
-	p := pc.StartPipeline(ctx)
-	p.SendQueryParams(`SELECT evil.scs_off()`, nil, nil, nil, nil)
-	p.SendQueryParams(attack, nil, nil, nil, nil)
-	if err := p.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	var perr error
-	for {
-		r, err := p.GetResults()
-		if err != nil {
-			perr = err
-			break
-		}
-		if r == nil {
-			break
-		}
-		if rr, ok := r.(*pgconn.ResultReader); ok {
-			res := rr.Read()
-			for _, row := range res.Rows {
-				if len(row) > 1 && string(row[1]) == expiredNote {
-					t.Errorf("function, pipeline: read the expired row")
-				}
-			}
-			if res.Err != nil && perr == nil {
-				perr = res.Err
-			}
+	rows, perr := runPipeline(t, conn.PgConn(), `SELECT evil.scs_off()`, attack)
+	for _, row := range rows {
+		if len(row) > 1 && string(row[1]) == expiredNote {
+			t.Errorf("function, pipeline: read the expired row")
 		}
 	}
-	_ = p.Close()
 	if sqlstate(perr) != "0A000" {
 		t.Errorf("function then the attack in one pipeline: err %v, want 0A000", perr)
 	}
@@ -488,30 +464,7 @@ func TestAttackClientEncoding(t *testing.T) {
 	for _, c := range []struct {
 		sql, code string
 	}{{`SELECT 'café' AS a`, ""}, {`SELECT note FROM sessions WHERE note <> 'café'`, "0A000"}} {
-		p := pc.StartPipeline(ctx)
-		p.SendQueryParams(`SELECT 1`, nil, nil, nil, nil)
-		p.SendQueryParams(c.sql, nil, nil, nil, nil)
-		if err := p.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		var perr error
-		for {
-			r, err := p.GetResults()
-			if err != nil {
-				perr = err
-				break
-			}
-			if r == nil {
-				break
-			}
-			if rr, ok := r.(*pgconn.ResultReader); ok {
-				if res := rr.Read(); res.Err != nil && perr == nil {
-					perr = res.Err
-				}
-			}
-		}
-		_ = p.Close()
-		if sqlstate(perr) != c.code {
+		if _, perr := runPipeline(t, pc, `SELECT 1`, c.sql); sqlstate(perr) != c.code {
 			t.Errorf("pipeline, %s after an Execute: err %v, want %q", c.sql, perr, c.code)
 		}
 	}
@@ -779,4 +732,39 @@ func TestAttackLexicalForms(t *testing.T) {
 	if err == nil {
 		t.Errorf("NUL in a Query: no error")
 	}
+}
+
+// runPipeline sends sqls as one pipeline of extended-protocol statements
+// (Parse, Bind, Describe, Execute each, one Sync) and returns the rows of
+// every result and the first error.
+func runPipeline(t *testing.T, pc *pgconn.PgConn, sqls ...string) (rows [][][]byte, firstErr error) {
+	t.Helper()
+	p := pc.StartPipeline(context.Background())
+	for _, sql := range sqls {
+		p.SendQueryParams(sql, nil, nil, nil, nil)
+	}
+	if err := p.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		r, err := p.GetResults()
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			break
+		}
+		if r == nil {
+			break
+		}
+		if rr, ok := r.(*pgconn.ResultReader); ok {
+			res := rr.Read()
+			rows = append(rows, res.Rows...)
+			if res.Err != nil && firstErr == nil {
+				firstErr = res.Err
+			}
+		}
+	}
+	_ = p.Close()
+	return rows, firstErr
 }
