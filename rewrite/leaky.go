@@ -308,17 +308,10 @@ func (w *walker) expandView(rv *pg.RangeVar, sc *scope, tableForm bool) bool {
 	if v.SecurityBarrier {
 		inner = "SELECT * FROM (" + inner + ") AS _ttl_view OFFSET 0"
 	}
-	text := "(" + inner + ") AS " + ttl.QuoteIdent(name) + "(" + strings.Join(quoted, ", ") + ")"
-	from, to := ts[first].start, ts[after-1].end
-	if tableForm {
-		if ts.kind(first-1) != pg.Token_TABLE {
-			w.fail(internalError("cannot locate TABLE"))
-			return true
-		}
-		from = ts[first-1].start
-		text = "SELECT * FROM " + text
+	w.replaceItem(ts, first, after, tableForm, "("+inner+") AS "+ttl.QuoteIdent(name)+"("+strings.Join(quoted, ", ")+")")
+	if w.err != nil {
+		return true
 	}
-	w.replace(from, to, text)
 	if p := w.pins[int(rv.Location)]; p != nil {
 		// The definition names every relation with its schema.
 		p.done = true

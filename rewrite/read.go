@@ -233,8 +233,14 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 	if !ok {
 		return
 	}
+	w.replaceItem(ts, first, after, tableForm, "("+w.span(ts[first].start, ts[after-1].end)+join+")")
+}
+
+// replaceItem replaces the FROM item of tokens [first, after) by text, a
+// FROM item too; in the statement form `TABLE t` (tableForm) it replaces
+// the whole statement by `SELECT * FROM text`.
+func (w *walker) replaceItem(ts tokens, first, after int, tableForm bool, text string) {
 	from, to := ts[first].start, ts[after-1].end
-	text := "(" + w.span(from, to) + join + ")"
 	if tableForm {
 		if ts.kind(first-1) != pg.Token_TABLE {
 			w.fail(internalError("cannot locate TABLE"))

@@ -94,17 +94,7 @@ func (w *walker) statsView(rv *pg.RangeVar, sc *scope, tableForm bool) bool {
 	} else if rv.Schemaname != "" {
 		w.unqualified = append(w.unqualified, [2]string{rv.Schemaname, rv.Relname})
 	}
-	text := "(SELECT * FROM " + ref + " WHERE NOT (" + cond + "))" + alias
-	from, to := ts[first].start, ts[after-1].end
-	if tableForm {
-		if ts.kind(first-1) != pg.Token_TABLE {
-			w.fail(internalError("cannot locate TABLE"))
-			return true
-		}
-		from = ts[first-1].start
-		text = "SELECT * FROM " + text
-	}
-	w.replace(from, to, text)
+	w.replaceItem(ts, first, after, tableForm, "(SELECT * FROM "+ref+" WHERE NOT ("+cond+"))"+alias)
 	return true
 }
 
