@@ -171,6 +171,15 @@ func BuildLeakPaths(views, functions [][]string) LeakPaths {
 // catalogPath is the search_path the catalog statements run under.
 const catalogPath = "SET LOCAL search_path = pg_catalog"
 
+// LivePolicyComment is a SQL expression over the pg_class row c: the
+// comment of the live policy as ttlproxy install --row-security creates it
+// on c (RESTRICTIVE, FOR ALL, TO PUBLIC), empty when it has none, NULL when
+// no such policy exists.
+const LivePolicyComment = `(SELECT COALESCE(pg_catalog.obj_description(p.oid, 'pg_policy'), '')
+          FROM pg_catalog.pg_policy p
+         WHERE p.polrelid = c.oid AND p.polname = '` + rowSecurityPolicy + `' AND NOT p.polpermissive
+           AND p.polcmd = '*' AND p.polroles = '{0}'::pg_catalog.oid[])`
+
 // catalogStatements is the number of statements catalogSQL returns.
 const catalogStatements = 8
 
@@ -339,10 +348,7 @@ SELECT DISTINCT ON (n.nspname, p.proname) n.nspname, p.proname, funcs.reads,
  WHERE anc.oid NOT IN (SELECT oid FROM rels)
  ORDER BY n.nspname, c.relname, 3`,
 		rels + `SELECT n.nspname, c.relname, c.relrowsecurity, c.relforcerowsecurity,
-       (SELECT COALESCE(pg_catalog.obj_description(p.oid, 'pg_policy'), '')
-          FROM pg_catalog.pg_policy p
-         WHERE p.polrelid = c.oid AND p.polname = '` + rowSecurityPolicy + `' AND NOT p.polpermissive
-           AND p.polcmd = '*' AND p.polroles = '{0}'::pg_catalog.oid[])
+       ` + LivePolicyComment + `
   FROM rels
   JOIN pg_catalog.pg_class c ON c.oid = rels.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

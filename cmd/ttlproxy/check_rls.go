@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ttlproxy/ttlproxy/proxy"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -22,10 +23,7 @@ WITH RECURSIVE tree AS (
   SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid
 )
 SELECT n.nspname::pg_catalog.text || '.' || c.relname::pg_catalog.text, c.relrowsecurity, c.relforcerowsecurity,
-       (SELECT COALESCE(pg_catalog.obj_description(p.oid, 'pg_policy'), '')
-          FROM pg_catalog.pg_policy p
-         WHERE p.polrelid = c.oid AND p.polname = 'ttlproxy_live' AND NOT p.polpermissive
-           AND p.polcmd = '*' AND p.polroles = '{0}'::pg_catalog.oid[])
+       ` + proxy.LivePolicyComment + `
   FROM tree
   JOIN pg_catalog.pg_class c ON c.oid = tree.oid
   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
