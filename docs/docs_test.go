@@ -414,6 +414,8 @@ func TestArchitecture(t *testing.T) {
 		}
 	}
 
+	checkLayers(t, arch, graph)
+
 	rows := map[string]bool{}
 	for _, line := range strings.Split(arch, "\n") {
 		if m := tableRow.FindStringSubmatch(line); m != nil {
@@ -425,6 +427,52 @@ func TestArchitecture(t *testing.T) {
 	for pkg := range graph {
 		if !rows[pkg] {
 			t.Errorf("ARCHITECTURE.md's table of packages has no row for %s", pkg)
+		}
+	}
+}
+
+// checkLayers: ARCHITECTURE.md's list of the proxy's layers (a number and
+// the packages of that layer, from the top down) names every package under
+// proxy/ and internal/wire, and every import between two listed packages
+// points to a lower layer: a package that imports one above it or beside it
+// fails.
+func checkLayers(t *testing.T, arch string, graph map[string][]string) {
+	t.Helper()
+	_, after, ok := strings.Cut(arch, "The proxy is built in layers")
+	if !ok {
+		t.Fatal("ARCHITECTURE.md has no list of the proxy's layers")
+	}
+	_, block, _ := strings.Cut(after, "```\n")
+	block, _, _ = strings.Cut(block, "```")
+	layer := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		num, pkgs, _ := strings.Cut(strings.TrimSpace(line), " ")
+		n, err := strconv.Atoi(num)
+		if err != nil {
+			t.Errorf("ARCHITECTURE.md: cannot read the layers' line %q", line)
+			continue
+		}
+		for _, p := range strings.Split(pkgs, ",") {
+			layer[strings.TrimSpace(p)] = n
+		}
+	}
+	for pkg, imports := range graph {
+		if (pkg == "proxy" || strings.HasPrefix(pkg, "proxy/") || pkg == "internal/wire") && layer[pkg] == 0 {
+			t.Errorf("ARCHITECTURE.md's layers do not place %s", pkg)
+		}
+		from, ok := layer[pkg]
+		if !ok {
+			continue
+		}
+		for _, imp := range imports {
+			if to, ok := layer[imp]; ok && to >= from {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports point down only", pkg, from, imp, to)
+			}
+		}
+	}
+	for pkg := range layer {
+		if _, ok := graph[pkg]; !ok {
+			t.Errorf("ARCHITECTURE.md's layers name %s, which go list does not", pkg)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -140,7 +141,7 @@ func TestRelayAllocations(t *testing.T) {
 	proxied := perRoundTrip(p.connString(t, "postgres"))
 	if raceEnabled {
 		// The race detector's sync.Pool drops a quarter of the buffers
-		// given back (buffer.go), so they are made again: the relay runs,
+		// given back (internal/wire/buffer.go), so they are made again: the relay runs,
 		// the count means nothing.
 		t.Logf("%.2f allocations per round trip through the proxy, %.2f direct (race detector)", proxied, direct)
 		return
@@ -237,6 +238,6 @@ func connectOnce(addr string, startup, query, buf []byte) error {
 	if err := untilReady(); err != nil {
 		return err
 	}
-	_, err = c.Write([]byte(terminateMsg))
+	_, err = c.Write([]byte(wire.TerminateMsg))
 	return err
 }

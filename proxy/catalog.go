@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -455,20 +456,20 @@ func (s *clientConn) loadCatalog(ask catalogAsker) error {
 // Notices are dropped; asynchronous messages are passed on to the client
 // through w, but a ParameterStatus in transaction mode, which view (nil in
 // session mode) holds until its release.
-func readResults(r *msgReader, w *msgWriter, view *reportedParams, lex *lexRegime) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
+func readResults(r *wire.Reader, w *wire.Writer, view *reportedParams, lex *lexRegime) (results [][][]string, qerr *pgproto3.ErrorResponse, status byte, err error) {
 	var buf []byte
 	for {
-		_, length, err := peekHeader(r)
+		_, length, err := wire.PeekHeader(r)
 		if err != nil {
 			return nil, nil, 0, err
 		}
 		if length < 4 || length > 1<<30 {
 			return nil, nil, 0, fmt.Errorf("invalid message length %d from upstream", length)
 		}
-		if buf, err = readMessage(r, buf, int(length)+1); err != nil {
+		if buf, err = wire.ReadMessage(r, buf, int(length)+1); err != nil {
 			return nil, nil, 0, err
 		}
-		body := buf[headerLen:]
+		body := buf[wire.HeaderLen:]
 		switch buf[0] {
 		case 'T', '2':
 			// A result set starts with its RowDescription, or in the
@@ -494,7 +495,7 @@ func readResults(r *msgReader, w *msgWriter, view *reportedParams, lex *lexRegim
 				continue
 			}
 			if _, err := w.Write(buf); err != nil {
-				return nil, nil, 0, &writeError{err}
+				return nil, nil, 0, &wire.WriteError{Err: err}
 			}
 		case 'E':
 			qerr = &pgproto3.ErrorResponse{}

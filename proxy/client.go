@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,13 +9,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 const (
-	// bufSize is the read and write buffer of a direction while data
-	// flows: large enough for typical pipelines and result pages. An idle
-	// session holds only its two small read buffers (buffer.go).
-	bufSize = 16 << 10
 	// maxKeptBuffer: a message buffer grown past this (a huge statement) is
 	// dropped after use instead of being kept for the session's life.
 	maxKeptBuffer = 1 << 20
@@ -63,7 +60,7 @@ type clientConn struct {
 	user, database string
 	replication    bool
 
-	cr *msgReader
+	cr *wire.Reader
 
 	// ready is closed by serverToClient at the end of startup, once st is
 	// set up; quit is closed when serverToClient returns (in transaction
@@ -111,7 +108,7 @@ func newClientConn(srv *Server, conn net.Conn) *clientConn {
 		id:      id,
 		log:     log,
 		st:      newSessionState(log, rs.rw, rs.bypass),
-		nc:      newRawConn(conn),
+		nc:      wire.NewConn(conn),
 		link:    newLink(&serverConn{}),
 		ready:   make(chan struct{}),
 		quit:    make(chan struct{}),
@@ -149,7 +146,7 @@ func (s *clientConn) run() {
 			s.log.Info("closing client at startup", "sqlstate", pe.code, "err", err)
 			c := s.conn()
 			_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-			_, _ = c.Write(errorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
+			_, _ = c.Write(wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
 		case errors.Is(err, errStartupDone):
 		default:
 			s.log.Debug("startup ended", "err", err)
@@ -176,7 +173,7 @@ func (s *clientConn) loginTimedOut() {
 	}
 	s.srv.metrics.loginTimeouts.Inc()
 	s.logger().Info("closing client: login timeout", "timeout", s.rs.Load().clientLoginTimeout)
-	b := errorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
+	b := wire.ErrorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
 	_ = s.conn().SetDeadline(time.Now())
@@ -186,8 +183,8 @@ func (s *clientConn) loginTimedOut() {
 // forward runs the two forwarding loops and returns the first error.
 func (s *clientConn) forward() error {
 	idle := s.link.owesNothing
-	s.cr = newMsgReader(clientReader{s.nc, s}, clientBufSize, idle)
-	s.link.cw = newMsgWriter(s.nc)
+	s.cr = wire.NewReader(clientReader{s.nc, s}, wire.ClientBufSize, idle)
+	s.link.cw = wire.NewWriter(s.nc)
 	s.link.server.startBuffers(idle)
 	s.link.sw = s.link.server.w
 
@@ -217,10 +214,10 @@ func (s *clientConn) forward() error {
 }
 
 // pump runs one forwarding loop, which reads src, under guard; when src is
-// a socket, it reads it under drive (rawconn.go).
+// a socket, it reads it under wire.Conn.Drive.
 func (s *clientConn) pump(name string, src net.Conn, loop func() error) error {
-	if rc := rawConnOf(src); rc != nil {
-		return rc.drive(func() error { return s.guard(name, loop) })
+	if rc := wire.ConnOf(src); rc != nil {
+		return rc.Drive(func() error { return s.guard(name, loop) })
 	}
 	return s.guard(name, loop)
 }
@@ -237,7 +234,7 @@ func (s *clientConn) guard(name string, loop func() error) (err error) {
 		s.log.Error("session panic", "goroutine", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		err = fmt.Errorf("panic in %s: %v", name, r)
 		if name == "client_to_server" {
-			b := errorResponse(nil, "FATAL", codeInternalError, "ttlproxy: internal error", "", "")
+			b := wire.ErrorResponse(nil, "FATAL", codeInternalError, "ttlproxy: internal error", "", "")
 			s.fatal.CompareAndSwap(nil, &b)
 			s.link.markClosed()
 			_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
@@ -284,7 +281,7 @@ func (s *clientConn) lingerClient() {
 	// A client read that times out from now on ends clientToServer
 	// (clientReader, timedOut).
 	s.link.markClosed()
-	if err := halfClose(c); err != nil {
+	if err := wire.HalfClose(c); err != nil {
 		s.closeClient()
 		return
 	}
@@ -300,25 +297,6 @@ func (s *clientConn) drainClient() {
 	for {
 		if _, err := c.Read(buf); err != nil {
 			return
-		}
-	}
-}
-
-// halfClose sends the end of the stream on c (a FIN, or TLS's
-// close_notify) and leaves its reading side open.
-func halfClose(c net.Conn) error {
-	for {
-		switch v := c.(type) {
-		case *tls.Conn:
-			return v.CloseWrite()
-		case *rawConn:
-			c = v.Conn
-		case *prefixConn:
-			c = v.Conn
-		case interface{ CloseWrite() error }:
-			return v.CloseWrite()
-		default:
-			return errors.ErrUnsupported
 		}
 	}
 }
@@ -347,7 +325,7 @@ func (s *clientConn) endUpstreamAtBoundary() {
 		s.link.markClosed() // no release from here on
 		if ps, _ := pl.holding(); ps != nil {
 			_ = ps.sc.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-			if _, err := s.link.sw.WriteString(terminateMsg); err == nil {
+			if _, err := s.link.sw.WriteString(wire.TerminateMsg); err == nil {
 				_ = s.link.sw.Flush()
 			}
 		}
@@ -357,7 +335,7 @@ func (s *clientConn) endUpstreamAtBoundary() {
 }
 
 func adminShutdownError() []byte {
-	return errorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
+	return wire.ErrorResponse(nil, "FATAL", codeAdminShutdown, "terminating connection due to proxy shutdown", "", "")
 }
 
 // beginShutdown closes the session now if it is idle between statements;

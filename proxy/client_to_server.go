@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -37,13 +38,13 @@ func (s *clientConn) clientToServer() error {
 		// An idle session (nothing owed, outside a transaction block) waits
 		// for its client at most IdleSessionTimeout: the read fails when
 		// the server's idle sweep finds it so (sweep.go).
-		typ, length, err := peekHeader(r)
+		typ, length, err := wire.PeekHeader(r)
 		if err != nil {
-			if isTimeout(err) && pooled && s.fatal.Load() != nil {
+			if wire.IsTimeout(err) && pooled && s.fatal.Load() != nil {
 				// Woken to be closed (shutdown): endPooled tells the client.
 				return errShutdown
 			}
-			if isTimeout(err) && l.owesNothing() {
+			if wire.IsTimeout(err) && l.owesNothing() {
 				if st := l.txStatus.Load(); st == 'T' || st == 'E' {
 					return s.idleInTxTimedOut()
 				}
@@ -75,7 +76,7 @@ func (s *clientConn) clientToServer() error {
 		write := true
 		switch typ {
 		case 'Q':
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return s.clientEnded(err, false)
 			}
 			wait, lexErr := s.lexGate(buf, !open, owedAtOpen || ran)
@@ -87,7 +88,7 @@ func (s *clientConn) clientToServer() error {
 			}
 			err = s.forwardQuery(buf, lexErr)
 		case 'P':
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return s.clientEnded(err, false)
 			}
 			wait, lexErr := s.lexGate(buf, !open, owedAtOpen || ran)
@@ -109,7 +110,7 @@ func (s *clientConn) clientToServer() error {
 			} else if err := s.claim(); err != nil {
 				return err
 			}
-			partial, err = relayRaw(r, l.sw, total)
+			partial, err = wire.RelayRaw(r, l.sw, total)
 		case 'F':
 			if err := s.claim(); err != nil {
 				return err
@@ -132,7 +133,7 @@ func (s *clientConn) clientToServer() error {
 			if pooled {
 				_ = s.pin(pinFunctionCall, true)
 			}
-			partial, err = relayRaw(r, l.sw, total)
+			partial, err = wire.RelayRaw(r, l.sw, total)
 		case 'B', 'E', 'D', 'C', 'H':
 			if !open {
 				if err := s.announce(true, false); err != nil {
@@ -173,7 +174,7 @@ func (s *clientConn) clientToServer() error {
 					break
 				}
 			}
-			partial, err = relayRaw(r, l.sw, total)
+			partial, err = wire.RelayRaw(r, l.sw, total)
 		case 'X':
 			s.closing.Store(true)
 			if pooled {
@@ -182,7 +183,7 @@ func (s *clientConn) clientToServer() error {
 				s.closeClient()
 				return nil
 			}
-			if _, err := relayRaw(r, l.sw, total); err == nil {
+			if _, err := wire.RelayRaw(r, l.sw, total); err == nil {
 				_ = l.sw.Flush()
 			}
 			s.closeClient()
@@ -200,7 +201,7 @@ func (s *clientConn) clientToServer() error {
 				_, err = r.Discard(total)
 				break
 			}
-			partial, err = relayRaw(r, l.sw, total)
+			partial, err = wire.RelayRaw(r, l.sw, total)
 		}
 		dirty = dirty || write
 		if cap(buf) > maxKeptBuffer {
@@ -211,13 +212,13 @@ func (s *clientConn) clientToServer() error {
 			switch {
 			case errors.As(err, &pe):
 				return s.violation(pe.code, pe.msg)
-			case isWriteError(err):
+			case wire.IsWriteError(err):
 				return s.upstreamWriteFailed(err)
 			default:
 				return s.clientEnded(err, !partial)
 			}
 		}
-		if dirty && !nextBuffered(r) {
+		if dirty && !wire.NextBuffered(r) {
 			dirty = false
 			if err := l.sw.Flush(); err != nil {
 				return s.upstreamWriteFailed(err)
@@ -258,7 +259,7 @@ func (s *clientConn) announce(refresh, wait bool) error {
 }
 
 func (s *clientConn) stateFailed(err error) error {
-	if isWriteError(err) {
+	if wire.IsWriteError(err) {
 		return s.upstreamWriteFailed(err)
 	}
 	return err
@@ -316,7 +317,7 @@ func (s *clientConn) violation(code, msg string) error {
 // woken by the upstream's close, sends the client a FATAL ErrorResponse
 // (code, msg) after what it has already relayed.
 func (s *clientConn) endWithFatal(code, msg string) {
-	b := errorResponse(nil, "FATAL", code, msg, "", "")
+	b := wire.ErrorResponse(nil, "FATAL", code, msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
 	_ = s.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
@@ -365,7 +366,7 @@ func (s *clientConn) lexGate(msg []byte, first, inBatch bool) (wait bool, refusa
 // proxy guards) are runs of the bytes the proxy checked; a converted
 // single-byte encoding can turn caf\xe9 into a rule's café.
 func (s *clientConn) lexRisk(msg []byte) uint32 {
-	sql := string(msg[headerLen:])
+	sql := string(msg[wire.HeaderLen:])
 	risk := statementRisk(sql)
 	if risk == 0 {
 		return 0
@@ -383,7 +384,7 @@ func (s *clientConn) lexRisk(msg []byte) uint32 {
 // forwardQuery rewrites one Query message and writes the result; lexErr
 // (lexGate) refuses it.
 func (s *clientConn) forwardQuery(msg []byte, lexErr error) error {
-	text, rest, ok := cstring(msg[headerLen:])
+	text, rest, ok := wire.CString(msg[wire.HeaderLen:])
 	if !ok || len(rest) != 0 {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Query message format"}
 	}
@@ -419,11 +420,11 @@ func (s *clientConn) forwardQuery(msg []byte, lexErr error) error {
 // forwardParse rewrites the query of one Parse message, keeping the
 // statement name and parameter types; lexErr (lexGate) refuses it.
 func (s *clientConn) forwardParse(msg []byte, lexErr error) error {
-	name, rest, ok := cstring(msg[headerLen:])
+	name, rest, ok := wire.CString(msg[wire.HeaderLen:])
 	if !ok {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
 	}
-	text, rest, ok := cstring(rest)
+	text, rest, ok := wire.CString(rest)
 	if !ok || len(rest) < 2 || len(rest) != 2+4*int(binary.BigEndian.Uint16(rest)) {
 		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
 	}
@@ -473,7 +474,7 @@ func (s *clientConn) forwardParse(msg []byte, lexErr error) error {
 
 func (s *clientConn) write(b []byte) error {
 	if _, err := s.link.sw.Write(b); err != nil {
-		return &writeError{err}
+		return &wire.WriteError{Err: err}
 	}
 	if cap(s.out) > maxKeptBuffer {
 		s.out = nil

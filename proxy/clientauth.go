@@ -18,6 +18,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/scram"
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // Client authentication by the proxy itself, for transaction pooling
@@ -433,7 +434,7 @@ func readPassword(conn net.Conn) (string, error) {
 // read-ahead) and returns its body. what names the expected response in
 // PostgreSQL's words ("SASL", "password").
 func readAuthMessage(conn net.Conn, what string) ([]byte, error) {
-	var hdr [headerLen]byte
+	var hdr [wire.HeaderLen]byte
 	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
 		return nil, fmt.Errorf("reading %s response: %w", what, err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/internal/scram"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // authResult is what the test listener's authenticate returned for one
@@ -65,7 +66,7 @@ func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan
 				var pe *protocolError
 				switch {
 				case errors.As(err, &pe):
-					_, _ = conn.Write(errorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
+					_, _ = conn.Write(wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
 					return
 				case err != nil:
 					return
@@ -100,7 +101,7 @@ func readTestStartup(conn net.Conn) (user, database string, err error) {
 		if err != nil {
 			return "", "", err
 		}
-		if binary.BigEndian.Uint32(pkt[4:8]) == sslRequestCode {
+		if binary.BigEndian.Uint32(pkt[4:8]) == wire.SSLRequestCode {
 			if _, err := conn.Write([]byte{'N'}); err != nil {
 				return "", "", err
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 func TestAuthenticationMethods(t *testing.T) {
@@ -244,7 +245,7 @@ func TestSSLAndGSSRequestsDeclined(t *testing.T) {
 	p := startProxy(t, Config{})
 	ensureRole(t, roleSQL("ttl_trust", "unused"))
 	raw := dialRaw(t, p.addr)
-	for _, code := range []uint32{gssEncRequestCode, sslRequestCode} {
+	for _, code := range []uint32{wire.GSSEncRequestCode, wire.SSLRequestCode} {
 		if _, err := raw.Write(negotiationRequest(code)); err != nil {
 			t.Fatal(err)
 		}
@@ -322,7 +323,7 @@ func TestTLS(t *testing.T) {
 func TestFilterSASL(t *testing.T) {
 	in, _ := (&pgproto3.AuthenticationSASL{AuthMechanisms: []string{"SCRAM-SHA-256-PLUS", "SCRAM-SHA-256"}}).Encode(nil)
 	var got pgproto3.AuthenticationSASL
-	if err := got.Decode(filterSASL(in)[headerLen:]); err != nil {
+	if err := got.Decode(filterSASL(in)[wire.HeaderLen:]); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(got.AuthMechanisms, []string{"SCRAM-SHA-256"}) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -28,15 +29,15 @@ var largeObjectFunctions = map[uint32]bool{
 // functionCallRefusal returns the rejection of the FunctionCall message of
 // total bytes at the head of r, or nil to forward it. It reads the
 // function's OID without consuming the message.
-func (s *clientConn) functionCallRefusal(r *msgReader, total int) (*rewrite.Error, error) {
-	if s.replication || len(s.rs.Load().rules) == 0 || s.st.bypassing || total < headerLen+4 {
+func (s *clientConn) functionCallRefusal(r *wire.Reader, total int) (*rewrite.Error, error) {
+	if s.replication || len(s.rs.Load().rules) == 0 || s.st.bypassing || total < wire.HeaderLen+4 {
 		return nil, nil
 	}
-	b, err := r.Peek(headerLen + 4)
+	b, err := r.Peek(wire.HeaderLen + 4)
 	if err != nil {
 		return nil, err
 	}
-	oid := binary.BigEndian.Uint32(b[headerLen:])
+	oid := binary.BigEndian.Uint32(b[wire.HeaderLen:])
 	if largeObjectFunctions[oid] {
 		return nil, nil
 	}

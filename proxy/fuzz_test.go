@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -102,7 +103,7 @@ func sendAndAwaitEnd(t *testing.T, p *testProxy, data []byte) {
 
 // awaitSockets waits up to 5 s for count to come down to want: a socket
 // closed while its pump drives it is closed once the pump lets go
-// (rawConn.Close), and a peer's side after the proxy's.
+// (wire.Conn.Close), and a peer's side after the proxy's.
 func awaitSockets(t *testing.T, count func(testing.TB) int, want int, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); count(t) > want; {
@@ -145,16 +146,16 @@ func FuzzClientWire(f *testing.F) {
 	}
 	// The real rewriter, not startProxy's stand-in, which panics on purpose.
 	// What reaches the server passes through a checker of its framing.
-	wire := startWireChecker(f, pgtest.Server(f).Addr())
+	checker := startWireChecker(f, pgtest.Server(f).Addr())
 	p := startProxy(f, Config{Logger: log, ClientLoginTimeout: 5 * time.Second, Rewriter: rw, rewriter: rw,
-		Upstream: wire.addr(), UpstreamTLS: &UpstreamTLS{SSLMode: SSLDisable}})
+		Upstream: checker.addr(), UpstreamTLS: &UpstreamTLS{SSLMode: SSLDisable}})
 	ensureRole(f, roleSQL("ttl_trust", "unused"))
 	db := pgtest.NewDatabase(f)
 	execDirect(f, db, "CREATE TABLE items (id int PRIMARY KEY, expires_at timestamptz)",
 		"GRANT ALL ON items TO ttl_trust")
 	startup := fuzzStartup(db)
 
-	ssl := negotiationRequest(sslRequestCode)
+	ssl := negotiationRequest(wire.SSLRequestCode)
 	for _, seed := range []struct {
 		loggedIn bool
 		data     []byte
@@ -162,8 +163,8 @@ func FuzzClientWire(f *testing.F) {
 		{false, nil},
 		{false, []byte("GET / HTTP/1.1\r\n\r\n")},
 		{false, ssl},
-		{false, append(ssl, negotiationRequest(gssEncRequestCode)...)},
-		{false, negotiationRequest(cancelRequestCode)},
+		{false, append(ssl, negotiationRequest(wire.GSSEncRequestCode)...)},
+		{false, negotiationRequest(wire.CancelRequestCode)},
 		{false, []byte{0, 0, 0, 16, 0x04, 0xd2, 0x16, 0x2e, 0, 0, 0, 1, 0, 0, 0, 2}},
 		{false, []byte{0, 0, 0, 8, 0, 2, 0, 0}},
 		{false, []byte{0x7f, 0xff, 0xff, 0xff}},
@@ -191,8 +192,8 @@ func FuzzClientWire(f *testing.F) {
 	f.Fuzz(func(t *testing.T, loggedIn bool, data []byte) {
 		// The checker's own sockets close when it sees the proxy's close:
 		// they are not counted.
-		before, fds := panics.Load(), wire.proxySockets(t)
-		malformed, _ := wire.seen()
+		before, fds := panics.Load(), checker.proxySockets(t)
+		malformed, _ := checker.seen()
 		if loggedIn {
 			data = append(append([]byte(nil), startup...), data...)
 		}
@@ -200,10 +201,10 @@ func FuzzClientWire(f *testing.F) {
 		if n := panics.Load() - before; n > 0 {
 			t.Fatalf("%d session panic(s) recovered", n)
 		}
-		if n, first := wire.seen(); n > malformed {
+		if n, first := checker.seen(); n > malformed {
 			t.Fatalf("the server received %d malformed message(s) from the proxy, the first: %s", n-malformed, first)
 		}
-		awaitSockets(t, wire.proxySockets, fds, "socket(s)")
+		awaitSockets(t, checker.proxySockets, fds, "socket(s)")
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -217,7 +218,7 @@ var (
 // reported, at its startup, a client encoding the proxy cannot read
 // statements in.
 func startupLexRefusal() []byte {
-	b := errorResponse(nil, "FATAL", codeFeatureNotSupported,
+	b := wire.ErrorResponse(nil, "FATAL", codeFeatureNotSupported,
 		"ttlproxy: client encodings SJIS, BIG5, GBK, UHC, GB18030 and JOHAB are not supported",
 		"", "Connect with an ASCII-safe client encoding such as UTF8: in SJIS, BIG5, GBK, UHC, GB18030 and JOHAB "+
 			"a character's second byte may read as an ASCII one, and ttlproxy reads statements as the server would.")

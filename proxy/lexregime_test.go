@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 func TestLexRegime(t *testing.T) {
 	var x lexRegime
 	report := func(name, value string) {
 		b, _ := (&pgproto3.ParameterStatus{Name: name, Value: value}).Encode(nil)
-		x.note(b[headerLen:])
+		x.note(b[wire.HeaderLen:])
 	}
 	for _, c := range []struct {
 		name, value string

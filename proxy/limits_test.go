@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // TestMaxClientConnections: a client beyond max_client_connections is
@@ -190,7 +191,7 @@ func TestIdleSweepLateDeadline(t *testing.T) {
 	if sess == nil {
 		t.Fatal("no session")
 	}
-	big := "SELECT length('" + strings.Repeat("x", 4*bufSize) + "')"
+	big := "SELECT length('" + strings.Repeat("x", 4*wire.BufSize) + "')"
 	for i := range 3 {
 		// As the sweep does for a session it found idle.
 		_ = sess.conn().SetReadDeadline(time.Unix(1, 0))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // closedMark in link.pending means the link is closing: no statement may
@@ -41,12 +42,12 @@ type link struct {
 	// the link's, over whichever server it holds (target), so that the end
 	// of a flush, after the bytes have reached the server, never touches a
 	// buffer the server's next client writes.
-	sw     *msgWriter
+	sw     *wire.Writer
 	target serverTarget
 	// cw is the client's writer: the server pump relays the server's
 	// messages through it (the client writes it only once the relay has
 	// stopped, to end the session).
-	cw *msgWriter
+	cw *wire.Writer
 
 	// pending counts the ReadyForQuery messages the server still owes: one
 	// per Query, FunctionCall and extended-protocol batch (up to its Sync).
@@ -235,10 +236,10 @@ type refreshResult struct {
 func (l *link) ask(msgs []byte, n int, quit <-chan struct{}) (refreshResult, error) {
 	l.answers.refreshing.Store(int32(n))
 	if _, err := l.sw.Write(msgs); err != nil {
-		return refreshResult{}, &writeError{err}
+		return refreshResult{}, &wire.WriteError{Err: err}
 	}
 	if err := l.sw.Flush(); err != nil {
-		return refreshResult{}, &writeError{err}
+		return refreshResult{}, &wire.WriteError{Err: err}
 	}
 	var res refreshResult
 	for range n {
@@ -266,7 +267,7 @@ func (l *link) readState(sc *serverConn) error {
 	}
 	if err == nil {
 		if ferr := l.cw.Flush(); ferr != nil {
-			err = &writeError{ferr}
+			err = &wire.WriteError{Err: ferr}
 		}
 	}
 	l.answered(refreshResult{results: results, qerr: qerr, status: status, err: err})
@@ -330,7 +331,7 @@ func (l *link) awaitIdle(quit <-chan struct{}) error {
 		return nil
 	}
 	if err := l.sw.Flush(); err != nil {
-		return &writeError{err}
+		return &wire.WriteError{Err: err}
 	}
 	l.answers.idleWait.Store(true)
 	defer l.answers.idleWait.Store(false)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // reportedParams is, in transaction mode, the ParameterStatus values a
@@ -82,7 +83,7 @@ func (rp *reportedParams) hold(body []byte) bool {
 // release writes to w, once the proxy's own answers are read, a
 // ParameterStatus for each held report whose final value differs from
 // what the client was told, and records it. Errors are w's.
-func (rp *reportedParams) release(w *msgWriter) error {
+func (rp *reportedParams) release(w *wire.Writer) error {
 	if rp == nil || len(rp.held) == 0 {
 		return nil
 	}
@@ -103,7 +104,7 @@ func (rp *reportedParams) release(w *msgWriter) error {
 		rp.values[name] = v
 		b, _ := (&pgproto3.ParameterStatus{Name: name, Value: v}).Encode(nil)
 		if _, err := w.Write(b); err != nil {
-			return &writeError{err}
+			return &wire.WriteError{Err: err}
 		}
 	}
 	return nil

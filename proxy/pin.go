@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -217,7 +218,7 @@ func (s *clientConn) noteParse(name []byte, sql string) error {
 // marks the client's settings to be read back when the statement it binds
 // is one noteParse remembered. The placeholders it names were added to
 // the read-back's names at its Parse.
-func (s *clientConn) noteBind(r *msgReader, total int) {
+func (s *clientConn) noteBind(r *wire.Reader, total int) {
 	pl := s.link.pooled.Load()
 	if len(pl.settingsStmts) == 0 || pl.forLife.Load() {
 		return
@@ -226,7 +227,7 @@ func (s *clientConn) noteBind(r *msgReader, total int) {
 	if err != nil && len(b) < total {
 		return // the relay reports the short read
 	}
-	if name, ok := bindStatement(b[headerLen:]); !ok || pl.settingsStmts[string(name)] {
+	if name, ok := bindStatement(b[wire.HeaderLen:]); !ok || pl.settingsStmts[string(name)] {
 		// A name longer than the buffer: assume the worst.
 		pl.noteSettings(nil)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // Transaction mode (docs/design/pooling.md): a client holds a server
@@ -177,12 +178,12 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn, pins bool) (released bool
 	}
 	if err == nil {
 		if ferr := l.cw.Flush(); ferr != nil {
-			err = &writeError{ferr}
+			err = &wire.WriteError{Err: ferr}
 		}
 	}
 	switch {
 	case err == nil:
-	case isWriteError(err):
+	case wire.IsWriteError(err):
 		return false, pumpEnd{why: stopClientWrite, err: err}
 	default:
 		return false, pumpEnd{why: stopServerEnded, err: err, lastType: 'Z'}
@@ -374,7 +375,7 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		}
 		l.answers.swallow.Add(1)
 		if _, err := l.sw.Write(reset); err != nil {
-			return &writeError{err}
+			return &wire.WriteError{Err: err}
 		}
 		ps.settingsFP = 0
 		return s.restoreStatements(ps)
@@ -419,7 +420,7 @@ func (s *clientConn) noteUnnamed(name, msg []byte) {
 // QueryExecModeCacheDescribe). The Parse and a Sync go as a question of the
 // proxy's own, whose answer the client does not see; a failure leaves the
 // client's message to fail as the server would fail it (26000).
-func (s *clientConn) reparseUnnamed(typ byte, r *msgReader, total int) error {
+func (s *clientConn) reparseUnnamed(typ byte, r *wire.Reader, total int) error {
 	pl := s.link.pooled.Load()
 	if pl.unnamedOK || len(pl.unnamed) == 0 {
 		return nil
@@ -428,7 +429,7 @@ func (s *clientConn) reparseUnnamed(typ byte, r *msgReader, total int) error {
 	if err != nil && len(b) < total {
 		return nil // the relay reports the short read
 	}
-	body := b[headerLen:]
+	body := b[wire.HeaderLen:]
 	switch typ {
 	case 'B':
 		if name, ok := bindStatement(body); !ok || len(name) > 0 {
@@ -460,7 +461,7 @@ func (s *clientConn) acquireFailed(err error) error {
 	}
 	s.srv.metrics.poolNoServer.WithLabelValues(pe.code).Inc()
 	s.logger().Info("closing client: no server connection", "sqlstate", pe.code, "err", pe.msg)
-	b := errorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
+	b := wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
 	return pe
@@ -528,9 +529,9 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 // servers' pumps relay the answers.
 func (s *clientConn) forwardPooled() error {
 	l := s.link
-	s.cr = newMsgReader(clientReader{s.nc, s}, clientBufSize, l.owesNothing)
-	l.cw = newMsgWriter(s.nc)
-	l.sw = newMsgWriter(&l.target)
+	s.cr = wire.NewReader(clientReader{s.nc, s}, wire.ClientBufSize, l.owesNothing)
+	l.cw = wire.NewWriter(s.nc)
+	l.sw = wire.NewWriter(&l.target)
 	err := s.welcome()
 	if err == nil {
 		err = s.pump("client_to_server", s.nc, s.clientToServer)
@@ -733,8 +734,8 @@ func (srv *Server) runServer(ps *pooledServer) {
 		}()
 		return srv.pumpServer(ps)
 	}
-	if rc := rawConnOf(sc.nc); rc != nil {
-		_ = rc.drive(loop)
+	if rc := wire.ConnOf(sc.nc); rc != nil {
+		_ = rc.Drive(loop)
 	} else {
 		_ = loop()
 	}
@@ -746,7 +747,7 @@ func (srv *Server) pumpServer(ps *pooledServer) error {
 	var lastType byte
 	var buf []byte
 	for {
-		_, length, err := peekHeader(sc.r)
+		_, length, err := wire.PeekHeader(sc.r)
 		if err == nil && length < 4 {
 			err = fmt.Errorf("invalid message length %d from upstream", length)
 		}
@@ -756,7 +757,7 @@ func (srv *Server) pumpServer(ps *pooledServer) error {
 		}
 		l := sc.linked()
 		if l == nil {
-			if buf, err = readMessage(sc.r, buf, int(length)+1); err != nil {
+			if buf, err = wire.ReadMessage(sc.r, buf, int(length)+1); err != nil {
 				srv.serverGone(ps, pumpEnd{why: stopServerEnded, err: err, partial: true})
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -89,7 +90,7 @@ func (st *sessionState) onClose(body []byte) {
 	if len(st.prepared) == 0 || len(body) < 1 || body[0] != 'S' {
 		return
 	}
-	if name, _, ok := cstring(body[1:]); ok {
+	if name, _, ok := wire.CString(body[1:]); ok {
 		delete(st.prepared, string(name))
 	}
 }
@@ -197,12 +198,12 @@ func containsFold(s, needle string) bool {
 // inspect looks at a Bind or Close about to be relayed (total bytes, still
 // unread in r): it returns the rejection for a Bind that must not run, and
 // notes what the message changes.
-func (s *clientConn) inspect(typ byte, r *msgReader, total int) (stale, err error) {
+func (s *clientConn) inspect(typ byte, r *wire.Reader, total int) (stale, err error) {
 	b, err := r.Peek(min(total, r.Size()))
 	if err != nil && len(b) < total {
 		return nil, err
 	}
-	body := b[headerLen:]
+	body := b[wire.HeaderLen:]
 	if typ == 'C' {
 		s.st.onClose(body)
 		return nil, nil
@@ -214,7 +215,7 @@ func (s *clientConn) inspect(typ byte, r *msgReader, total int) (stale, err erro
 // statement that the Bind starting a batch (total bytes, unread in r) is
 // about to run: a failure is the failure running it would have. Nothing
 // but this batch may be outstanding.
-func (s *clientConn) reprepareBound(r *msgReader, total int) error {
+func (s *clientConn) reprepareBound(r *wire.Reader, total int) error {
 	if s.st.unseen || s.link.pending.Load() != 1 || byte(s.link.txStatus.Load()) != 'T' {
 		return nil
 	}
@@ -222,7 +223,7 @@ func (s *clientConn) reprepareBound(r *msgReader, total int) error {
 	if err != nil && len(b) < total {
 		return nil
 	}
-	name, ok := bindStatement(b[headerLen:])
+	name, ok := bindStatement(b[wire.HeaderLen:])
 	if !ok {
 		return nil
 	}

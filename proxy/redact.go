@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -34,12 +35,12 @@ type detailGuard struct {
 // included) without its DETAIL when it is a class 23 error on a table g
 // covers, appended to out; otherwise msg itself.
 func redactConstraintDetail(g *detailGuard, msg, out []byte) []byte {
-	if g == nil || g.bypass || len(msg) < headerLen {
+	if g == nil || g.bypass || len(msg) < wire.HeaderLen {
 		return msg
 	}
 	var code, schema, table []byte
 	detail := -1
-	body := msg[headerLen:]
+	body := msg[wire.HeaderLen:]
 	for i := 0; i < len(body) && body[i] != 0; {
 		end := bytes.IndexByte(body[i+1:], 0)
 		if end < 0 {
@@ -66,6 +67,6 @@ func redactConstraintDetail(g *detailGuard, msg, out []byte) []byte {
 	out = append(out, msg[0], 0, 0, 0, 0)
 	out = append(out, body[:detail]...)
 	out = append(out, body[end:]...)
-	binary.BigEndian.PutUint32(out[1:headerLen], uint32(len(out)-1))
+	binary.BigEndian.PutUint32(out[1:wire.HeaderLen], uint32(len(out)-1))
 	return out
 }

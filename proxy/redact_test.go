@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -30,7 +31,7 @@ func TestRedactConstraintDetail(t *testing.T) {
 	}
 	decode := func(b []byte) *pgproto3.ErrorResponse {
 		var e pgproto3.ErrorResponse
-		if err := e.Decode(b[headerLen:]); err != nil {
+		if err := e.Decode(b[wire.HeaderLen:]); err != nil {
 			t.Fatalf("decoding %q: %v", b, err)
 		}
 		return &e

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -100,7 +101,7 @@ func (l *link) substituteRejection(msg []byte, dst []byte) []byte {
 		return msg
 	}
 	var e pgproto3.ErrorResponse
-	if err := e.Decode(msg[headerLen:]); err != nil || e.Code != sqlstate.InvalidTextRepresentation {
+	if err := e.Decode(msg[wire.HeaderLen:]); err != nil || e.Code != sqlstate.InvalidTextRepresentation {
 		return msg
 	}
 	j := bytes.Index([]byte(e.Message), []byte(rejectPrefix))
@@ -124,5 +125,5 @@ func (l *link) substituteRejection(msg []byte, dst []byte) []byte {
 	if code == "" {
 		code = codeFeatureNotSupported
 	}
-	return errorResponse(dst, "ERROR", code, re.Message, re.Detail, re.Hint)
+	return wire.ErrorResponse(dst, "ERROR", code, re.Message, re.Detail, re.Hint)
 }

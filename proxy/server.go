@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -179,7 +180,7 @@ func (s *Server) startSession(conn net.Conn) {
 	}
 	s.active.Add(1)
 	go func() {
-		_ = growStack(0)
+		_ = wire.GrowStack(0)
 		defer s.wg.Done()
 		defer s.active.Add(-1)
 		defer func() {
@@ -248,7 +249,7 @@ func acceptErrorReason(err error) (reason string, transient bool) {
 	case errors.Is(err, syscall.ENOMEM):
 		return "enomem", true
 	}
-	if isTimeout(err) {
+	if wire.IsTimeout(err) {
 		return "timeout", true
 	}
 	return "", false

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // pumpStop says why link.relay returned.
@@ -55,7 +56,7 @@ func (s *clientConn) serverToClient() error {
 		case stopStartup:
 			started = true
 			if err := s.finishStartup(); err != nil {
-				if isWriteError(err) {
+				if wire.IsWriteError(err) {
 					return s.clientWriteFailed(err)
 				}
 				return s.upstreamEnded(err, false, end.lastType)
@@ -65,7 +66,7 @@ func (s *clientConn) serverToClient() error {
 			// Shut down while authenticating: the client gets its first
 			// exchange (beginShutdown), closed at its ReadyForQuery.
 			lastType = 'Z'
-			if !nextBuffered(l.server.r) {
+			if !wire.NextBuffered(l.server.r) {
 				if err := l.cw.Flush(); err != nil {
 					return s.clientWriteFailed(err)
 				}
@@ -90,7 +91,7 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 	pl := l.pooled.Load()
 	var buf, out []byte
 	for {
-		typ, length, err := peekHeader(r)
+		typ, length, err := wire.PeekHeader(r)
 		if err != nil {
 			return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 		}
@@ -108,12 +109,12 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 		case pl != nil && l.answers.swallow.Load() > 0:
 			// The answer to the reset sent ahead of the client's messages.
 			if err = l.swallowAnswer(sc); err != nil {
-				if isWriteError(err) {
+				if wire.IsWriteError(err) {
 					return pumpEnd{why: stopClientWrite, err: err}
 				}
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
-			if !nextBuffered(r) {
+			if !wire.NextBuffered(r) {
 				if err := w.Flush(); err != nil {
 					return pumpEnd{why: stopClientWrite, err: err}
 				}
@@ -125,7 +126,7 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 			// the answer over: from then on the client may write to its
 			// own connection (transaction mode's welcome, pooled.go).
 			if err = l.readState(sc); err != nil {
-				if isWriteError(err) {
+				if wire.IsWriteError(err) {
 					return pumpEnd{why: stopClientWrite, err: err}
 				}
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
@@ -199,15 +200,15 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 			// (lexregime.go). Transaction mode: a ParameterStatus reaches
 			// the client only when it changes what the client was told
 			// (paramstatus.go).
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
-			l.lex.note(buf[headerLen:])
-			if pl == nil || !started || pl.reported.pass(buf[headerLen:]) {
+			l.lex.note(buf[wire.HeaderLen:])
+			if pl == nil || !started || pl.reported.pass(buf[wire.HeaderLen:]) {
 				_, err = w.Write(buf)
 			}
 		case typ == 'E' && l.rejects.pending():
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			out = l.substituteRejection(buf, out[:0])
@@ -218,25 +219,25 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 			_, err = w.Write(out)
 		case typ == 'E' && started:
 			// Rare: decoded for the constraint DETAIL only (redact.go).
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			out = redactConstraintDetail(l.guard.Load(), buf, out[:0])
 			_, err = w.Write(out)
 		case typ == 'K' && !started:
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
-			sc.setBackendKey(buf[headerLen:])
+			sc.setBackendKey(buf[wire.HeaderLen:])
 			_, err = w.Write(buf)
 		case typ == 'R' && !started:
-			if buf, err = readMessage(r, buf, total); err != nil {
+			if buf, err = wire.ReadMessage(r, buf, total); err != nil {
 				return pumpEnd{why: stopServerEnded, err: err, lastType: lastType}
 			}
 			_, err = w.Write(filterSASL(buf))
 		default:
-			partial, err = relayRaw(r, w, total)
-			if err != nil && !isWriteError(err) {
+			partial, err = wire.RelayRaw(r, w, total)
+			if err != nil && !wire.IsWriteError(err) {
 				return pumpEnd{why: stopServerEnded, err: err, partial: partial, lastType: lastType}
 			}
 		}
@@ -247,7 +248,7 @@ func (l *link) relay(sc *serverConn, lat *latencyWindow, started bool, lastType 
 			buf, out = nil, nil
 		}
 		lastType = typ
-		if !nextBuffered(r) {
+		if !wire.NextBuffered(r) {
 			if err := w.Flush(); err != nil {
 				return pumpEnd{why: stopClientWrite, err: err}
 			}
@@ -284,7 +285,7 @@ func (s *clientConn) upstreamEnded(err error, partial bool, lastType byte) error
 		} else if !s.closing.Load() && lastType != 'E' {
 			s.srv.metrics.upstreamErrors.Inc()
 			s.log.Warn("upstream connection lost", "err", err)
-			_, _ = s.link.cw.Write(errorResponse(nil, "FATAL", codeConnectionFailure,
+			_, _ = s.link.cw.Write(wire.ErrorResponse(nil, "FATAL", codeConnectionFailure,
 				"ttlproxy: lost the connection to the upstream server", "", ""))
 		}
 		_ = s.link.cw.Flush()
@@ -310,11 +311,11 @@ func (s *clientConn) clientWriteFailed(err error) error {
 // channel binding ties the SCRAM exchange to one TLS connection, and the
 // client's and the server's are different connections.
 func filterSASL(msg []byte) []byte {
-	if len(msg) < headerLen+4 || binary.BigEndian.Uint32(msg[headerLen:]) != pgproto3.AuthTypeSASL {
+	if len(msg) < wire.HeaderLen+4 || binary.BigEndian.Uint32(msg[wire.HeaderLen:]) != pgproto3.AuthTypeSASL {
 		return msg
 	}
 	var m pgproto3.AuthenticationSASL
-	if err := m.Decode(msg[headerLen:]); err != nil {
+	if err := m.Decode(msg[wire.HeaderLen:]); err != nil {
 		return msg
 	}
 	keep := m.AuthMechanisms[:0]

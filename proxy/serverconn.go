@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // serverConn is one connection to the upstream server: the socket, the
@@ -38,8 +40,8 @@ type serverConn struct {
 
 	// r is read by the server pump only; w is written by the client pump
 	// (and by the catalog query at startup, before the client pump writes).
-	r *msgReader
-	w *msgWriter
+	r *wire.Reader
+	w *wire.Writer
 }
 
 // attach records the dialled connection; false when the connection is
@@ -63,10 +65,10 @@ func (sc *serverConn) conn() net.Conn {
 
 // startBuffers sets up the relay's buffers once the socket is attached;
 // idle reports when the server owes nothing (the reader's buffer is small
-// then, buffer.go).
+// then, internal/wire/buffer.go).
 func (sc *serverConn) startBuffers(idle func() bool) {
-	sc.r = newMsgReader(sc.nc, serverBufSize, idle)
-	sc.w = newMsgWriter(sc.nc)
+	sc.r = wire.NewReader(sc.nc, wire.ServerBufSize, idle)
+	sc.w = wire.NewWriter(sc.nc)
 }
 
 // close closes the socket, once; a later attach fails.
@@ -88,7 +90,7 @@ func (sc *serverConn) terminate() {
 	sc.mu.Unlock()
 	if nc != nil && !closed {
 		_ = nc.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-		_, _ = nc.Write([]byte(terminateMsg))
+		_, _ = nc.Write([]byte(wire.TerminateMsg))
 	}
 	sc.close()
 }
@@ -98,7 +100,7 @@ func (sc *serverConn) terminate() {
 // the client pump at a message boundary when the session ends.
 func (sc *serverConn) endAtBoundary() {
 	_ = sc.conn().SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-	if _, err := sc.w.WriteString(terminateMsg); err == nil {
+	if _, err := sc.w.WriteString(wire.TerminateMsg); err == nil {
 		_ = sc.w.Flush()
 	}
 }
@@ -121,17 +123,17 @@ func (sc *serverConn) cancelRequest() []byte {
 	}
 	pkt := make([]byte, 8, 8+len(key))
 	binary.BigEndian.PutUint32(pkt, uint32(8+len(key)))
-	binary.BigEndian.PutUint32(pkt[4:], cancelRequestCode)
+	binary.BigEndian.PutUint32(pkt[4:], wire.CancelRequestCode)
 	return append(pkt, key...)
 }
 
 // linked returns the link a pooled server serves, nil when idle.
 func (sc *serverConn) linked() *link { return sc.link.Load() }
 
-// checkEnd runs rawConn.checkEnd on the socket (sweep.go).
+// checkEnd runs wire.Conn.CheckEnd on the socket (sweep.go).
 func (sc *serverConn) checkEnd() {
-	if rc := rawConnOf(sc.conn()); rc != nil {
-		rc.checkEnd()
+	if rc := wire.ConnOf(sc.conn()); rc != nil {
+		rc.CheckEnd()
 	}
 }
 
@@ -142,11 +144,11 @@ func (sc *serverConn) checkEnd() {
 // server is gone or going, though its pump may not have seen it yet (a
 // driven pump waits for the sweep's checkEnd when the end came with the
 // last data). One recv(MSG_PEEK|MSG_DONTWAIT), no round trip, no
-// allocation. False when the socket is not a rawConn's (a net.Pipe in
+// allocation. False when the socket is not a wire.Conn's (a net.Pipe in
 // tests).
 func (sc *serverConn) peekEnded() bool {
-	if rc := rawConnOf(sc.conn()); rc != nil {
-		return rc.peekEnded()
+	if rc := wire.ConnOf(sc.conn()); rc != nil {
+		return rc.PeekEnded()
 	}
 	return false
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/ttlproxy/ttlproxy/internal/scram"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // Server login without a client, for transaction pooling
@@ -190,7 +191,7 @@ func startServerSession(nc net.Conn, lg serverLogin) (*serverWelcome, error) {
 // keyBody is the BackendKeyData body: process ID and secret key.
 func keyBody(m *pgproto3.BackendKeyData) []byte {
 	b, _ := m.Encode(nil)
-	return b[headerLen:]
+	return b[wire.HeaderLen:]
 }
 
 // cannotAuthenticate is the error for an authentication request the

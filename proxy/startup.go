@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // errStartupDone ends a connection that needs no relay (a CancelRequest, or
@@ -33,7 +34,7 @@ func readStartupPacket(conn net.Conn, first []byte) ([]byte, error) {
 		n += m
 	}
 	l := int(int32(binary.BigEndian.Uint32(head[:4])))
-	if l < 8 || l > maxStartupPacket {
+	if l < 8 || l > wire.MaxStartupPacket {
 		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid length of startup packet"}
 	}
 	pkt := make([]byte, l)
@@ -52,21 +53,6 @@ const tlsHandshakeRecord = 0x16
 // alpnProtocol is the ALPN protocol name PostgreSQL requires with direct
 // TLS negotiation.
 const alpnProtocol = "postgresql"
-
-// prefixConn replays bytes already read before reading from Conn.
-type prefixConn struct {
-	net.Conn
-	prefix []byte
-}
-
-func (c *prefixConn) Read(b []byte) (int, error) {
-	if len(c.prefix) > 0 {
-		n := copy(b, c.prefix)
-		c.prefix = c.prefix[n:]
-		return n, nil
-	}
-	return c.Conn.Read(b)
-}
 
 // protocolError is a client mistake answered with a FATAL ErrorResponse.
 type protocolError struct {
@@ -93,7 +79,7 @@ func (s *clientConn) startup() error {
 	tlsConfig := s.srv.tlsConfig
 	tlsDone := false
 	if first[0] == tlsHandshakeRecord && tlsConfig != nil {
-		tc := tls.Server(&prefixConn{Conn: s.nc, prefix: prefix}, tlsConfig)
+		tc := tls.Server(&wire.PrefixConn{Conn: s.nc, Prefix: prefix}, tlsConfig)
 		if err := tc.Handshake(); err != nil {
 			return fmt.Errorf("direct TLS handshake: %w", err)
 		}
@@ -112,7 +98,7 @@ func (s *clientConn) startup() error {
 		}
 		code := binary.BigEndian.Uint32(pkt[4:8])
 		switch code {
-		case sslRequestCode:
+		case wire.SSLRequestCode:
 			if tlsConfig == nil || tlsDone {
 				if _, err := s.nc.Write([]byte{'N'}); err != nil {
 					return fmt.Errorf("answering SSLRequest: %w", err)
@@ -128,12 +114,12 @@ func (s *clientConn) startup() error {
 			}
 			s.setClient(tc)
 			tlsDone = true
-		case gssEncRequestCode:
+		case wire.GSSEncRequestCode:
 			// No GSSAPI encryption: the client goes on with SSL or plain.
 			if _, err := s.nc.Write([]byte{'N'}); err != nil {
 				return fmt.Errorf("answering GSSENCRequest: %w", err)
 			}
-		case cancelRequestCode:
+		case wire.CancelRequestCode:
 			s.relayCancel(pkt)
 			return errStartupDone
 		default:

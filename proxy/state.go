@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -505,10 +506,10 @@ func (st *sessionState) onBind(body []byte) error {
 
 // bindStatement returns the statement name of a Bind body.
 func bindStatement(body []byte) ([]byte, bool) {
-	_, rest, ok := cstring(body)
+	_, rest, ok := wire.CString(body)
 	if !ok {
 		return nil, false
 	}
-	name, _, ok := cstring(rest)
+	name, _, ok := wire.CString(rest)
 	return name, ok
 }

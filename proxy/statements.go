@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // A pooled client's named prepared statements (docs/design/pooling.md §3,
@@ -55,7 +56,7 @@ func (s *clientConn) restoreStatements(ps *pooledServer) error {
 		l.answers.swallow.Add(int32(n))
 		l.answers.lenient.Add(int32(k)) // after swallow: see swallowAnswer
 		if _, err := l.sw.Write(msgs); err != nil {
-			return &writeError{err}
+			return &wire.WriteError{Err: err}
 		}
 	}
 	ps.prepOwner, ps.prepGen = s.id, pl.prepGen
@@ -106,12 +107,12 @@ func (s *clientConn) parseAgainMessages() (msgs []byte, k int, err error) {
 
 // noteClose looks at a Close about to be forwarded (total bytes, unread in
 // r): closing a named statement changes the client's set.
-func (s *clientConn) noteClose(r *msgReader, total int) {
+func (s *clientConn) noteClose(r *wire.Reader, total int) {
 	b, err := r.Peek(min(total, r.Size()))
 	if err != nil && len(b) < total {
 		return // the relay reports the short read
 	}
-	body := b[headerLen:]
+	body := b[wire.HeaderLen:]
 	if len(body) >= 2 && body[0] == 'S' && body[1] != 0 {
 		s.link.pooled.Load().namedStatementChanged(s.id)
 	}

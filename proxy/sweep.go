@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // The server's sweep over its sessions, every idleSweepPeriod:
@@ -18,8 +20,8 @@ import (
 //     it reads on (clientReader), so the race costs nothing but a retried
 //     read. A session is closed up to a quarter of the timeout late (at most
 //     half a second), as PgBouncer's janitor, which runs once a second, does.
-//   - An end of stream that came with a peer's last data: rawConn.checkEnd
-//     on both sockets of every session (rawconn.go's drive says why).
+//   - An end of stream that came with a peer's last data: wire.Conn.CheckEnd
+//     on both sockets of every session (wire.Conn.Drive says why).
 
 const (
 	minIdleSweep = 10 * time.Millisecond
@@ -80,10 +82,10 @@ func (s *Server) sweepSessions(ctx context.Context) {
 	}
 }
 
-// checkEnds runs rawConn.checkEnd on the session's two sockets.
+// checkEnds runs wire.Conn.CheckEnd on the session's two sockets.
 func (s *clientConn) checkEnds() {
-	if rc := rawConnOf(s.conn()); rc != nil {
-		rc.checkEnd()
+	if rc := wire.ConnOf(s.conn()); rc != nil {
+		rc.CheckEnd()
 	}
 	if pl := s.link.pooled.Load(); pl != nil {
 		// The server the client holds; idle ones are checked by their
@@ -109,7 +111,7 @@ type clientReader struct {
 func (c clientReader) Read(b []byte) (int, error) {
 	for {
 		n, err := c.Conn.Read(b)
-		if err == nil || !isTimeout(err) || c.s.timedOut() {
+		if err == nil || !wire.IsTimeout(err) || c.s.timedOut() {
 			return n, err
 		}
 		_ = c.SetReadDeadline(time.Time{})

@@ -10,6 +10,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // The link to the upstream server: TCP, and TLS with libpq's meaning of
@@ -105,7 +107,7 @@ func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: connecting to upstream %s: %w", s.cfg.Upstream, err)
 	}
-	conn = newRawConn(conn)
+	conn = wire.NewConn(conn)
 	if s.upstreamTLS == nil {
 		return conn, nil
 	}
@@ -128,7 +130,7 @@ func (s *Server) negotiateTLS(ctx context.Context, conn net.Conn) (net.Conn, err
 	defer func() { _ = conn.SetDeadline(time.Time{}) }()
 	var req [8]byte
 	binary.BigEndian.PutUint32(req[:4], 8)
-	binary.BigEndian.PutUint32(req[4:], sslRequestCode)
+	binary.BigEndian.PutUint32(req[4:], wire.SSLRequestCode)
 	if _, err := conn.Write(req[:]); err != nil {
 		return nil, fmt.Errorf("sending SSLRequest: %w", err)
 	}

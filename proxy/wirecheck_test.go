@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,7 +173,7 @@ func (w *wireChecker) check(r *bufio.Reader, s io.Writer) {
 		return
 	}
 	switch {
-	case code == cancelRequestCode:
+	case code == wire.CancelRequestCode:
 		if length != 16 {
 			w.fault("CancelRequest of %d bytes", length)
 		}
@@ -191,7 +192,7 @@ func (w *wireChecker) check(r *bufio.Reader, s io.Writer) {
 	}
 	var msg []byte
 	for {
-		h, err := r.Peek(headerLen)
+		h, err := r.Peek(wire.HeaderLen)
 		if err != nil {
 			if errors.Is(err, io.EOF) && len(h) > 0 {
 				_, _ = s.Write(h) // a header cut by the end of the stream
@@ -220,12 +221,12 @@ func (w *wireChecker) check(r *bufio.Reader, s io.Writer) {
 		switch typ {
 		case 'Q':
 			var q pgproto3.Query
-			if err := q.Decode(msg[headerLen:]); err != nil {
+			if err := q.Decode(msg[wire.HeaderLen:]); err != nil {
 				w.fault("Query: %v", err)
 			}
 		case 'P':
 			var p pgproto3.Parse
-			if err := p.Decode(msg[headerLen:]); err != nil {
+			if err := p.Decode(msg[wire.HeaderLen:]); err != nil {
 				w.fault("Parse: %v", err)
 			}
 		}

@@ -17,7 +17,7 @@
 //
 //   - goroutine (default): a goroutine per client over the net package, as
 //     ttlproxy's sessions, with read(2) and write(2) as raw system calls on
-//     clients and servers (ttlproxy's proxy/rawconn.go). accept(2),
+//     clients and servers (ttlproxy's internal/wire/rawconn.go). accept(2),
 //     close(2) and the socket options the net package sets on an accepted
 //     socket go through the runtime's entersyscall, which wakes its sysmon
 //     thread when the process was idle.

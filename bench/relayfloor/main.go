@@ -9,10 +9,11 @@
 //
 // Engines:
 //
-//   - goroutine (default): ttlproxy's engine. One goroutine per direction,
-//     read(2) and write(2) as raw system calls inside syscall.RawConn's
-//     Read and Write, and after a short read a wait for readiness instead
-//     of the read that would return EAGAIN (ttlproxy's proxy/rawconn.go).
+//   - goroutine (default): ttlproxy's engine itself, package internal/wire:
+//     one goroutine per direction, each a pump under wire.Conn.Drive as
+//     ttlproxy's pumps are: read(2) and write(2) as raw system calls inside
+//     syscall.RawConn's Read and Write, and after a short read a wait for
+//     readiness instead of the read that would return EAGAIN.
 //   - epoll: an event loop of its own on one locked OS thread: one
 //     level-triggered epoll set, epoll_wait(2) as a raw system call (the
 //     runtime never sees the thread idle), one read per readiness, writes
@@ -30,7 +31,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"net/netip"
@@ -41,6 +41,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ttlproxy/ttlproxy/bench/internal/rawsys"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 func main() {
@@ -79,70 +80,33 @@ func goroutineEngine(listen, upstream string) error {
 			log.Print(err)
 			continue
 		}
-		go relay(c.(*net.TCPConn), s.(*net.TCPConn))
-		go relay(s.(*net.TCPConn), c.(*net.TCPConn))
+		c, s = wire.NewConn(c), wire.NewConn(s)
+		go relay(c, s)
+		go relay(s, c)
 	}
 }
 
-// relay copies src to dst inside one RawConn.Read of src for as long as
-// both sockets work, then closes both.
-func relay(src, dst *net.TCPConn) {
+// relay copies src to dst under src's Drive, ttlproxy's own pump loop
+// (internal/wire), for as long as both sockets work, then closes both.
+func relay(src, dst net.Conn) {
 	defer func() { _ = src.Close(); _ = dst.Close() }()
-	rs, err := src.SyscallConn()
-	if err != nil {
+	rc, ok := src.(*wire.Conn)
+	if !ok {
+		log.Print("relayfloor: not a non-blocking socket")
 		return
 	}
-	ws, err := dst.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 16<<10)
-	var out []byte
-	var failed error
-	write := func(fd uintptr) bool {
-		for len(out) > 0 {
-			n, ok, err := rawsys.ReadWrite(unix.SYS_WRITE, fd, out)
-			if !ok {
-				return false
-			}
-			if err != nil {
-				failed = err
-				return true
-			}
-			out = out[n:]
-		}
-		return true
-	}
-	read := func(fd uintptr) bool {
+	buf := make([]byte, wire.BufSize)
+	_ = rc.Drive(func() error {
 		for {
-			n, ok, err := rawsys.ReadWrite(unix.SYS_READ, fd, buf)
-			if !ok {
-				return false
-			}
-			if err == nil && n == 0 {
-				err = io.EOF
-			}
+			n, err := rc.Read(buf)
 			if err != nil {
-				failed = err
-				return true
+				return err
 			}
-			out = buf[:n]
-			if err := ws.Write(write); err != nil && failed == nil {
-				failed = err
-			}
-			if failed != nil {
-				return true
-			}
-			if n < len(buf) {
-				return false // drained: wait for readiness, no EAGAIN read
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
 			}
 		}
-	}
-	for failed == nil {
-		if err := rs.Read(read); err != nil {
-			return
-		}
-	}
+	})
 }
 
 func epollEngine(listen, upstream string) error {

@@ -3,7 +3,7 @@
 // read(2) and write(2) on a non-blocking descriptor through
 // unix.RawSyscall, without the runtime's entersyscall/exitsyscall (which
 // wakes Go's sysmon thread when the process was idle; ttlproxy's
-// proxy/rawconn.go does the same).
+// internal/wire/rawconn.go does the same).
 package rawsys
 
 import (

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bufio"
@@ -14,8 +14,8 @@ import (
 )
 
 // rawPair returns the two ends of a loopback TCP connection: the server's
-// end as a rawConn, and the client's as a plain net.Conn.
-func rawPair(t *testing.T) (*rawConn, net.Conn) {
+// end as a Conn, and the client's as a plain net.Conn.
+func rawPair(t *testing.T) (*Conn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -39,9 +39,9 @@ func rawPair(t *testing.T) (*rawConn, net.Conn) {
 	if server == nil {
 		t.Fatal("accept failed")
 	}
-	rc, ok := newRawConn(server).(*rawConn)
+	rc, ok := NewConn(server).(*Conn)
 	if !ok {
-		t.Fatalf("newRawConn(%T) did not wrap a TCP socket", server)
+		t.Fatalf("NewConn(%T) did not wrap a TCP socket", server)
 	}
 	t.Cleanup(func() { _ = rc.Close(); _ = client.Close() })
 	return rc, client
@@ -54,7 +54,7 @@ func frame(payload []byte) []byte {
 	return append(b, payload...)
 }
 
-// TestRawConnDrive: under drive, a pump reading through a small bufio.Reader
+// TestRawConnDrive: under Drive, a pump reading through a small bufio.Reader
 // gets every byte in order, whether messages arrive one at a time (each read
 // drains the socket and the next waits for readiness), pipelined, or larger
 // than the buffer (reads that fill it), and sees io.EOF when the peer closes.
@@ -77,7 +77,7 @@ func TestRawConnDrive(t *testing.T) {
 	got := make(chan []byte, len(sent))
 	done := make(chan error, 1)
 	go func() {
-		done <- rc.drive(func() error {
+		done <- rc.Drive(func() error {
 			r := bufio.NewReaderSize(rc, 64)
 			for {
 				var hdr [4]byte
@@ -124,7 +124,7 @@ func TestRawConnDrive(t *testing.T) {
 	select {
 	case err := <-done:
 		if !errors.Is(err, io.EOF) {
-			t.Fatalf("drive returned %v, want io.EOF", err)
+			t.Fatalf("Drive returned %v, want io.EOF", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("drive did not return after the peer closed")
@@ -137,7 +137,7 @@ func TestRawConnDriveDeadline(t *testing.T) {
 	rc, client := rawPair(t)
 	done := make(chan error, 1)
 	go func() {
-		done <- rc.drive(func() error {
+		done <- rc.Drive(func() error {
 			_ = rc.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 			buf := make([]byte, 16)
 			_, err := rc.Read(buf)
@@ -175,7 +175,7 @@ func TestRawConnCloseWhileDriven(t *testing.T) {
 		rc, _ := rawPair(t)
 		done := make(chan error, 1)
 		go func() {
-			done <- rc.drive(func() error {
+			done <- rc.Drive(func() error {
 				_, err := rc.Read(make([]byte, 8))
 				return err
 			})
@@ -192,7 +192,7 @@ func TestRawConnCloseWhileDriven(t *testing.T) {
 		inside, release := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- rc.drive(func() error {
+			done <- rc.Drive(func() error {
 				if _, err := rc.Read(make([]byte, 8)); err != nil {
 					return err
 				}
@@ -216,7 +216,7 @@ func TestRawConnCloseWhileDriven(t *testing.T) {
 		rc, _ := rawPair(t)
 		done := make(chan error, 1)
 		go func() {
-			done <- rc.drive(func() error {
+			done <- rc.Drive(func() error {
 				if err := rc.Close(); err != nil {
 					return err
 				}
@@ -247,7 +247,7 @@ func waitErr(t *testing.T, done <-chan error, want error) {
 	select {
 	case err := <-done:
 		if !errors.Is(err, want) {
-			t.Fatalf("drive returned %v, want %v", err, want)
+			t.Fatalf("Drive returned %v, want %v", err, want)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("drive did not return")
@@ -264,7 +264,7 @@ func errString(err error) string {
 // TestRawConnDriveEndWithData: when the peer's last data and its end of
 // stream (a FIN, or a reset) are both queued before the pump reads, the
 // read that drains the data consumes the only wake-up, and nothing wakes
-// the pump for the end; checkEnd, as the server's sweep calls it, finds it.
+// the pump for the end; CheckEnd, as the server's sweep calls it, finds it.
 func TestRawConnDriveEndWithData(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -282,7 +282,7 @@ func TestRawConnDriveEndWithData(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // both queued before the pump reads
 			done := make(chan error, 1)
 			go func() {
-				done <- rc.drive(func() error {
+				done <- rc.Drive(func() error {
 					buf := make([]byte, 64)
 					n, err := rc.Read(buf)
 					if err != nil || string(buf[:n]) != "last" {
@@ -296,7 +296,7 @@ func TestRawConnDriveEndWithData(t *testing.T) {
 			case err := <-done:
 				// A reset may come back with the data; a FIN never does.
 				if !c.reset {
-					t.Fatalf("drive returned %v before checkEnd: the test no longer sets up a lost end", err)
+					t.Fatalf("Drive returned %v before checkEnd: the test no longer sets up a lost end", err)
 				}
 				return
 			case <-time.After(200 * time.Millisecond):
@@ -307,14 +307,14 @@ func TestRawConnDriveEndWithData(t *testing.T) {
 			for {
 				select {
 				case err := <-done:
-					// checkEnd's peek reports a reset, which the kernel
+					// CheckEnd's peek reports a reset, which the kernel
 					// then forgets: the pump may read io.EOF instead.
 					if err == nil || (!c.reset && !errors.Is(err, io.EOF)) {
-						t.Fatalf("drive returned %v, want the end of the stream", err)
+						t.Fatalf("Drive returned %v, want the end of the stream", err)
 					}
 					return
 				case <-tick.C:
-					rc.checkEnd()
+					rc.CheckEnd()
 				case <-deadline:
 					t.Fatal("checkEnd did not wake the pump for the end of stream")
 				}

@@ -1,6 +1,6 @@
-package proxy
+package wire
 
-// growStack grows the calling goroutine's stack to at least 32 KiB at
+// GrowStack grows the calling goroutine's stack to at least 32 KiB at
 // once, while it is still shallow. A session's goroutines go deep (the
 // startup, SCRAM, the rewriter, the relay) and would otherwise grow from
 // the runtime's starting size by doubling, each time copying and
@@ -11,7 +11,7 @@ package proxy
 // optimised away; nothing is shared between goroutines.
 //
 //go:noinline
-func growStack(i int) byte {
+func GrowStack(i int) byte {
 	var frame [16 << 10]byte
 	return frame[i&(len(frame)-1)]
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"crypto/tls"
@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// rawConn is a net.Conn over a non-blocking TCP or Unix socket whose Read and
+// Conn is a net.Conn over a non-blocking TCP or Unix socket whose Read and
 // Write make read(2) and write(2) with unix.RawSyscall inside
 // syscall.RawConn's Read and Write. The netpoller still parks the goroutine
 // while the socket is not ready, and deadlines and Close still wake it; what
@@ -25,21 +25,21 @@ import (
 // (entersyscallWakeSysmon in Go's runtime/proc.go) and then keeps it polling
 // in 20 µs naps. gnet and other event loops call RawSyscall for the same
 // reason. Raw calls are fine here because a call on a non-blocking socket
-// never blocks, which newRawConn checks.
+// never blocks, which NewConn checks.
 //
-// A session's pump reads its connection under drive, which saves the other
+// A session's pump reads its connection under Drive, which saves the other
 // system call net.Conn makes per message: the read that returns EAGAIN.
 //
 // As with net.Conn, Read and Write are safe for concurrent use, and each
 // Write is written whole before another starts (the startup's catalog query
 // and a pump can both write upstream). Everything else (deadlines,
 // addresses) is the wrapped connection's.
-type rawConn struct {
+type Conn struct {
 	net.Conn
 	rc syscall.RawConn
 
 	// The arguments and results of the read in progress, under rmu (or, in
-	// drive, handed between the driver and the pump): the callbacks are
+	// Drive, handed between the driver and the pump): the callbacks are
 	// built once, so a call allocates nothing.
 	rmu    sync.Mutex
 	rbuf   []byte
@@ -47,13 +47,13 @@ type rawConn struct {
 	rerr   error
 	readFn func(fd uintptr) bool
 
-	// drive's state: yield is set while the pump runs as drive's coroutine
+	// Drive's state: yield is set while the pump runs as Drive's coroutine
 	// (only the pump reads then); next resumes the pump.
 	driving atomic.Bool
 	closed  atomic.Bool
 	// skipped: the driven pump waits without the read that would have
 	// returned EAGAIN, so an end of stream or an error that came with the
-	// last data waits for checkEnd. poked: checkEnd woke that wait with a
+	// last data waits for CheckEnd. poked: CheckEnd woke that wait with a
 	// read deadline of its own.
 	skipped  atomic.Bool
 	poked    atomic.Bool
@@ -68,7 +68,7 @@ type rawConn struct {
 	dmu       sync.Mutex
 	rdeadline time.Time
 
-	// peekFn is peekEnded's Control callback, built once; it sets ended.
+	// peekFn is PeekEnded's Control callback, built once; it sets ended.
 	// Called by the one goroutine that holds the connection.
 	peekFn func(fd uintptr)
 	ended  bool
@@ -80,16 +80,16 @@ type rawConn struct {
 	writeFn func(fd uintptr) bool
 }
 
-// syscallConn is what newRawConn needs: *net.TCPConn and *net.UnixConn.
+// syscallConn is what NewConn needs: *net.TCPConn and *net.UnixConn.
 type syscallConn interface {
 	net.Conn
 	SyscallConn() (syscall.RawConn, error)
 }
 
-// newRawConn wraps c when it is a TCP or Unix socket in non-blocking mode
+// NewConn wraps c when it is a TCP or Unix socket in non-blocking mode
 // (every socket the net package opens is); any other net.Conn (a net.Pipe in
 // tests, a conn already wrapped) is returned as it is.
-func newRawConn(c net.Conn) net.Conn {
+func NewConn(c net.Conn) net.Conn {
 	sc, ok := c.(syscallConn)
 	if !ok {
 		return c
@@ -110,7 +110,7 @@ func newRawConn(c net.Conn) net.Conn {
 		// call: keep the runtime's path.
 		return c
 	}
-	r := &rawConn{Conn: c, rc: rc}
+	r := &Conn{Conn: c, rc: rc}
 	r.readFn = r.read
 	r.driveFn = r.driven
 	r.writeFn = r.write
@@ -118,16 +118,16 @@ func newRawConn(c net.Conn) net.Conn {
 	return r
 }
 
-// rawConnOf returns the rawConn under c (through TLS and the replay of
+// ConnOf returns the Conn under c (through TLS and the replay of
 // bytes read before a direct TLS handshake), or nil.
-func rawConnOf(c net.Conn) *rawConn {
+func ConnOf(c net.Conn) *Conn {
 	for {
 		switch v := c.(type) {
-		case *rawConn:
+		case *Conn:
 			return v
 		case *tls.Conn:
 			c = v.NetConn()
-		case *prefixConn:
+		case *PrefixConn:
 			c = v.Conn
 		default:
 			return nil
@@ -156,7 +156,7 @@ func sysRead(fd uintptr, b []byte) (n int, ok bool, err error) {
 
 // read is the syscall.RawConn.Read callback of Read: false means "not
 // ready, wait".
-func (c *rawConn) read(fd uintptr) bool {
+func (c *Conn) read(fd uintptr) bool {
 	n, ok, err := sysRead(fd, c.rbuf)
 	c.rn, c.rerr = n, err
 	return ok
@@ -164,7 +164,7 @@ func (c *rawConn) read(fd uintptr) bool {
 
 // write is the syscall.RawConn.Write callback: it writes until wbuf is
 // sent, and returns false to wait when the socket's buffer is full.
-func (c *rawConn) write(fd uintptr) bool {
+func (c *Conn) write(fd uintptr) bool {
 	for c.wn < len(c.wbuf) {
 		p := c.wbuf[c.wn:]
 		//nolint:gosec // G103: write(2) takes the buffer's address; p outlives the call.
@@ -186,12 +186,12 @@ func (c *rawConn) write(fd uintptr) bool {
 // Read reads up to len(b) bytes: io.EOF at the peer's end of stream; a
 // *net.OpError for a failed read, a deadline (Timeout() true) or a closed
 // connection (net.ErrClosed), as net.Conn's Read.
-func (c *rawConn) Read(b []byte) (int, error) {
+func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
 	if c.yield != nil {
-		// The pump under drive: the driver reads into b.
+		// The pump under Drive: the driver reads into b.
 		c.rbuf, c.rn, c.rerr = b, 0, nil
 		if !c.yield(struct{}{}) {
 			return 0, c.opError("read", net.ErrClosed)
@@ -212,7 +212,7 @@ func (c *rawConn) Read(b []byte) (int, error) {
 	return c.readResult(b, n, err)
 }
 
-func (c *rawConn) readResult(b []byte, n int, err error) (int, error) {
+func (c *Conn) readResult(b []byte, n int, err error) (int, error) {
 	if err != nil {
 		return 0, c.opError("read", err)
 	}
@@ -223,7 +223,7 @@ func (c *rawConn) readResult(b []byte, n int, err error) (int, error) {
 	return n, nil
 }
 
-// drive runs pump, the one reader of c, so that c is read inside a single
+// Drive runs pump, the one reader of c, so that c is read inside a single
 // syscall.RawConn.Read for as long as nothing fails. Its callback reads into
 // the buffer of the pump's pending Read, hands the result over and resumes
 // the pump (a coroutine, iter.Pull) until it asks for more. After a read
@@ -234,16 +234,16 @@ func (c *rawConn) readResult(b []byte, n int, err error) (int, error) {
 // the EAGAIN read that net.Conn makes before each wait goes. That read also
 // finds an end of stream or an error that arrived with the data: Go's
 // netpoller is edge-triggered, so when the peer's last message and its FIN
-// come in one wake-up, nothing wakes the pump again. checkEnd, which the
-// server's session sweep calls about twice a second (sweep.go), looks for
+// come in one wake-up, nothing wakes the pump again. CheckEnd, which the
+// proxy's session sweep calls about twice a second (proxy/sweep.go), looks for
 // such an end with a peek and wakes the pump to read it. A deadline, a
 // Close or a failed read ends that RawConn.Read, hands its error to the
-// pump and starts another. drive returns pump's error when pump returns.
-func (c *rawConn) drive(pump func() error) (err error) {
+// pump and starts another. Drive returns pump's error when pump returns.
+func (c *Conn) Drive(pump func() error) (err error) {
 	c.driving.Store(true)
 	defer c.driving.Store(false)
 	next, stop := iter.Pull(func(yield func(struct{}) bool) {
-		_ = growStack(0)
+		_ = GrowStack(0)
 		c.yield = yield
 		defer func() { c.yield = nil }()
 		err = pump()
@@ -257,8 +257,8 @@ func (c *rawConn) drive(pump func() error) (err error) {
 	for {
 		c.drained, c.pumpDone = false, false
 		if rerr := c.rc.Read(c.driveFn); rerr != nil {
-			if isTimeout(rerr) && c.poked.Swap(false) {
-				// checkEnd's deadline: the next RawConn.Read reads first.
+			if IsTimeout(rerr) && c.poked.Swap(false) {
+				// CheckEnd's deadline: the next RawConn.Read reads first.
 				c.restoreDeadline()
 				continue
 			}
@@ -274,9 +274,9 @@ func (c *rawConn) drive(pump func() error) (err error) {
 	}
 }
 
-// driven is drive's RawConn.Read callback: false means "wait for
+// driven is Drive's RawConn.Read callback: false means "wait for
 // readiness", true that the pump has returned.
-func (c *rawConn) driven(fd uintptr) bool {
+func (c *Conn) driven(fd uintptr) bool {
 	for {
 		if c.drained {
 			c.drained = false
@@ -303,11 +303,11 @@ func (c *rawConn) driven(fd uintptr) bool {
 	}
 }
 
-// checkEnd looks whether a driven pump that waits without having read
+// CheckEnd looks whether a driven pump that waits without having read
 // EAGAIN has an end of stream, an error or data to read all the same, with
 // one recv(MSG_PEEK|MSG_DONTWAIT), and if so wakes it to read. Safe to call
 // from any goroutine; cheap when the pump is busy or reading as usual.
-func (c *rawConn) checkEnd() {
+func (c *Conn) CheckEnd() {
 	if !c.driving.Load() || !c.skipped.Load() {
 		return
 	}
@@ -327,16 +327,16 @@ func (c *rawConn) checkEnd() {
 	}
 }
 
-// peekEnded reports whether the socket has an end of stream, an error or
+// PeekEnded reports whether the socket has an end of stream, an error or
 // bytes to read, with one recv(MSG_PEEK|MSG_DONTWAIT) and no allocation
-// (serverConn.peekEnded). Not safe for concurrent use.
-func (c *rawConn) peekEnded() bool {
+// (a pooled server's check before reuse). Not safe for concurrent use.
+func (c *Conn) PeekEnded() bool {
 	c.ended = false
 	_ = c.rc.Control(c.peekFn)
 	return c.ended
 }
 
-func (c *rawConn) peek(fd uintptr) {
+func (c *Conn) peek(fd uintptr) {
 	var b [1]byte
 	//nolint:gosec // G103: recvfrom(2) takes the buffer's address; b outlives the call.
 	_, _, errno := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), 1,
@@ -345,14 +345,14 @@ func (c *rawConn) peek(fd uintptr) {
 }
 
 // restoreDeadline puts back the caller's read deadline after a poke.
-func (c *rawConn) restoreDeadline() {
+func (c *Conn) restoreDeadline() {
 	c.dmu.Lock()
 	_ = c.Conn.SetReadDeadline(c.rdeadline)
 	c.dmu.Unlock()
 }
 
 // SetReadDeadline is net.Conn's; the deadline is kept for restoreDeadline.
-func (c *rawConn) SetReadDeadline(t time.Time) error {
+func (c *Conn) SetReadDeadline(t time.Time) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	c.rdeadline = t
@@ -361,7 +361,7 @@ func (c *rawConn) SetReadDeadline(t time.Time) error {
 
 // SetDeadline is net.Conn's; the read deadline is kept for
 // restoreDeadline.
-func (c *rawConn) SetDeadline(t time.Time) error {
+func (c *Conn) SetDeadline(t time.Time) error {
 	c.dmu.Lock()
 	defer c.dmu.Unlock()
 	c.rdeadline = t
@@ -370,7 +370,7 @@ func (c *rawConn) SetDeadline(t time.Time) error {
 
 // Write writes all of b, or returns how much it wrote with a *net.OpError,
 // as net.Conn's Write.
-func (c *rawConn) Write(b []byte) (int, error) {
+func (c *Conn) Write(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -395,22 +395,56 @@ func (c *rawConn) Write(b []byte) (int, error) {
 // return: the pump may be the caller, or blocked on what the caller is
 // about to close next. So the socket is shut down at once (the peer sees
 // the end, the pump's next read fails) and closed when the pump lets go.
-func (c *rawConn) Close() error {
+func (c *Conn) Close() error {
 	c.closed.Store(true)
 	if !c.driving.Load() {
 		return c.Conn.Close()
 	}
 	// shutdown(2) of a non-blocking socket does not block: raw, as fcntl
-	// in newRawConn.
+	// in NewConn.
 	_ = c.rc.Control(func(fd uintptr) { _, _, _ = unix.RawSyscall(unix.SYS_SHUTDOWN, fd, unix.SHUT_RDWR, 0) })
 	go func() { _ = c.Conn.Close() }()
 	return nil
 }
 
-func (c *rawConn) opError(op string, err error) error {
+func (c *Conn) opError(op string, err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) {
 		return err
 	}
 	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// HalfClose sends the end of the stream on c (a FIN, or TLS's
+// close_notify) and leaves its reading side open.
+func HalfClose(c net.Conn) error {
+	for {
+		switch v := c.(type) {
+		case *tls.Conn:
+			return v.CloseWrite()
+		case *Conn:
+			c = v.Conn
+		case *PrefixConn:
+			c = v.Conn
+		case interface{ CloseWrite() error }:
+			return v.CloseWrite()
+		default:
+			return errors.ErrUnsupported
+		}
+	}
+}
+
+// PrefixConn replays bytes already read before reading from Conn.
+type PrefixConn struct {
+	net.Conn
+	Prefix []byte
+}
+
+func (c *PrefixConn) Read(b []byte) (int, error) {
+	if len(c.Prefix) > 0 {
+		n := copy(b, c.Prefix)
+		c.Prefix = c.Prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(b)
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bufio"
@@ -37,11 +37,11 @@ func TestMsgReader(t *testing.T) {
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	for _, sizes := range [][]int{{1}, {7, 4096, 3}, {clientBufSize}, {bufSize, 100}, {1 << 20}} {
-		r := newMsgReader(&chunkReader{data: data, sizes: sizes}, clientBufSize, nil)
+	for _, sizes := range [][]int{{1}, {7, 4096, 3}, {ClientBufSize}, {BufSize, 100}, {1 << 20}} {
+		r := NewReader(&chunkReader{data: data, sizes: sizes}, ClientBufSize, nil)
 		off := 0
 		for off < len(data) {
-			n := min(1+rng.IntN(bufSize), len(data)-off)
+			n := min(1+rng.IntN(BufSize), len(data)-off)
 			switch rng.IntN(3) {
 			case 0:
 				b, err := r.Peek(n)
@@ -69,8 +69,8 @@ func TestMsgReader(t *testing.T) {
 			t.Fatalf("sizes %v: Peek at the end: %d bytes, %v", sizes, len(b), err)
 		}
 	}
-	r := newMsgReader(iotest.OneByteReader(bytes.NewReader(data)), clientBufSize, nil)
-	if b, err := r.Peek(bufSize + 1); len(b) > bufSize || !errors.Is(err, bufio.ErrBufferFull) {
+	r := NewReader(iotest.OneByteReader(bytes.NewReader(data)), ClientBufSize, nil)
+	if b, err := r.Peek(BufSize + 1); len(b) > BufSize || !errors.Is(err, bufio.ErrBufferFull) {
 		t.Fatalf("Peek over Size: %d bytes, %v", len(b), err)
 	}
 }
@@ -80,7 +80,7 @@ func TestMsgReader(t *testing.T) {
 // read was short or when the peer owes nothing.
 func TestMsgReaderGivesBack(t *testing.T) {
 	// A small read, a big one, and a third of half a big buffer.
-	burst := bytes.Repeat([]byte{'x'}, clientBufSize+bufSize+2*clientBufSize)
+	burst := bytes.Repeat([]byte{'x'}, ClientBufSize+BufSize+2*ClientBufSize)
 	for _, c := range []struct {
 		name  string
 		sizes []int
@@ -88,12 +88,12 @@ func TestMsgReaderGivesBack(t *testing.T) {
 		// buffer back without being told the peer is idle.
 		short bool
 	}{
-		{"short_last_read", []int{clientBufSize, bufSize, 2 * clientBufSize, 1}, true},
-		{"long_last_read", []int{clientBufSize, bufSize, 2*clientBufSize + 1}, false},
+		{"short_last_read", []int{ClientBufSize, BufSize, 2 * ClientBufSize, 1}, true},
+		{"long_last_read", []int{ClientBufSize, BufSize, 2*ClientBufSize + 1}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			idle := false
-			r := newMsgReader(&chunkReader{data: append(burst, 'y'), sizes: c.sizes}, clientBufSize, func() bool { return idle })
+			r := NewReader(&chunkReader{data: append(burst, 'y'), sizes: c.sizes}, ClientBufSize, func() bool { return idle })
 			if _, err := r.Discard(len(burst)); err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +116,7 @@ func TestMsgReaderGivesBack(t *testing.T) {
 			if _, err := r.Peek(1); !errors.Is(err, io.EOF) {
 				t.Fatalf("Peek at the end: %v", err)
 			}
-			if r.big != nil || len(r.buf) != clientBufSize {
+			if r.big != nil || len(r.buf) != ClientBufSize {
 				t.Fatalf("an idle reader holds %d bytes", len(r.buf))
 			}
 		})
@@ -145,9 +145,9 @@ func TestMsgWriter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4)) //nolint:gosec // G404: reproducible test data, not secrets
 	var want bytes.Buffer
 	out := &failWriter{limit: 1 << 30}
-	w := newMsgWriter(out)
+	w := NewWriter(out)
 	for range 2000 {
-		b := make([]byte, rng.IntN(3*bufSize/2))
+		b := make([]byte, rng.IntN(3*BufSize/2))
 		for i := range b {
 			b[i] = byte(rng.Uint32())
 		}
@@ -185,7 +185,7 @@ func TestMsgWriter(t *testing.T) {
 	}
 
 	out = &failWriter{limit: 10}
-	w = newMsgWriter(out)
+	w = NewWriter(out)
 	if _, err := w.WriteString("0123456789abcdef"); err != nil {
 		t.Fatal(err)
 	}

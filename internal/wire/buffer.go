@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bufio"
@@ -8,9 +8,9 @@ import (
 
 // The pumps' buffers. A session spends most of its life idle, waiting for
 // its client, and a buffer held for the session's life is paid for by every
-// idle client: four bufio buffers of bufSize were 64 KiB a session. So
+// idle client: four bufio buffers of BufSize were 64 KiB a session. So
 // only the reads that wait hold a buffer of their own, a small one sized
-// for what the peer sends at once, and the bufSize buffers that move a
+// for what the peer sends at once, and the BufSize buffers that move a
 // large result or a pipeline are taken from bigBuffers while data flows and
 // given back when it stops: a writer when it is flushed empty, a reader
 // when it is empty and either the session owes nothing (the peer has
@@ -18,28 +18,32 @@ import (
 //
 // The cost: a burst larger than the small buffer that arrives after the
 // reader went small is read in two reads instead of one (the small read
-// comes back full, the next goes into a big buffer); bursts beyond bufSize
-// are read bufSize at a time as before.
+// comes back full, the next goes into a big buffer); bursts beyond BufSize
+// are read BufSize at a time as before.
 
 const (
-	// clientBufSize is the buffer the client's reader keeps: a round trip
+	// BufSize is the read and write buffer of a direction while data
+	// flows: large enough for typical pipelines and result pages. An idle
+	// session holds only its two small read buffers.
+	BufSize = 16 << 10
+	// ClientBufSize is the buffer the client's reader keeps: a round trip
 	// of an OLTP statement (Bind/Execute/Sync, a Query) fits in it.
 	// PgBouncer's pkt_buf has the same default.
-	clientBufSize = 4 << 10
-	// serverBufSize is the buffer the server's reader keeps: PostgreSQL
+	ClientBufSize = 4 << 10
+	// ServerBufSize is the buffer the server's reader keeps: PostgreSQL
 	// sends from an 8 KiB buffer (PQ_SEND_BUFFER_SIZE), so one of its
 	// writes fits.
-	serverBufSize = 8 << 10
+	ServerBufSize = 8 << 10
 )
 
-// bigBuffers holds the bufSize buffers that readers and writers take while
+// bigBuffers holds the BufSize buffers that readers and writers take while
 // data moves. A pointer to an array, so Get and Put allocate nothing.
-var bigBuffers = sync.Pool{New: func() any { return new([bufSize]byte) }}
+var bigBuffers = sync.Pool{New: func() any { return new([BufSize]byte) }}
 
-// msgReader is a bufio.Reader whose buffer is small while the pump waits
-// and bufSize while data flows (see above). Peek takes up to Size bytes.
+// Reader is a bufio.Reader whose buffer is small while the pump waits
+// and BufSize while data flows (see above). Peek takes up to Size bytes.
 // Not safe for concurrent use.
-type msgReader struct {
+type Reader struct {
 	rd io.Reader
 	// idle, when set, reports that the peer owes nothing: the next read
 	// waits, and waits in the small buffer.
@@ -47,7 +51,7 @@ type msgReader struct {
 	// buf is small or big[:]; r and w are its read and write positions.
 	buf   []byte
 	small []byte
-	big   *[bufSize]byte
+	big   *[BufSize]byte
 	r, w  int
 	err   error
 	// more: the last read filled the room it was given, so more data is
@@ -56,22 +60,22 @@ type msgReader struct {
 	more, short bool
 }
 
-// newMsgReader reads rd through a buffer of small bytes while it waits
-// (up to bufSize while data flows).
-func newMsgReader(rd io.Reader, small int, idle func() bool) *msgReader {
+// NewReader reads rd through a buffer of small bytes while it waits
+// (up to BufSize while data flows).
+func NewReader(rd io.Reader, small int, idle func() bool) *Reader {
 	buf := make([]byte, small)
-	return &msgReader{rd: rd, idle: idle, buf: buf, small: buf}
+	return &Reader{rd: rd, idle: idle, buf: buf, small: buf}
 }
 
 // Size is the largest n Peek can return.
-func (b *msgReader) Size() int { return bufSize }
+func (b *Reader) Size() int { return BufSize }
 
 // Buffered is the number of bytes that can be read without reading the
 // source.
-func (b *msgReader) Buffered() int { return b.w - b.r }
+func (b *Reader) Buffered() int { return b.w - b.r }
 
-// fill makes room for need bytes (need <= bufSize) and reads once.
-func (b *msgReader) fill(need int) {
+// fill makes room for need bytes (need <= BufSize) and reads once.
+func (b *Reader) fill(need int) {
 	if b.r > 0 {
 		copy(b.buf, b.buf[b.r:b.w])
 		b.w -= b.r
@@ -84,7 +88,7 @@ func (b *msgReader) fill(need int) {
 		bigBuffers.Put(b.big)
 		b.big, b.buf = nil, b.small
 	case b.big == nil && (b.more || need > len(b.buf)):
-		b.big = bigBuffers.Get().(*[bufSize]byte)
+		b.big = bigBuffers.Get().(*[BufSize]byte)
 		copy(b.big[:], b.buf[:b.w])
 		b.buf = b.big[:]
 	}
@@ -93,7 +97,7 @@ func (b *msgReader) fill(need int) {
 		room := len(b.buf) - b.w
 		n, err := b.rd.Read(b.buf[b.w:])
 		if n < 0 || n > room {
-			panic("proxy: reader returned an invalid count")
+			panic("wire: reader returned an invalid count")
 		}
 		b.w += n
 		b.more = n == room
@@ -109,7 +113,7 @@ func (b *msgReader) fill(need int) {
 	b.err = io.ErrNoProgress
 }
 
-func (b *msgReader) readErr() error {
+func (b *Reader) readErr() error {
 	err := b.err
 	b.err = nil
 	return err
@@ -118,11 +122,11 @@ func (b *msgReader) readErr() error {
 // Peek returns the next n bytes without advancing the reader, valid until
 // the next read; with fewer bytes it returns the error that stopped it
 // (bufio.ErrBufferFull when n is over Size).
-func (b *msgReader) Peek(n int) ([]byte, error) {
+func (b *Reader) Peek(n int) ([]byte, error) {
 	if n < 0 {
 		return nil, bufio.ErrNegativeCount
 	}
-	if n > bufSize {
+	if n > BufSize {
 		return b.buf[b.r:b.w], bufio.ErrBufferFull
 	}
 	for b.w-b.r < n && b.err == nil {
@@ -139,7 +143,7 @@ func (b *msgReader) Peek(n int) ([]byte, error) {
 }
 
 // Discard skips the next n bytes, reading the source as needed.
-func (b *msgReader) Discard(n int) (int, error) {
+func (b *Reader) Discard(n int) (int, error) {
 	if n < 0 {
 		return 0, bufio.ErrNegativeCount
 	}
@@ -160,7 +164,7 @@ func (b *msgReader) Discard(n int) (int, error) {
 
 // Read reads up to len(p) bytes: what is buffered, or else one read of the
 // source (straight into p when p is at least as large as the buffer).
-func (b *msgReader) Read(p []byte) (int, error) {
+func (b *Reader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		if b.Buffered() > 0 {
 			return 0, nil
@@ -174,7 +178,7 @@ func (b *msgReader) Read(p []byte) (int, error) {
 		if len(p) >= len(b.buf) {
 			n, err := b.rd.Read(p)
 			if n < 0 || n > len(p) {
-				panic("proxy: reader returned an invalid count")
+				panic("wire: reader returned an invalid count")
 			}
 			b.more, b.short = n == len(p), false
 			return n, err
@@ -190,26 +194,26 @@ func (b *msgReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// msgWriter is a bufio.Writer of bufSize that holds a buffer (from
+// Writer is a bufio.Writer of BufSize that holds a buffer (from
 // bigBuffers) only while it has unflushed data. After a write error every
 // call returns that error. Not safe for concurrent use.
-type msgWriter struct {
+type Writer struct {
 	wr  io.Writer
-	big *[bufSize]byte
+	big *[BufSize]byte
 	n   int
 	err error
 }
 
-func newMsgWriter(wr io.Writer) *msgWriter { return &msgWriter{wr: wr} }
+func NewWriter(wr io.Writer) *Writer { return &Writer{wr: wr} }
 
-func (b *msgWriter) take() {
+func (b *Writer) take() {
 	if b.big == nil {
-		b.big = bigBuffers.Get().(*[bufSize]byte)
+		b.big = bigBuffers.Get().(*[BufSize]byte)
 	}
 }
 
 // Flush writes the buffered data and gives the buffer back.
-func (b *msgWriter) Flush() error {
+func (b *Writer) Flush() error {
 	if err := b.flush(); err != nil {
 		return err
 	}
@@ -221,7 +225,7 @@ func (b *msgWriter) Flush() error {
 }
 
 // flush writes the buffered data, keeping the buffer.
-func (b *msgWriter) flush() error {
+func (b *Writer) flush() error {
 	if b.err != nil {
 		return b.err
 	}
@@ -246,9 +250,9 @@ func (b *msgWriter) flush() error {
 
 // Write buffers p, writing the buffer out whenever it fills; a p larger
 // than the buffer is written straight through when nothing is buffered.
-func (b *msgWriter) Write(p []byte) (int, error) {
+func (b *Writer) Write(p []byte) (int, error) {
 	nn := 0
-	for len(p) > bufSize-b.n && b.err == nil {
+	for len(p) > BufSize-b.n && b.err == nil {
 		var n int
 		if b.n == 0 {
 			n, b.err = b.wr.Write(p)
@@ -273,10 +277,10 @@ func (b *msgWriter) Write(p []byte) (int, error) {
 }
 
 // WriteString is Write for a string, without converting it.
-func (b *msgWriter) WriteString(s string) (int, error) {
+func (b *Writer) WriteString(s string) (int, error) {
 	nn := 0
 	for len(s) > 0 && b.err == nil {
-		if b.n == bufSize {
+		if b.n == BufSize {
 			_ = b.flush()
 			continue
 		}
@@ -290,11 +294,11 @@ func (b *msgWriter) WriteString(s string) (int, error) {
 }
 
 // WriteByte buffers one byte.
-func (b *msgWriter) WriteByte(c byte) error {
+func (b *Writer) WriteByte(c byte) error {
 	if b.err != nil {
 		return b.err
 	}
-	if b.n == bufSize && b.flush() != nil {
+	if b.n == BufSize && b.flush() != nil {
 		return b.err
 	}
 	b.take()

@@ -1,6 +1,6 @@
 //go:build race
 
-package proxy
+package wire
 
 import (
 	"runtime"
@@ -10,7 +10,7 @@ import (
 // ioSync stands for the order that data through a socket gives between the
 // goroutine that writes and the one that reads, as syscall.Read and
 // syscall.Write tell the race detector (syscall's ioSync): raw system calls
-// do not, so rawConn does it here.
+// do not, so Conn does it here.
 var ioSync int64
 
 func raceReadDone(b []byte) {

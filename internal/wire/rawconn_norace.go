@@ -1,7 +1,7 @@
 //go:build !race
 
-package proxy
+package wire
 
-// Without the race detector rawConn has nothing to tell it.
+// Without the race detector Conn has nothing to tell it.
 func raceReadDone([]byte)   {}
 func raceWriteStart([]byte) {}
