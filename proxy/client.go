@@ -123,9 +123,9 @@ func newClientConn(srv *Server, conn net.Conn) *clientConn {
 // run serves the connection until it ends. It never panics.
 func (s *clientConn) run() {
 	m := s.srv.metrics
-	m.clientConnectionsTotal.Inc()
-	m.clientConnections.Inc()
-	defer m.clientConnections.Dec()
+	m.ClientConnectionsTotal.Inc()
+	m.ClientConnections.Inc()
+	defer m.ClientConnections.Dec()
 	defer s.closeClient()
 	defer s.closeUpstream()
 	defer func() {
@@ -171,7 +171,7 @@ func (s *clientConn) loginTimedOut() {
 		return
 	default:
 	}
-	s.srv.metrics.loginTimeouts.Inc()
+	s.srv.metrics.LoginTimeouts.Inc()
 	s.logger().Info("closing client: login timeout", "timeout", s.rs.Load().clientLoginTimeout)
 	b := wire.ErrorResponse(nil, "FATAL", codeQueryCanceled, "ttlproxy: canceling authentication due to timeout", "", "")
 	s.fatal.CompareAndSwap(nil, &b)

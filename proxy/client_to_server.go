@@ -288,7 +288,7 @@ func (s *clientConn) upstreamWriteFailed(err error) error {
 // serverToClient sends the FATAL ErrorResponse once the upstream session has
 // ended.
 func (s *clientConn) idleTimedOut() error {
-	s.srv.metrics.idleTimeouts.Inc()
+	s.srv.metrics.IdleTimeouts.Inc()
 	s.log.Info("closing client: idle session timeout", "timeout", s.rs.Load().idleSessionTimeout)
 	s.endWithFatal(codeIdleSessionTimeout, "terminating connection due to idle-session timeout")
 	return errIdleTimeout
@@ -298,7 +298,7 @@ func (s *clientConn) idleTimedOut() error {
 // longer than IdleTransactionTimeout; its server connection is closed, so
 // the transaction rolls back.
 func (s *clientConn) idleInTxTimedOut() error {
-	s.srv.metrics.idleTxTimeouts.Inc()
+	s.srv.metrics.IdleTxTimeouts.Inc()
 	s.log.Info("closing client: idle in transaction timeout", "timeout", s.rs.Load().idleTxTimeout)
 	s.endWithFatal(codeIdleInTxTimeout, "terminating connection due to idle-in-transaction timeout")
 	return errIdleTimeout
@@ -496,14 +496,14 @@ func (s *clientConn) rewriteStatement(sql string) (rewrite.Result, error) {
 	m := s.srv.metrics
 	start := time.Now()
 	res, err := s.rs.Load().rewriter.Rewrite(sql, s.st.cur)
-	m.rewriteDuration.Observe(time.Since(start).Seconds())
+	m.RewriteDuration.Observe(time.Since(start).Seconds())
 	if res.CacheHit {
-		m.rewriteCacheHits.Inc()
+		m.RewriteCacheHits.Inc()
 	}
 	s.statements.Add(1)
 	switch {
 	case err != nil:
-		m.rejected.Inc()
+		m.Rejected.Inc()
 		s.nrejected.Add(1)
 		// The message names the table and the construct; the text may hold
 		// data, so it is logged at debug level only.
@@ -512,18 +512,18 @@ func (s *clientConn) rewriteStatement(sql string) (rewrite.Result, error) {
 		if errors.As(err, &re) {
 			code = re.Code
 		}
-		m.rejections.WithLabelValues(code).Inc()
+		m.Rejections.WithLabelValues(code).Inc()
 		s.log.Info("statement rejected", "sqlstate", code, "err", err)
 		if s.log.Enabled(context.Background(), slog.LevelDebug) {
 			s.log.Debug("rejected statement", "query", sql)
 		}
 	case res.Rewritten:
-		m.rewritten.Inc()
+		m.Rewritten.Inc()
 		if s.log.Enabled(context.Background(), slog.LevelDebug) {
 			s.log.Debug("statement rewritten", "query", sql, "rewritten", res.SQL)
 		}
 	default:
-		m.passthrough.Inc()
+		m.Passthrough.Inc()
 	}
 	return res, err
 }

@@ -152,11 +152,11 @@ func (e *ddlEvents) forDB(db string) *dbEvents {
 	d.reason = "not connected yet"
 	e.dbs[db] = d
 	m := e.srv.metrics
-	d.flowingGauge = m.ddlFlowing.WithLabelValues(db)
-	d.eventsTotal = m.ddlEvents.WithLabelValues(db)
-	d.readsOK = m.ddlReads.WithLabelValues(db, "ok")
-	d.readsFailed = m.ddlReads.WithLabelValues(db, "failed")
-	d.missingGauge = m.ttlMissing.WithLabelValues(db)
+	d.flowingGauge = m.DDLFlowing.WithLabelValues(db)
+	d.eventsTotal = m.DDLEvents.WithLabelValues(db)
+	d.readsOK = m.DDLReads.WithLabelValues(db, "ok")
+	d.readsFailed = m.DDLReads.WithLabelValues(db, "failed")
+	d.missingGauge = m.TTLMissing.WithLabelValues(db)
 	d.flowingGauge.Set(0)
 	e.wg.Add(2)
 	go func() { defer e.wg.Done(); d.listen(e.ctx) }()
@@ -656,7 +656,7 @@ func (s *clientConn) followDDL(d *dbEvents, gen uint64) error {
 		s.st.catalogGen = gen
 		return nil
 	}
-	s.srv.metrics.ddlClosed.Inc()
+	s.srv.metrics.DDLClosed.Inc()
 	msg := "ttlproxy: the catalog changed (DDL) and could not be read again; the transaction cannot go on safely"
 	s.log.Warn("closing client: no fresh catalog after DDL inside a transaction block", "database", s.database)
 	s.endWithFatal(codeConnectionFailure, msg)

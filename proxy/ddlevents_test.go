@@ -549,7 +549,7 @@ func TestDDLEventsMissingTTLTable(t *testing.T) {
 	conn := p.connect(t, db, pgx.QueryExecModeSimpleProtocol)
 	waitFlowing(t, p, db, true)
 	d := p.srv.events.forDB(db)
-	gauge := p.srv.metrics.ttlMissing.WithLabelValues(db)
+	gauge := p.srv.metrics.TTLMissing.WithLabelValues(db)
 	wait := func(ddl string, want float64) {
 		t.Helper()
 		before := d.gen.Load()

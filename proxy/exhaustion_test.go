@@ -75,7 +75,7 @@ func fdChild(upstream string) int {
 		return nil
 	}
 	return runChild(upstream, log, limitDescriptors, fmt.Sprintf(" sessions=%d", fdChildSessions), func(srv *Server) {
-		fmt.Printf("accept_errors=%v\n", testutil.ToFloat64(srv.metrics.acceptErrors.WithLabelValues("emfile")))
+		fmt.Printf("accept_errors=%v\n", testutil.ToFloat64(srv.metrics.AcceptErrors.WithLabelValues("emfile")))
 	})
 }
 

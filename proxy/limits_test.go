@@ -34,7 +34,7 @@ func TestMaxClientConnections(t *testing.T) {
 		}
 		t.Fatalf("third client: %v, want SQLSTATE %s", err, codeTooManyConnections)
 	}
-	if got := testutil.ToFloat64(p.srv.metrics.refused); got != 1 {
+	if got := testutil.ToFloat64(p.srv.metrics.Refused); got != 1 {
 		t.Errorf("refused metric %v, want 1", got)
 	}
 	if err := c1.Close(testContext(t)); err != nil {
@@ -69,7 +69,7 @@ func TestIdleSessionTimeout(t *testing.T) {
 			mustExec(t, idle, "SELECT 1")
 			// Any statement would reset the idle clock: wait, without
 			// one, until the proxy counts the idle client's timeout.
-			waitCount(t, p.srv.metrics.idleTimeouts, i+1, "idle timeout")
+			waitCount(t, p.srv.metrics.IdleTimeouts, i+1, "idle timeout")
 			if _, err := idle.Exec(testContext(t), "SELECT 1"); err == nil {
 				t.Fatal("an idle client was not closed")
 			} else if code := pgCode(err); code != "" && code != codeIdleSessionTimeout {
@@ -79,7 +79,7 @@ func TestIdleSessionTimeout(t *testing.T) {
 			mustExec(t, inTx, "COMMIT")
 		})
 	}
-	if got := testutil.ToFloat64(p.srv.metrics.idleTimeouts); got != float64(len(modes)) {
+	if got := testutil.ToFloat64(p.srv.metrics.IdleTimeouts); got != float64(len(modes)) {
 		t.Errorf("idle timeout metric %v, want %d", got, len(modes))
 	}
 }
@@ -120,7 +120,7 @@ func TestIdleTransactionTimeout(t *testing.T) {
 				_, err := busy.Exec(context.Background(), "SELECT pg_sleep(1)")
 				done <- err
 			}()
-			waitCount(t, p.srv.metrics.idleTxTimeouts, i+1, "idle-in-transaction timeout")
+			waitCount(t, p.srv.metrics.IdleTxTimeouts, i+1, "idle-in-transaction timeout")
 			if _, err := inTx.Exec(testContext(t), "COMMIT"); err == nil {
 				t.Fatal("a client idle in a transaction was not closed")
 			} else if code := pgCode(err); code != "" && code != codeIdleInTxTimeout {
@@ -136,7 +136,7 @@ func TestIdleTransactionTimeout(t *testing.T) {
 			}
 		})
 	}
-	if got := testutil.ToFloat64(p.srv.metrics.idleTxTimeouts); got != float64(len(modes)) {
+	if got := testutil.ToFloat64(p.srv.metrics.IdleTxTimeouts); got != float64(len(modes)) {
 		t.Errorf("idle-in-transaction timeout metric %v, want %d", got, len(modes))
 	}
 }
@@ -163,9 +163,9 @@ func TestClientLoginTimeout(t *testing.T) {
 		t.Errorf("closed after %v", d)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(p.srv.metrics.loginTimeouts) != 1 {
+	for testutil.ToFloat64(p.srv.metrics.LoginTimeouts) != 1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("login timeout metric %v, want 1", testutil.ToFloat64(p.srv.metrics.loginTimeouts))
+			t.Fatalf("login timeout metric %v, want 1", testutil.ToFloat64(p.srv.metrics.LoginTimeouts))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -203,14 +203,14 @@ func TestIdleSweepLateDeadline(t *testing.T) {
 			t.Fatalf("statement %d after a stale deadline: %v", i, err)
 		}
 	}
-	if got := testutil.ToFloat64(p.srv.metrics.idleTimeouts); got != 0 {
+	if got := testutil.ToFloat64(p.srv.metrics.IdleTimeouts); got != 0 {
 		t.Errorf("idle timeout metric %v, want 0", got)
 	}
 
 	short := startProxy(t, Config{IdleSessionTimeout: 200 * time.Millisecond})
 	silent := short.connect(t, db, pgx.QueryExecModeSimpleProtocol)
 	deadline := time.Now().Add(10 * time.Second)
-	for testutil.ToFloat64(short.srv.metrics.idleTimeouts) != 1 {
+	for testutil.ToFloat64(short.srv.metrics.IdleTimeouts) != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("a client silent since its login was not closed")
 		}

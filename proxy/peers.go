@@ -92,7 +92,7 @@ func (srv *Server) cancelForPeer(pkt []byte, pid uint32) bool {
 		return true
 	}
 	k.peers.note(id, cancelToPeer, nil)
-	srv.metrics.cancelResults.WithLabelValues(cancelToPeer).Inc()
+	srv.metrics.CancelResults.WithLabelValues(cancelToPeer).Inc()
 	srv.log.Debug("cancel request forwarded to peer", "peer_id", id, "peer_addr", addr)
 	return true
 }
@@ -124,7 +124,7 @@ func (srv *Server) sendToPeer(addr string, pkt []byte) error {
 // logs it, at most once a second: keys are cheap to forge, and a peer
 // that is down is reported by every request meant for it.
 func (srv *Server) cancelDropped(result, msg string, args ...any) {
-	srv.metrics.cancelResults.WithLabelValues(result).Inc()
+	srv.metrics.CancelResults.WithLabelValues(result).Inc()
 	srv.cancelKeys.drops.log(srv.log, msg, append(args, "result", result)...)
 }
 

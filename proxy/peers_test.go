@@ -86,7 +86,7 @@ func startPeers(t *testing.T, mode string, size int, ids []int, extra func(addrs
 // cancelResult is the instance's ttlproxy_proxy_cancel_results_total for
 // result.
 func cancelResult(p *testProxy, result string) float64 {
-	return testutil.ToFloat64(p.srv.metrics.cancelResults.WithLabelValues(result))
+	return testutil.ToFloat64(p.srv.metrics.CancelResults.WithLabelValues(result))
 }
 
 // keyOf is the CancelRequest with conn's key.

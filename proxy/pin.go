@@ -122,7 +122,7 @@ func (s *clientConn) pin(reason string, force bool) error {
 	forLife := pinsForLife(reason)
 	if !pl.pinned.Load() {
 		if ok, limit := pl.pool.pinRoom(force); !ok {
-			s.srv.metrics.poolPinRefusals.Inc()
+			s.srv.metrics.PoolPinRefusals.Inc()
 			s.log.Info("statement refused: max_pinned_connections reached", "reason", reason, "max_pinned_connections", limit)
 			return errPinLimit(limit)
 		}
@@ -147,8 +147,8 @@ func (pl *pooledLink) confirmPin() {
 		return
 	}
 	pl.pool.addPin(1)
-	pl.metrics.poolPins.WithLabelValues(pl.pinReason).Inc()
-	pl.metrics.poolPinned.WithLabelValues(pl.pinReason).Inc()
+	pl.metrics.PoolPins.WithLabelValues(pl.pinReason).Inc()
+	pl.metrics.PoolPinned.WithLabelValues(pl.pinReason).Inc()
 }
 
 // unpin ends the client's pin, once: called by the server pump when the
@@ -159,7 +159,7 @@ func (pl *pooledLink) unpin() {
 	}
 	if pl.confirmed.CompareAndSwap(true, false) {
 		pl.pool.addPin(-1)
-		pl.metrics.poolPinned.WithLabelValues(pl.pinReason).Dec()
+		pl.metrics.PoolPinned.WithLabelValues(pl.pinReason).Dec()
 	}
 }
 

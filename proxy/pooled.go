@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/metrics"
 )
 
 // Transaction mode (docs/design/pooling.md): a client holds a server
@@ -40,7 +41,7 @@ import (
 type pooledLink struct {
 	pool    *pool
 	client  uint64 // the client's id: affinity in the pool
-	metrics *metrics
+	metrics *metrics.Set
 
 	// ctx ends a wait for a server (the client is closed).
 	ctx    context.Context
@@ -214,7 +215,7 @@ func (pl *pooledLink) checkIn(l *link, sc *serverConn, pins bool) (released bool
 		} else {
 			pl.readback.Store(st)
 			ps.settingsFP = st.fp
-			pl.metrics.poolReadbacks.Inc()
+			pl.metrics.PoolReadbacks.Inc()
 		}
 	}
 	pl.dirty.Store(false)
@@ -294,7 +295,7 @@ func (s *clientConn) relink(owed int64) error {
 		if err != nil {
 			return s.acquireFailed(err)
 		}
-		s.srv.metrics.poolWait.Observe(float64(monoNow()-start) / 1e9)
+		s.srv.metrics.PoolWait.Observe(float64(monoNow()-start) / 1e9)
 		sc := ps.sc
 		sc.mu.Lock()
 		if sc.dead {
@@ -386,14 +387,14 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		return err
 	}
 	if res.qerr != nil {
-		s.srv.metrics.poolApplies.WithLabelValues("failed").Inc()
+		s.srv.metrics.PoolApplies.WithLabelValues("failed").Inc()
 		msg := "ttlproxy: could not restore this session's settings: " + res.qerr.Message
 		s.logger().Info("closing client: settings not restored", "sqlstate", res.qerr.Code, "err", res.qerr.Message)
 		s.endWithFatal(res.qerr.Code, msg)
 		return &protocolError{code: res.qerr.Code, msg: msg}
 	}
 	ps.settingsFP = want
-	s.srv.metrics.poolApplies.WithLabelValues("ok").Inc()
+	s.srv.metrics.PoolApplies.WithLabelValues("ok").Inc()
 	return s.restoreStatements(ps)
 }
 
@@ -459,7 +460,7 @@ func (s *clientConn) acquireFailed(err error) error {
 	default:
 		pe = loginError(err)
 	}
-	s.srv.metrics.poolNoServer.WithLabelValues(pe.code).Inc()
+	s.srv.metrics.PoolNoServer.WithLabelValues(pe.code).Inc()
 	s.logger().Info("closing client: no server connection", "sqlstate", pe.code, "err", pe.msg)
 	b := wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
@@ -835,7 +836,7 @@ func (ps *poolSet) get(key poolKey, startup map[string]string) *pool {
 	login := func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error) {
 		sc, w, err := srv.loginServer(ctx, lg)
 		if errors.Is(err, errServerLogin) {
-			srv.metrics.upstreamErrors.Inc()
+			srv.metrics.UpstreamErrors.Inc()
 		}
 		return sc, w, err
 	}
@@ -899,7 +900,7 @@ type loginLog struct {
 }
 
 func (o *loginLog) loginFailed(key poolKey, err error, pe *protocolError, permanent bool, fails int, retry time.Duration, waiting int) {
-	o.srv.metrics.poolLoginFailures.WithLabelValues(pe.code).Inc()
+	o.srv.metrics.PoolLoginFailures.WithLabelValues(pe.code).Inc()
 	now := monoNow()
 	last := o.logged.Load()
 	if last != 0 && now-last < int64(time.Second) || !o.logged.CompareAndSwap(last, now) {
@@ -913,10 +914,10 @@ func (o *loginLog) loginFailed(key poolKey, err error, pe *protocolError, perman
 		"err", err, "failed_in_a_row", fails, "retry_in", retry, "waiting_clients", waiting, "clients", clients)
 }
 
-func (o *loginLog) loginRetried(poolKey) { o.srv.metrics.poolLoginRetries.Inc() }
+func (o *loginLog) loginRetried(poolKey) { o.srv.metrics.PoolLoginRetries.Inc() }
 
 func (o *loginLog) loginRecovered(key poolKey, outage time.Duration, fails int) {
-	o.srv.metrics.poolRecovery.Observe(outage.Seconds())
+	o.srv.metrics.PoolRecovery.Observe(outage.Seconds())
 	o.logged.Store(0)
 	o.srv.log.Info("server logins succeed again", "database", key.database, "user", key.user,
 		"after", outage.Round(time.Millisecond), "failed_logins", fails)

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/metrics"
+	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
 // The metrics of transaction pooling (docs/design/pooling.md §6): what is
@@ -10,13 +12,19 @@ import (
 // (poolCollector), one series per pool and state, bounded by the pools.
 
 var (
-	poolServersDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, subsystem, "pool_servers"),
+	poolServersDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, metrics.Subsystem, "pool_servers"),
 		"Server connections of each pool (database, user) by state: active (held by a client), idle, login (being opened). Transaction mode.",
 		[]string{"database", "user", "state"}, nil)
-	poolWaitingDesc = prometheus.NewDesc(prometheus.BuildFQName(namespace, subsystem, "pool_waiting_clients"),
+	poolWaitingDesc = prometheus.NewDesc(prometheus.BuildFQName(metrics.Namespace, metrics.Subsystem, "pool_waiting_clients"),
 		"Clients waiting for a server connection of each pool (database, user). Transaction mode.",
 		[]string{"database", "user"}, nil)
 )
+
+// shapeStats are rw's shape-cache counters, as the metrics export them.
+func shapeStats(rw *rewrite.Rewriter) metrics.ShapeStats {
+	st := rw.Stats()
+	return metrics.ShapeStats{Hits: st.ShapeHits, Mismatches: st.ShapeMismatches}
+}
 
 // poolCollector exports the pools' counts at scrape time.
 type poolCollector struct{ srv *Server }

@@ -86,7 +86,7 @@ func (s *clientConn) syncState() error {
 	if err != nil {
 		return err
 	}
-	s.srv.metrics.sessionRefreshes.Inc()
+	s.srv.metrics.SessionRefreshes.Inc()
 	row, ok := stateResult(res.results, s.rs.Load().queries.names)
 	if res.qerr != nil || len(res.results) != 1 || !ok {
 		msg := "unexpected result"
@@ -118,7 +118,7 @@ func (s *clientConn) reloadCatalog() error {
 	if err != nil {
 		return err
 	}
-	s.srv.metrics.sessionRefreshes.Inc()
+	s.srv.metrics.SessionRefreshes.Inc()
 	state, r, ok := catalogResults(res.results, true)
 	if res.qerr != nil || !ok {
 		msg := "unexpected result"

@@ -108,7 +108,7 @@ func (s *Server) Reload(r Reload) error {
 	}
 	old := s.set.Load()
 	next := newRuleSet(&cfg, old.gen+1)
-	s.metrics.retire(old.rw)
+	s.metrics.Retire(shapeStats(old.rw))
 	s.set.Store(next)
 	s.log.Info("configuration reloaded", "generation", next.gen, "tables", len(next.rules),
 		"rules_changed", !slices.EqualFunc(old.rules, next.rules, sameRule))

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/internal/wire"
-	"github.com/ttlproxy/ttlproxy/rewrite"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/metrics"
 )
 
 // Server is a PostgreSQL proxy. Create it with New and run it with Serve.
@@ -22,7 +22,7 @@ type Server struct {
 	cfg       Config
 	tlsConfig *tls.Config // cfg.TLSConfig offering ALPN "postgresql"
 	log       *slog.Logger
-	metrics   *metrics
+	metrics   *metrics.Set
 	// set is the newest rule set (reload.go); reloadMu orders reloads.
 	set      atomic.Pointer[ruleSet]
 	reloadMu sync.Mutex
@@ -72,7 +72,8 @@ func New(cfg Config) (*Server, error) {
 	if s.events, err = newDDLEvents(s, cfg.DDLEventsDSN); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(cfg.Registerer, func() *rewrite.Rewriter { return s.set.Load().rw })
+	m, err := metrics.New(cfg.Registerer, metrics.Labels{CancelResults: cancelResults, PinReasons: pinReasons},
+		func() metrics.ShapeStats { return shapeStats(s.set.Load().rw) })
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +143,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			// served go on, and the ones waiting in the listen backlog are
 			// accepted once some close. Back off as net/http does (5 ms
 			// doubling to 1 s) and log at most once a second.
-			s.metrics.acceptErrors.WithLabelValues(reason).Inc()
+			s.metrics.AcceptErrors.WithLabelValues(reason).Inc()
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			if now := time.Now(); now.Sub(lastLog) >= time.Second {
 				s.log.Warn("accepting connection", "err", err, "reason", reason,

@@ -283,7 +283,7 @@ func (s *clientConn) upstreamEnded(err error, partial bool, lastType byte) error
 		if f := s.fatal.Load(); f != nil {
 			_, _ = s.link.cw.Write(*f)
 		} else if !s.closing.Load() && lastType != 'E' {
-			s.srv.metrics.upstreamErrors.Inc()
+			s.srv.metrics.UpstreamErrors.Inc()
 			s.log.Warn("upstream connection lost", "err", err)
 			_, _ = s.link.cw.Write(wire.ErrorResponse(nil, "FATAL", codeConnectionFailure,
 				"ttlproxy: lost the connection to the upstream server", "", ""))

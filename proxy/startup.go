@@ -138,7 +138,7 @@ func (s *clientConn) startup() error {
 // transaction mode the key is the proxy's: a key of this instance cancels
 // its client's running statement, one of a peer goes to that peer.
 func (s *clientConn) relayCancel(pkt []byte) {
-	s.srv.metrics.cancelRequests.Inc()
+	s.srv.metrics.CancelRequests.Inc()
 	var req pgproto3.CancelRequest
 	if err := req.Decode(pkt[4:]); err != nil {
 		s.log.Debug("bad cancel request", "err", err)
@@ -160,10 +160,10 @@ func (s *clientConn) relayCancel(pkt []byte) {
 		case err != nil:
 			s.log.Warn("forwarding cancel request", "err", err)
 		case sent:
-			s.srv.metrics.cancelResults.WithLabelValues(cancelForwarded).Inc()
+			s.srv.metrics.CancelResults.WithLabelValues(cancelForwarded).Inc()
 			s.log.Debug("cancel request forwarded", "session_id", target.id)
 		default:
-			s.srv.metrics.cancelResults.WithLabelValues(cancelStale).Inc()
+			s.srv.metrics.CancelResults.WithLabelValues(cancelStale).Inc()
 			s.log.Debug("cancel request for an idle client dropped", "session_id", target.id)
 		}
 		return
@@ -172,7 +172,7 @@ func (s *clientConn) relayCancel(pkt []byte) {
 		s.log.Warn("relaying cancel request", "err", err)
 		return
 	}
-	s.srv.metrics.cancelResults.WithLabelValues(cancelForwarded).Inc()
+	s.srv.metrics.CancelResults.WithLabelValues(cancelForwarded).Inc()
 	s.log.Debug("cancel request relayed", "backend_pid", req.ProcessID)
 }
 
@@ -208,7 +208,7 @@ func (s *clientConn) startSession(pkt []byte) error {
 	s.log = log
 	s.mu.Unlock()
 	if limit := s.rs.Load().maxClientConnections; limit > 0 && s.srv.active.Load() > int64(limit) {
-		s.srv.metrics.refused.Inc()
+		s.srv.metrics.Refused.Inc()
 		return &protocolError{code: codeTooManyConnections,
 			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", limit)}
 	}
@@ -221,7 +221,7 @@ func (s *clientConn) startSession(pkt []byte) error {
 	defer cancel()
 	up, err := s.srv.dialUpstream(ctx)
 	if err != nil {
-		s.srv.metrics.upstreamErrors.Inc()
+		s.srv.metrics.UpstreamErrors.Inc()
 		s.log.Error("connecting to upstream", "err", err)
 		return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
 	}
@@ -230,7 +230,7 @@ func (s *clientConn) startSession(pkt []byte) error {
 		return &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
 	}
 	if _, err := up.Write(pkt); err != nil {
-		s.srv.metrics.upstreamErrors.Inc()
+		s.srv.metrics.UpstreamErrors.Inc()
 		s.log.Error("sending startup message upstream", "err", err)
 		return &protocolError{code: codeConnectionFailure, msg: "ttlproxy: lost the connection to the upstream server"}
 	}
@@ -253,7 +253,7 @@ func (srv *Server) sendCancel(pkt []byte) error {
 	defer cancel()
 	conn, err := srv.dialUpstream(ctx)
 	if err != nil {
-		srv.metrics.upstreamErrors.Inc()
+		srv.metrics.UpstreamErrors.Inc()
 		return err
 	}
 	defer conn.Close()
