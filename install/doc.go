@@ -92,7 +92,7 @@
 // ApplyRowSecurity adds row-level security policies (rowsecurity.go),
 // ApplyDDLEvents the DDL event triggers (ddlevents.go), and ApplyAuthQuery
 // ttlproxy.user_lookup, the function the proxy's auth_query reads password
-// verifiers through for transaction pooling (authquery.go).
+// verifiers through for transaction pooling (proxy/internal/auth/query.go).
 //
 // # Usage
 //

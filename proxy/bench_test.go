@@ -12,6 +12,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -161,7 +162,7 @@ func TestRelayAllocations(t *testing.T) {
 // (bench/pooling.sh measures that against PgBouncer).
 func BenchmarkPooledConnect(b *testing.B) {
 	ensureRole(b, roleSQL("ttl_trust", "unused"))
-	p := startProxy(b, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authTrust},
+	p := startProxy(b, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: auth.Trust},
 		Pool: PoolSettings{DefaultPoolSize: 4}})
 	startup, err := (&pgproto3.StartupMessage{
 		ProtocolVersion: pgproto3.ProtocolVersionNumber,

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // CancelRequest in transaction mode (docs/design/pooling.md §5): each
@@ -85,8 +87,8 @@ func (k *cancelKeys) issue(s *clientConn) (cancelKey, error) {
 }
 
 // errNoCancelKey: every key of the instance is held by a live client.
-var errNoCancelKey = &protocolError{code: codeTooManyConnections,
-	msg: "sorry, too many clients already: no cancel key left for this instance"}
+var errNoCancelKey = &wire.ProtocolError{Code: codeTooManyConnections,
+	Msg: "sorry, too many clients already: no cancel key left for this instance"}
 
 // forget unregisters s's key when its session ends.
 func (k *cancelKeys) forget(s *clientConn) {

@@ -54,7 +54,7 @@ type clientConn struct {
 	// link binds the client to its server connection.
 	link *link
 	// authOK is the end of a transaction-mode login's exchange
-	// (loginSecret.ok), sent with the welcome.
+	// (auth.Login.ok), sent with the welcome.
 	authOK []byte
 
 	user, database string
@@ -140,13 +140,13 @@ func (s *clientConn) run() {
 	defer login.Stop()
 
 	if err := s.startup(); err != nil {
-		var pe *protocolError
+		var pe *wire.ProtocolError
 		switch {
 		case errors.As(err, &pe):
-			s.log.Info("closing client at startup", "sqlstate", pe.code, "err", err)
+			s.log.Info("closing client at startup", "sqlstate", pe.Code, "err", err)
 			c := s.conn()
 			_ = c.SetWriteDeadline(time.Now().Add(finalWriteTimeout))
-			_, _ = c.Write(wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
+			_, _ = c.Write(wire.ErrorResponse(nil, "FATAL", pe.Code, pe.Msg, "", ""))
 		case errors.Is(err, errStartupDone):
 		default:
 			s.log.Debug("startup ended", "err", err)

@@ -208,10 +208,10 @@ func (s *clientConn) clientToServer() error {
 			buf = nil
 		}
 		if err != nil {
-			var pe *protocolError
+			var pe *wire.ProtocolError
 			switch {
 			case errors.As(err, &pe):
-				return s.violation(pe.code, pe.msg)
+				return s.violation(pe.Code, pe.Msg)
 			case wire.IsWriteError(err):
 				return s.upstreamWriteFailed(err)
 			default:
@@ -309,7 +309,7 @@ func (s *clientConn) idleInTxTimedOut() error {
 func (s *clientConn) violation(code, msg string) error {
 	s.log.Warn("closing client: protocol violation", "sqlstate", code, "err", msg)
 	s.endWithFatal(code, msg)
-	return &protocolError{code: code, msg: msg}
+	return &wire.ProtocolError{Code: code, Msg: msg}
 }
 
 // endWithFatal ends the session from clientToServer: no statement is
@@ -386,7 +386,7 @@ func (s *clientConn) lexRisk(msg []byte) uint32 {
 func (s *clientConn) forwardQuery(msg []byte, lexErr error) error {
 	text, rest, ok := wire.CString(msg[wire.HeaderLen:])
 	if !ok || len(rest) != 0 {
-		return &protocolError{code: codeProtocolViolation, msg: "invalid Query message format"}
+		return &wire.ProtocolError{Code: codeProtocolViolation, Msg: "invalid Query message format"}
 	}
 	if s.replication {
 		return s.write(msg)
@@ -422,11 +422,11 @@ func (s *clientConn) forwardQuery(msg []byte, lexErr error) error {
 func (s *clientConn) forwardParse(msg []byte, lexErr error) error {
 	name, rest, ok := wire.CString(msg[wire.HeaderLen:])
 	if !ok {
-		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
+		return &wire.ProtocolError{Code: codeProtocolViolation, Msg: "invalid Parse message format"}
 	}
 	text, rest, ok := wire.CString(rest)
 	if !ok || len(rest) < 2 || len(rest) != 2+4*int(binary.BigEndian.Uint16(rest)) {
-		return &protocolError{code: codeProtocolViolation, msg: "invalid Parse message format"}
+		return &wire.ProtocolError{Code: codeProtocolViolation, Msg: "invalid Parse message format"}
 	}
 	if s.replication {
 		return s.write(msg)
@@ -466,7 +466,7 @@ func (s *clientConn) forwardParse(msg []byte, lexErr error) error {
 		}
 	}
 	if s.out, err = p.Encode(s.out[:0]); err != nil {
-		return &protocolError{code: codeProgramLimit, msg: "rewritten Parse message too large"}
+		return &wire.ProtocolError{Code: codeProgramLimit, Msg: "rewritten Parse message too large"}
 	}
 	s.noteUnnamed(name, s.out)
 	return s.write(s.out)

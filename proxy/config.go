@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -386,20 +387,20 @@ func (c *Config) checkPeers() error {
 	return nil
 }
 
-// check does newClientAuth's checks but for loading the auth_file and
+// check does auth.New's checks but for loading the auth_file and
 // connecting to auth_dsn, so that New reports a bad setting first.
 func (a *AuthConfig) check() error {
 	switch a.Type {
-	case "", authSCRAM, authMD5, authPlain, authTrust:
+	case "", auth.SCRAM, auth.MD5, auth.Plain, auth.Trust:
 	default:
-		return fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", a.Type, authSCRAM, authMD5, authPlain, authTrust)
+		return fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", a.Type, auth.SCRAM, auth.MD5, auth.Plain, auth.Trust)
 	}
 	switch {
 	case a.File != "" && a.DSN != "":
 		return errors.New("auth_file and auth_dsn: set one of them, not both")
 	case a.Query != "" && a.DSN == "":
 		return errors.New("auth_query: needs auth_dsn, the login that runs it")
-	case a.File == "" && a.DSN == "" && a.Type != authTrust:
+	case a.File == "" && a.DSN == "" && a.Type != auth.Trust:
 		return errors.New("auth_file or auth_dsn: one is required in pool_mode transaction unless auth_type is trust")
 	}
 	return nil
@@ -449,9 +450,13 @@ func (p *PoolSettings) setDefaults() error {
 	return nil
 }
 
-// authConfig is what newClientAuth takes. Call after setDefaults.
-func (c *Config) authConfig() authConfig {
-	return authConfig{Type: c.Auth.Type, File: c.Auth.File, DSN: c.Auth.DSN, Query: c.Auth.Query, Logger: c.Logger,
+// DefaultAuthQuery is the auth_query run when none is configured: the
+// function ttlproxy install --auth-query creates (auth.DefaultQuery).
+const DefaultAuthQuery = auth.DefaultQuery
+
+// authConfig is what auth.New takes. Call after setDefaults.
+func (c *Config) authConfig() auth.Config {
+	return auth.Config{Type: c.Auth.Type, File: c.Auth.File, DSN: c.Auth.DSN, Query: c.Auth.Query, Logger: c.Logger,
 		DialFunc: c.UpstreamTCP.DialFunc()}
 }
 

@@ -6,12 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 )
 
 // TestConfigTransactionMode: New in transaction mode sets up the proxy's
 // own authentication and the pools; session mode has neither.
 func TestConfigTransactionMode(t *testing.T) {
-	srv, err := New(Config{Upstream: "127.0.0.1:1", Rewriter: testRewriter(t), PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authTrust}})
+	srv, err := New(Config{Upstream: "127.0.0.1:1", Rewriter: testRewriter(t), PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: auth.Trust}})
 	if err != nil || srv.auth == nil || srv.pools == nil || srv.cancelKeys == nil {
 		t.Fatalf("New in transaction mode: %v", err)
 	}
@@ -82,7 +84,7 @@ func TestConfigPoolErrors(t *testing.T) {
 		{"min above default size", Config{Pool: PoolSettings{MinPoolSize: 21}}, "min_pool_size: 21 is larger than default_pool_size (20)"},
 		{"auth type", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: "cert", File: userlist}}, `auth_type: "cert" is not one of`},
 		{"no source", Config{PoolMode: PoolModeTransaction}, "auth_file or auth_dsn: one is required"},
-		{"no source md5", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: authMD5}}, "auth_file or auth_dsn: one is required"},
+		{"no source md5", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{Type: auth.MD5}}, "auth_file or auth_dsn: one is required"},
 		{"both sources", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: userlist, DSN: "host=x"}}, "auth_file and auth_dsn: set one of them, not both"},
 		{"query without dsn", Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: userlist, Query: "SELECT 1"}}, "auth_query: needs auth_dsn"},
 	} {
@@ -102,28 +104,28 @@ func TestConfigPoolErrors(t *testing.T) {
 	}
 }
 
-// TestConfigAuthConfig: the auth settings reach newClientAuth as given,
+// TestConfigAuthConfig: the auth settings reach auth.New as given,
 // with the proxy's logger, and a valid one builds.
 func TestConfigAuthConfig(t *testing.T) {
 	userlist := filepath.Join(t.TempDir(), "userlist.txt")
 	if err := os.WriteFile(userlist, []byte(`"u" "p"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := Config{Upstream: "x:1", Rewriter: testRewriter(t), Auth: AuthConfig{Type: authMD5, File: userlist}}
+	c := Config{Upstream: "x:1", Rewriter: testRewriter(t), Auth: AuthConfig{Type: auth.MD5, File: userlist}}
 	if err := c.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
 	ac := c.authConfig()
-	if ac.Type != authMD5 || ac.File != userlist || ac.DSN != "" || ac.Query != "" || ac.Logger != c.Logger {
-		t.Fatalf("authConfig() = %+v", ac)
+	if ac.Type != auth.MD5 || ac.File != userlist || ac.DSN != "" || ac.Query != "" || ac.Logger != c.Logger {
+		t.Fatalf("auth.Config() = %+v", ac)
 	}
-	a, err := newClientAuth(ac)
+	a, err := auth.New(ac)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
 	c.Auth = AuthConfig{DSN: "host=db user=auth", Query: "SELECT 1"}
 	if ac := c.authConfig(); ac.DSN != c.Auth.DSN || ac.Query != c.Auth.Query || ac.Type != "" {
-		t.Fatalf("authConfig() = %+v", ac)
+		t.Fatalf("auth.Config() = %+v", ac)
 	}
 }

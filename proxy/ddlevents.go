@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 	"github.com/ttlproxy/ttlproxy/ttl"
 )
@@ -660,7 +661,7 @@ func (s *clientConn) followDDL(d *dbEvents, gen uint64) error {
 	msg := "ttlproxy: the catalog changed (DDL) and could not be read again; the transaction cannot go on safely"
 	s.log.Warn("closing client: no fresh catalog after DDL inside a transaction block", "database", s.database)
 	s.endWithFatal(codeConnectionFailure, msg)
-	return &protocolError{code: codeConnectionFailure, msg: msg}
+	return &wire.ProtocolError{Code: codeConnectionFailure, Msg: msg}
 }
 
 // startupCatalog returns the catalog snapshot a new session starts from,

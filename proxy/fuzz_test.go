@@ -245,7 +245,7 @@ func startFakeServer(t testing.TB) *fakeServer {
 func (fs *fakeServer) serve(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(15 * time.Second))
-	if _, err := readStartupPacket(c, nil); err != nil {
+	if _, err := wire.ReadStartupPacket(c, nil); err != nil {
 		return
 	}
 	if s := fs.script.Load(); s != nil {

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 )
 
 // A pool holds the server connections of one pool key for transaction
@@ -126,24 +129,24 @@ type waitResult struct {
 // Errors of acquire.
 var (
 	// errPoolClosed: the pool was closed (shutdown, or its key dropped).
-	errPoolClosed = &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
+	errPoolClosed = &wire.ProtocolError{Code: codeAdminShutdown, Msg: "terminating connection due to proxy shutdown"}
 )
 
 // waitTimeoutError is the answer to a client that waited query_wait_timeout
 // (53300, as PgBouncer's "query_wait_timeout"; FATAL: the client is closed).
 func waitTimeoutError(d time.Duration) error {
-	return &protocolError{code: codeTooManyConnections,
-		msg: fmt.Sprintf("ttlproxy: query_wait_timeout: no server connection became free within %s", d)}
+	return &wire.ProtocolError{Code: codeTooManyConnections,
+		Msg: fmt.Sprintf("ttlproxy: query_wait_timeout: no server connection became free within %s", d)}
 }
 
-// loginError is the protocolError a client gets for a failed server login:
+// loginError is the wire.ProtocolError a client gets for a failed server login:
 // the server's own SQLSTATE and message, or 08001.
-func loginError(err error) *protocolError {
+func loginError(err error) *wire.ProtocolError {
 	var se *serverError
 	if errors.As(err, &se) {
-		return &protocolError{code: se.Code, msg: se.Message}
+		return &wire.ProtocolError{Code: se.Code, Msg: se.Message}
 	}
-	return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
+	return &wire.ProtocolError{Code: codeUnableToConnect, Msg: "ttlproxy: could not connect to the upstream server"}
 }
 
 // loginPermanent reports a failed server login that will not heal by
@@ -192,7 +195,7 @@ type loginObserver interface {
 	// loginFailed: a login of pool key failed with err (its clients'
 	// answer pe), the fails-th in a row; the next is tried after retry;
 	// the waiting clients wait (permanent false) or were answered with it.
-	loginFailed(key poolKey, err error, pe *protocolError, permanent bool, fails int, retry time.Duration, waiting int)
+	loginFailed(key poolKey, err error, pe *wire.ProtocolError, permanent bool, fails int, retry time.Duration, waiting int)
 	// loginRetried: a login started after a failed one.
 	loginRetried(key poolKey)
 	// loginRecovered: a login succeeded after fails failed ones, the
@@ -222,7 +225,7 @@ type pool struct {
 	cfg poolConfig
 	// secret is what the last client login left to log in with (nil before
 	// the first: no server can be opened).
-	secret *loginSecret
+	secret *auth.Login
 	// idle is the stack of idle servers, its top last.
 	idle []*pooledServer
 	// waiters is the queue of clients waiting, its head first.
@@ -234,7 +237,7 @@ type pool struct {
 	// No login starts before retryAt (heldLocked); loginPerm: loginErr is
 	// permanent (loginPermanent), and clients that would need a new server
 	// get it for loginRetry.
-	loginErr   *protocolError
+	loginErr   *wire.ProtocolError
 	loginErrAt int64
 	loginFails int
 	loginPerm  bool
@@ -292,7 +295,7 @@ func (p *pool) addPin(n int) {
 }
 
 // setSecret records what a client login left; new servers log in with it.
-func (p *pool) setSecret(s *loginSecret) {
+func (p *pool) setSecret(s *auth.Login) {
 	p.mu.Lock()
 	p.secret = s
 	p.mu.Unlock()
@@ -364,8 +367,8 @@ func (p *pool) acquire(ctx context.Context, client uint64) (*pooledServer, error
 		if lerr != nil {
 			// Waited for a server that does not let the proxy in: say
 			// why, with the server's SQLSTATE.
-			return nil, &protocolError{code: lerr.code,
-				msg: fmt.Sprintf("ttlproxy: query_wait_timeout: no server connection within %s; the last server login failed: %s", timeout, lerr.msg)}
+			return nil, &wire.ProtocolError{Code: lerr.Code,
+				Msg: fmt.Sprintf("ttlproxy: query_wait_timeout: no server connection within %s; the last server login failed: %s", timeout, lerr.Msg)}
 		}
 		return nil, waitTimeoutError(timeout)
 	case <-ctx.Done():
@@ -603,10 +606,10 @@ func (p *pool) loginOne(lg serverLogin, timeout time.Duration, started int64) {
 		p.obs.loginRecovered(p.key, time.Duration(now-p.outageAt), p.loginFails)
 	}
 	p.loginErr, p.loginFails, p.loginPerm, p.retryAt, p.outageAt = nil, 0, false, 0, 0
-	if welcome.keys != nil && p.secret != nil && p.secret.keys == nil && p.secret.password != "" {
+	if welcome.keys != nil && p.secret != nil && p.secret.Keys == nil && p.secret.Password != "" {
 		// Later logins skip PBKDF2.
 		s := *p.secret
-		s.keys = welcome.keys
+		s.Keys = welcome.keys
 		p.secret = &s
 	}
 	ps := &pooledServer{pool: p, sc: sc, welcome: welcome, born: now, idleSince: now}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 	"go.uber.org/goleak"
 )
 
@@ -33,7 +35,7 @@ func newTestPool(t *testing.T, cfg poolConfig, db *dbSlots, login loginFunc) *te
 	}
 	params := map[string]string{"user": "ttl_trust", "database": "postgres"}
 	tp.pool = newPool(poolKey{database: "postgres", user: "ttl_trust", params: keyParams(params), settings: "test"}, params, cfg, counted, db)
-	tp.setSecret(&loginSecret{})
+	tp.setSecret(&auth.Login{})
 	t.Cleanup(tp.close)
 	return tp
 }
@@ -146,8 +148,8 @@ func TestPoolQueryWaitTimeout(t *testing.T) {
 	held := mustAcquire(t, p, 1)
 	start := time.Now()
 	_, err := p.acquire(context.Background(), 2)
-	var pe *protocolError
-	if !errors.As(err, &pe) || pe.code != codeTooManyConnections {
+	var pe *wire.ProtocolError
+	if !errors.As(err, &pe) || pe.Code != codeTooManyConnections {
 		t.Fatalf("err = %v, want SQLSTATE %s", err, codeTooManyConnections)
 	}
 	if d := time.Since(start); d < 100*time.Millisecond {
@@ -289,27 +291,27 @@ func TestPoolLoginFailure(t *testing.T) {
 	p := newPool(poolKey{database: "postgres", user: "ttl_scram"}, params,
 		poolConfig{size: 2, loginRetry: time.Hour}, login, nil)
 	defer p.close()
-	p.setSecret(&loginSecret{password: "wrong"})
+	p.setSecret(&auth.Login{Password: "wrong"})
 	_, err := p.acquire(context.Background(), 1)
-	var pe *protocolError
-	if !errors.As(err, &pe) || pe.code != codeInvalidPassword {
+	var pe *wire.ProtocolError
+	if !errors.As(err, &pe) || pe.Code != codeInvalidPassword {
 		t.Fatalf("err = %v, want the server's 28P01", err)
 	}
 	// Within server_login_retry: failed at once, no new login.
 	_, err = p.acquire(context.Background(), 2)
-	if !errors.As(err, &pe) || pe.code != codeInvalidPassword || logins.Load() != 1 {
+	if !errors.As(err, &pe) || pe.Code != codeInvalidPassword || logins.Load() != 1 {
 		t.Fatalf("err = %v after %d logins, want 28P01 without a new login", err, logins.Load())
 	}
 	// After it, with the right password, a login succeeds.
 	p.setConfig(poolConfig{size: 2, loginRetry: 0})
-	p.setSecret(&loginSecret{password: "scram-secret"})
+	p.setSecret(&auth.Login{Password: "scram-secret"})
 	ps, err := p.acquire(context.Background(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The SCRAM keys the password login derived are kept for the next.
 	p.mu.Lock()
-	k := p.secret.keys
+	k := p.secret.Keys
 	p.mu.Unlock()
 	if k == nil {
 		t.Fatal("keys from the password login not kept")

@@ -21,7 +21,7 @@ import (
 // pool (pool.go). The client pump and the relay are session mode's; what
 // differs is here:
 //
-//   - the client logs in to the proxy (clientauth.go), and the proxy logs
+//   - the client logs in to the proxy (package auth), and the proxy logs
 //     in to servers in its name (serverlogin.go);
 //   - each pooled server has a pump of its own for its whole life
 //     (runServer), which relays what the server sends to the link it
@@ -262,7 +262,7 @@ func (pl *pooledLink) holding() (*pooledServer, <-chan struct{}) {
 
 // claim announces one more ReadyForQuery owed (link.expect); in transaction
 // mode a client that holds no server acquires one first. Errors: errShutdown
-// when the link is closing; a *protocolError (FATAL) when no server could be
+// when the link is closing; a *wire.ProtocolError (FATAL) when no server could be
 // had, the session's end then decided.
 func (s *clientConn) claim() error {
 	for {
@@ -391,7 +391,7 @@ func (s *clientConn) restoreSettings(ps *pooledServer) error {
 		msg := "ttlproxy: could not restore this session's settings: " + res.qerr.Message
 		s.logger().Info("closing client: settings not restored", "sqlstate", res.qerr.Code, "err", res.qerr.Message)
 		s.endWithFatal(res.qerr.Code, msg)
-		return &protocolError{code: res.qerr.Code, msg: msg}
+		return &wire.ProtocolError{Code: res.qerr.Code, Msg: msg}
 	}
 	ps.settingsFP = want
 	s.srv.metrics.PoolApplies.WithLabelValues("ok").Inc()
@@ -452,17 +452,17 @@ func (s *clientConn) reparseUnnamed(typ byte, r *wire.Reader, total int) error {
 // acquireFailed ends the session of a client that could not get a server:
 // err is pool.acquire's.
 func (s *clientConn) acquireFailed(err error) error {
-	var pe *protocolError
+	var pe *wire.ProtocolError
 	switch {
 	case errors.As(err, &pe):
 	case errors.Is(err, context.Canceled):
-		pe = &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
+		pe = &wire.ProtocolError{Code: codeAdminShutdown, Msg: "terminating connection due to proxy shutdown"}
 	default:
 		pe = loginError(err)
 	}
-	s.srv.metrics.PoolNoServer.WithLabelValues(pe.code).Inc()
-	s.logger().Info("closing client: no server connection", "sqlstate", pe.code, "err", pe.msg)
-	b := wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", "")
+	s.srv.metrics.PoolNoServer.WithLabelValues(pe.Code).Inc()
+	s.logger().Info("closing client: no server connection", "sqlstate", pe.Code, "err", pe.Msg)
+	b := wire.ErrorResponse(nil, "FATAL", pe.Code, pe.Msg, "", "")
 	s.fatal.CompareAndSwap(nil, &b)
 	s.link.markClosed()
 	return pe
@@ -502,12 +502,12 @@ func (s *clientConn) startPooled(version uint32, params map[string]string) error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.rs.Load().clientLoginTimeout)
 	defer cancel()
-	login, err := s.srv.auth.authenticate(ctx, s.nc, s.user, s.database)
+	login, err := s.srv.auth.Authenticate(ctx, s.nc, s.user, s.database)
 	if err != nil {
 		return err
 	}
-	s.authOK = login.ok
-	key := poolKey{database: s.database, user: s.user, params: keyParams(keyed), settings: login.settings}
+	s.authOK = login.OK
+	key := poolKey{database: s.database, user: s.user, params: keyParams(keyed), settings: login.Settings}
 	startup := make(map[string]string, len(params)+1)
 	for k, v := range params {
 		startup[k] = v
@@ -899,8 +899,8 @@ type loginLog struct {
 	logged atomic.Int64
 }
 
-func (o *loginLog) loginFailed(key poolKey, err error, pe *protocolError, permanent bool, fails int, retry time.Duration, waiting int) {
-	o.srv.metrics.PoolLoginFailures.WithLabelValues(pe.code).Inc()
+func (o *loginLog) loginFailed(key poolKey, err error, pe *wire.ProtocolError, permanent bool, fails int, retry time.Duration, waiting int) {
+	o.srv.metrics.PoolLoginFailures.WithLabelValues(pe.Code).Inc()
 	now := monoNow()
 	last := o.logged.Load()
 	if last != 0 && now-last < int64(time.Second) || !o.logged.CompareAndSwap(last, now) {
@@ -910,7 +910,7 @@ func (o *loginLog) loginFailed(key poolKey, err error, pe *protocolError, perman
 	if permanent {
 		clients = "answered with the error"
 	}
-	o.srv.log.Warn("server login failed", "database", key.database, "user", key.user, "sqlstate", pe.code,
+	o.srv.log.Warn("server login failed", "database", key.database, "user", key.user, "sqlstate", pe.Code,
 		"err", err, "failed_in_a_row", fails, "retry_in", retry, "waiting_clients", waiting, "clients", clients)
 }
 

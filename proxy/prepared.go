@@ -162,7 +162,7 @@ func (s *clientConn) reprepareOnly(only []byte) error {
 			}
 			msgs, err = q.Encode(msgs)
 			if err != nil {
-				return &protocolError{code: codeProgramLimit, msg: "rewritten Parse message too large"}
+				return &wire.ProtocolError{Code: codeProgramLimit, Msg: "rewritten Parse message too large"}
 			}
 			p.rejected = nil
 		} else {

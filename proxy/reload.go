@@ -102,7 +102,7 @@ func (s *Server) Reload(r Reload) error {
 	defer s.reloadMu.Unlock()
 	if s.auth != nil {
 		// First: a file that does not load fails the whole reload.
-		if err := s.auth.reload(); err != nil {
+		if err := s.auth.Reload(); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +83,31 @@ func TestReload(t *testing.T) {
 			c.Close(testContext(t))
 		}
 		t.Fatalf("new client after max_client_connections 1 was reloaded: %v", err)
+	}
+}
+
+// TestServerReloadReadsAuthFile: Server.Reload reads the auth_file again
+// and fails, changing nothing, when it does not load.
+func TestServerReloadReadsAuthFile(t *testing.T) {
+	path := writeServerAuthFile(t)
+	p := startProxy(t, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: path}})
+	conn := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
+	mustExec(t, conn, "SELECT 1")
+	good, err := os.ReadFile(path) //nolint:gosec // G304: the test's own temporary file
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("not a userlist\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err == nil || !strings.HasPrefix(err.Error(), "auth_file: ") {
+		t.Fatalf("reload with a broken auth_file: %v", err)
+	}
+	p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol) // the users loaded before
+	if err := os.WriteFile(path, good, 0o600); err != nil {   //nolint:gosec // G703: the test's own temporary file
+		t.Fatal(err)
+	}
+	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err != nil {
+		t.Fatal(err)
 	}
 }

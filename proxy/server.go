@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/metrics"
 )
 
@@ -43,7 +44,7 @@ type Server struct {
 
 	// auth and pools serve transaction mode (pooled.go); nil in session
 	// mode.
-	auth  *clientAuth
+	auth  *auth.Auth
 	pools *poolSet
 	// cancelKeys are the BackendKeyData handed to clients (cancel.go).
 	cancelKeys *cancelKeys
@@ -93,7 +94,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.PoolMode == PoolModeTransaction {
-		if s.auth, err = newClientAuth(cfg.authConfig()); err != nil {
+		if s.auth, err = auth.New(cfg.authConfig()); err != nil {
 			return nil, err
 		}
 		s.pools = newPoolSet(s, cfg.poolConfig(), cfg.Pool.MaxDBConnections)

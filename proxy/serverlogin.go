@@ -12,12 +12,13 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/scram"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 )
 
 // Server login without a client, for transaction pooling
 // (docs/design/pooling.md §1, "Server connection lifecycle"): the proxy
 // opens a server connection in a client's name with what that client's
-// login left (loginSecret): its SCRAM keys (pass-through, as PgBouncer
+// login left (auth.Login): its SCRAM keys (pass-through, as PgBouncer
 // does since 1.14), its md5 hash (md5 is pass-the-hash) or a plain
 // password, or nothing where the server trusts the user.
 
@@ -28,7 +29,7 @@ type serverLogin struct {
 	params map[string]string
 	// secret answers the server's authentication request; nil logs in only
 	// where the server asks for nothing (trust).
-	secret *loginSecret
+	secret *auth.Login
 }
 
 // serverWelcome is what the server sent while logging in: the reported
@@ -105,7 +106,7 @@ func startServerSession(nc net.Conn, lg serverLogin) (*serverWelcome, error) {
 	}
 	secret := lg.secret
 	if secret == nil {
-		secret = &loginSecret{}
+		secret = &auth.Login{}
 	}
 	user := lg.params["user"]
 	w := &serverWelcome{}
@@ -119,28 +120,28 @@ func startServerSession(nc net.Conn, lg serverLogin) (*serverWelcome, error) {
 		case *pgproto3.AuthenticationOk:
 			continue
 		case *pgproto3.AuthenticationCleartextPassword:
-			if secret.password == "" {
+			if secret.Password == "" {
 				return nil, cannotAuthenticate(user, "a clear-text password")
 			}
-			fe.Send(&pgproto3.PasswordMessage{Password: secret.password})
+			fe.Send(&pgproto3.PasswordMessage{Password: secret.Password})
 		case *pgproto3.AuthenticationMD5Password:
-			hash := secret.md5
-			if hash == "" && secret.password != "" {
-				hash = md5Hash(secret.password, user)
+			hash := secret.MD5
+			if hash == "" && secret.Password != "" {
+				hash = auth.MD5Hash(secret.Password, user)
 			}
 			if hash == "" {
 				return nil, cannotAuthenticate(user, "an md5 password")
 			}
-			fe.Send(&pgproto3.PasswordMessage{Password: md5Hash(hash[3:], string(m.Salt[:]))})
+			fe.Send(&pgproto3.PasswordMessage{Password: auth.MD5Hash(hash[3:], string(m.Salt[:]))})
 		case *pgproto3.AuthenticationSASL:
 			if !slices.Contains(m.AuthMechanisms, scram.Mechanism) {
 				return nil, cannotAuthenticate(user, fmt.Sprintf("SASL mechanisms %v", m.AuthMechanisms))
 			}
 			switch {
-			case secret.keys != nil:
-				sc = scram.NewClient(secret.keys)
-			case secret.password != "":
-				sc = scram.NewPasswordClient(secret.password)
+			case secret.Keys != nil:
+				sc = scram.NewClient(secret.Keys)
+			case secret.Password != "":
+				sc = scram.NewPasswordClient(secret.Password)
 			default:
 				return nil, cannotAuthenticate(user, "SCRAM-SHA-256")
 			}

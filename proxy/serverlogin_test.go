@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/internal/scram"
+	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -32,7 +36,7 @@ func newLoginServer(t *testing.T) *Server {
 // authenticates against an auth_file holding the server's own secret for
 // user (pg_authid.rolpassword), with auth_type method, and returns what
 // the login left.
-func captureLogin(t *testing.T, method, user, password string) *loginSecret {
+func captureLogin(t *testing.T, method, user, password string) *auth.Login {
 	t.Helper()
 	var stored string
 	conn := directConn(t, "postgres")
@@ -43,15 +47,75 @@ func captureLogin(t *testing.T, method, user, password string) *loginSecret {
 	if err := os.WriteFile(path, []byte(`"`+user+`" "`+stored+`"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newClientAuth(authConfig{Type: method, File: path})
+	a, err := auth.New(auth.Config{Type: method, File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, results := startAuthListener(t, a)
-	if code := connectAs(t, addr, user, password); code != "" {
-		t.Fatalf("client login as %s: SQLSTATE %q", user, code)
+	return authenticateOnce(t, a, user, password)
+}
+
+// authenticateOnce logs pgx in as user with password to a listener that
+// runs a's exchange for one client and returns what the login left.
+func authenticateOnce(t *testing.T, a *auth.Auth, user, password string) *auth.Login {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	res := <-results
+	defer ln.Close()
+	type result struct {
+		login *auth.Login
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		var pkt []byte
+		for {
+			if pkt, err = wire.ReadStartupPacket(conn, nil); err != nil {
+				done <- result{err: err}
+				return
+			}
+			if binary.BigEndian.Uint32(pkt[4:8]) != wire.SSLRequestCode {
+				break
+			}
+			if _, err := conn.Write([]byte{'N'}); err != nil {
+				done <- result{err: err}
+				return
+			}
+		}
+		var msg pgproto3.StartupMessage
+		if err := msg.Decode(pkt[4:]); err != nil {
+			done <- result{err: err}
+			return
+		}
+		login, err := a.Authenticate(testContext(t), conn, msg.Parameters["user"], msg.Parameters["database"])
+		done <- result{login, err}
+		if err != nil {
+			return
+		}
+		buf, _ := (&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}).Encode(login.OK)
+		buf, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(buf)
+		_, _ = conn.Write(buf)
+		_, _ = io.Copy(io.Discard, conn)
+	}()
+	cfg, err := pgx.ParseConfig("postgres://" + ln.Addr().String() + "/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User, cfg.Password = user, password
+	conn, err := pgx.ConnectConfig(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("client login as %s: %v", user, err)
+	}
+	_ = conn.Close(testContext(t))
+	res := <-done
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
@@ -69,27 +133,27 @@ func TestServerLogin(t *testing.T) {
 		"SET password_encryption = 'md5'; "+roleSQL("ttl_md5", "md5-secret"),
 		"SET password_encryption = 'scram-sha-256'; "+roleSQL("ttl_scram", "scram-secret"),
 	)
-	scramKeys := captureLogin(t, authSCRAM, "ttl_scram", "scram-secret")
-	if scramKeys.keys == nil || scramKeys.password != "" {
+	scramKeys := captureLogin(t, auth.SCRAM, "ttl_scram", "scram-secret")
+	if scramKeys.Keys == nil || scramKeys.Password != "" {
 		t.Fatalf("SCRAM login left %+v, want keys only", scramKeys)
 	}
-	md5Login := captureLogin(t, authMD5, "ttl_md5", "md5-secret")
-	if md5Login.md5 == "" || md5Login.password != "" {
+	md5Login := captureLogin(t, auth.MD5, "ttl_md5", "md5-secret")
+	if md5Login.MD5 == "" || md5Login.Password != "" {
 		t.Fatalf("md5 login left %+v, want the hash only", md5Login)
 	}
-	plain := captureLogin(t, authPlain, "ttl_password", "cleartext-secret")
-	if plain.password == "" {
+	plain := captureLogin(t, auth.Plain, "ttl_password", "cleartext-secret")
+	if plain.Password == "" {
 		t.Fatalf("clear-text login left %+v, want the password", plain)
 	}
 
 	for _, c := range []struct {
 		name, user string
-		secret     *loginSecret
+		secret     *auth.Login
 	}{
 		{"scram pass-through", "ttl_scram", scramKeys},
-		{"scram password", "ttl_scram", &loginSecret{password: "scram-secret"}},
+		{"scram password", "ttl_scram", &auth.Login{Password: "scram-secret"}},
 		{"md5 hash", "ttl_md5", md5Login},
-		{"md5 password", "ttl_md5", &loginSecret{password: "md5-secret"}},
+		{"md5 password", "ttl_md5", &auth.Login{Password: "md5-secret"}},
 		{"cleartext", "ttl_password", plain},
 		{"trust", "ttl_trust", nil},
 	} {
@@ -111,8 +175,8 @@ func TestServerLogin(t *testing.T) {
 	}
 
 	t.Run("keys from a password log in again", func(t *testing.T) {
-		_, w := mustLoginServer(t, srv, "ttl_scram", &loginSecret{password: "scram-secret"})
-		sc, _ := mustLoginServer(t, srv, "ttl_scram", &loginSecret{keys: w.keys})
+		_, w := mustLoginServer(t, srv, "ttl_scram", &auth.Login{Password: "scram-secret"})
+		sc, _ := mustLoginServer(t, srv, "ttl_scram", &auth.Login{Keys: w.keys})
 		if got := serverQuery(t, sc, "SELECT session_user"); got != "ttl_scram" {
 			t.Fatalf("session_user = %q", got)
 		}
@@ -120,14 +184,14 @@ func TestServerLogin(t *testing.T) {
 
 	for _, c := range []struct {
 		name, user, db, code string
-		secret               *loginSecret
+		secret               *auth.Login
 	}{
 		{"wrong key", "ttl_scram", "postgres", codeInvalidPassword, withFlippedKey(scramKeys)},
 		{"keys of another verifier", "ttl_scram", "postgres", codeInvalidPassword, withOtherSalt(t, scramKeys)},
-		{"wrong password", "ttl_scram", "postgres", codeInvalidPassword, &loginSecret{password: "nope"}},
-		{"wrong md5 hash", "ttl_md5", "postgres", codeInvalidPassword, &loginSecret{md5: md5Hash("other", "ttl_md5")}},
-		{"md5 hash for SCRAM", "ttl_scram", "postgres", codeUnableToConnect, &loginSecret{md5: md5Hash("scram-secret", "ttl_scram")}},
-		{"keys for clear text", "ttl_password", "postgres", codeUnableToConnect, &loginSecret{keys: scramKeys.keys}},
+		{"wrong password", "ttl_scram", "postgres", codeInvalidPassword, &auth.Login{Password: "nope"}},
+		{"wrong md5 hash", "ttl_md5", "postgres", codeInvalidPassword, &auth.Login{MD5: auth.MD5Hash("other", "ttl_md5")}},
+		{"md5 hash for SCRAM", "ttl_scram", "postgres", codeUnableToConnect, &auth.Login{MD5: auth.MD5Hash("scram-secret", "ttl_scram")}},
+		{"keys for clear text", "ttl_password", "postgres", codeUnableToConnect, &auth.Login{Keys: scramKeys.Keys}},
 		{"nothing for SCRAM", "ttl_scram", "postgres", codeUnableToConnect, nil},
 		{"unknown database", "ttl_trust", "no_such_db", "3D000", nil},
 	} {
@@ -162,7 +226,7 @@ func TestServerLogin(t *testing.T) {
 	})
 }
 
-func mustLoginServer(t *testing.T, srv *Server, user string, secret *loginSecret) (*serverConn, *serverWelcome) {
+func mustLoginServer(t *testing.T, srv *Server, user string, secret *auth.Login) (*serverConn, *serverWelcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -214,23 +278,23 @@ func hasParam(params []paramStatus, name string) bool {
 	return false
 }
 
-func withFlippedKey(s *loginSecret) *loginSecret {
-	k := *s.keys
+func withFlippedKey(s *auth.Login) *auth.Login {
+	k := *s.Keys
 	k.ClientKey[0] ^= 1
-	return &loginSecret{keys: &k}
+	return &auth.Login{Keys: &k}
 }
 
 // withOtherSalt gives keys of the same password under another salt: a
 // verifier the server does not hold, as after a password change.
-func withOtherSalt(t *testing.T, s *loginSecret) *loginSecret {
+func withOtherSalt(t *testing.T, s *auth.Login) *auth.Login {
 	t.Helper()
-	salt := append([]byte(nil), s.keys.Salt...)
+	salt := append([]byte(nil), s.Keys.Salt...)
 	salt[0] ^= 1
-	k, err := scram.PasswordKeys("scram-secret", salt, s.keys.Iterations)
+	k, err := scram.PasswordKeys("scram-secret", salt, s.Keys.Iterations)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &loginSecret{keys: k}
+	return &auth.Login{Keys: k}
 }
 
 // directConn is a superuser connection straight to the test server.

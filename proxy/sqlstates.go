@@ -24,4 +24,6 @@ const (
 	codeQueryCanceled         = sqlstate.QueryCanceled
 	codeIdleSessionTimeout    = sqlstate.IdleSessionTimeout
 	codeIdleInTxTimeout       = sqlstate.IdleInTransactionSessionTimeout
+	codeInvalidPassword       = sqlstate.InvalidPassword
+	codeInvalidCatalogName    = sqlstate.InvalidCatalogName
 )

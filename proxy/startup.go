@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"time"
 
@@ -19,32 +18,6 @@ import (
 // a client that gave up during startup).
 var errStartupDone = errors.New("startup finished without a session")
 
-// readStartupPacket reads one length-prefixed startup-phase packet straight
-// from conn: no buffering, so that nothing sent in plaintext before a TLS
-// handshake can be mistaken for data after it. first holds the packet's
-// first bytes already read (at most 8, the shortest packet's length).
-func readStartupPacket(conn net.Conn, first []byte) ([]byte, error) {
-	var head [8]byte
-	n := copy(head[:], first)
-	if n < 4 {
-		m, err := io.ReadFull(conn, head[n:4])
-		if err != nil {
-			return nil, err
-		}
-		n += m
-	}
-	l := int(int32(binary.BigEndian.Uint32(head[:4])))
-	if l < 8 || l > wire.MaxStartupPacket {
-		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid length of startup packet"}
-	}
-	pkt := make([]byte, l)
-	copy(pkt, head[:n])
-	if _, err := io.ReadFull(conn, pkt[n:]); err != nil {
-		return nil, err
-	}
-	return pkt, nil
-}
-
 // tlsHandshakeRecord is the first byte of a TLS ClientHello: a client using
 // direct TLS negotiation (PostgreSQL 17, sslnegotiation=direct) starts with
 // it instead of an SSLRequest.
@@ -53,14 +26,6 @@ const tlsHandshakeRecord = 0x16
 // alpnProtocol is the ALPN protocol name PostgreSQL requires with direct
 // TLS negotiation.
 const alpnProtocol = "postgresql"
-
-// protocolError is a client mistake answered with a FATAL ErrorResponse.
-type protocolError struct {
-	code string
-	msg  string
-}
-
-func (e *protocolError) Error() string { return e.msg }
 
 // startup runs the startup phase: SSL/GSS negotiation, CancelRequest, or a
 // StartupMessage that is forwarded to a newly dialled upstream connection.
@@ -85,13 +50,13 @@ func (s *clientConn) startup() error {
 		}
 		s.setClient(tc)
 		if tc.ConnectionState().NegotiatedProtocol != alpnProtocol {
-			return &protocolError{code: codeProtocolViolation,
-				msg: "received direct SSL connection request without ALPN protocol negotiation extension"}
+			return &wire.ProtocolError{Code: codeProtocolViolation,
+				Msg: "received direct SSL connection request without ALPN protocol negotiation extension"}
 		}
 		prefix, tlsDone = nil, true
 	}
 	for {
-		pkt, err := readStartupPacket(s.nc, prefix)
+		pkt, err := wire.ReadStartupPacket(s.nc, prefix)
 		prefix = nil
 		if err != nil {
 			return fmt.Errorf("reading startup packet: %w", err)
@@ -181,9 +146,9 @@ func (s *clientConn) relayCancel(pkt []byte) {
 func (s *clientConn) startSession(pkt []byte) error {
 	version := binary.BigEndian.Uint32(pkt[4:8])
 	if version>>16 != 3 {
-		return &protocolError{
-			code: codeFeatureNotSupported,
-			msg:  fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.2", version>>16, version&0xffff),
+		return &wire.ProtocolError{
+			Code: codeFeatureNotSupported,
+			Msg:  fmt.Sprintf("unsupported frontend protocol %d.%d: server supports 3.0 to 3.2", version>>16, version&0xffff),
 		}
 	}
 	body := pkt[4:]
@@ -195,7 +160,7 @@ func (s *clientConn) startSession(pkt []byte) error {
 	}
 	var msg pgproto3.StartupMessage
 	if err := msg.Decode(body); err != nil {
-		return &protocolError{code: codeProtocolViolation, msg: "invalid startup packet layout"}
+		return &wire.ProtocolError{Code: codeProtocolViolation, Msg: "invalid startup packet layout"}
 	}
 	s.user = msg.Parameters["user"]
 	s.database = msg.Parameters["database"]
@@ -209,8 +174,8 @@ func (s *clientConn) startSession(pkt []byte) error {
 	s.mu.Unlock()
 	if limit := s.rs.Load().maxClientConnections; limit > 0 && s.srv.active.Load() > int64(limit) {
 		s.srv.metrics.Refused.Inc()
-		return &protocolError{code: codeTooManyConnections,
-			msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", limit)}
+		return &wire.ProtocolError{Code: codeTooManyConnections,
+			Msg: fmt.Sprintf("ttlproxy: too many client connections (max_client_connections is %d)", limit)}
 	}
 
 	if s.srv.pools != nil && !s.replication {
@@ -223,16 +188,16 @@ func (s *clientConn) startSession(pkt []byte) error {
 	if err != nil {
 		s.srv.metrics.UpstreamErrors.Inc()
 		s.log.Error("connecting to upstream", "err", err)
-		return &protocolError{code: codeUnableToConnect, msg: "ttlproxy: could not connect to the upstream server"}
+		return &wire.ProtocolError{Code: codeUnableToConnect, Msg: "ttlproxy: could not connect to the upstream server"}
 	}
 	if !s.link.server.attach(up) {
 		_ = up.Close()
-		return &protocolError{code: codeAdminShutdown, msg: "terminating connection due to proxy shutdown"}
+		return &wire.ProtocolError{Code: codeAdminShutdown, Msg: "terminating connection due to proxy shutdown"}
 	}
 	if _, err := up.Write(pkt); err != nil {
 		s.srv.metrics.UpstreamErrors.Inc()
 		s.log.Error("sending startup message upstream", "err", err)
-		return &protocolError{code: codeConnectionFailure, msg: "ttlproxy: lost the connection to the upstream server"}
+		return &wire.ProtocolError{Code: codeConnectionFailure, Msg: "ttlproxy: lost the connection to the upstream server"}
 	}
 	return nil
 }

@@ -97,7 +97,7 @@ func (s *clientConn) parseAgainMessages() (msgs []byte, k int, err error) {
 			q.Query = res.SQL
 		}
 		if msgs, err = q.Encode(msgs); err != nil {
-			return nil, 0, &protocolError{code: codeProgramLimit, msg: "rewritten Parse message too large"}
+			return nil, 0, &wire.ProtocolError{Code: codeProgramLimit, Msg: "rewritten Parse message too large"}
 		}
 		msgs = append(msgs, 'S', 0, 0, 0, 4)
 		k++

@@ -161,3 +161,15 @@ func CString(b []byte) (s []byte, rest []byte, ok bool) {
 	}
 	return nil, nil, false
 }
+
+// ProtocolError is a client's mistake, or a refusal at startup, that the
+// proxy answers with a FATAL ErrorResponse of Code and Msg and then closes
+// the connection.
+type ProtocolError struct {
+	// Code is the SQLSTATE.
+	Code string
+	// Msg is the message the client is shown.
+	Msg string
+}
+
+func (e *ProtocolError) Error() string { return e.Msg }

@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 import (
 	"context"
@@ -67,15 +67,15 @@ func (f *fileSource) lookup(_ context.Context, user, _ string) (*authUser, error
 
 func (*fileSource) close() {}
 
-// DefaultAuthQuery is the auth_query run when none is configured: the
+// DefaultQuery is the auth_query run when none is configured: the
 // function ttlproxy install --auth-query creates, with the client's user as
 // $1 and its database as $2 (the settings hash is the role's in that
 // database).
-const DefaultAuthQuery = "SELECT username, password, settings FROM ttlproxy.user_lookup($1, $2)"
+const DefaultQuery = "SELECT username, password, settings FROM ttlproxy.user_lookup($1, $2)"
 
-// AuthQueryApplicationName is the application_name of the auth query's
+// QueryApplicationName is the application_name of the auth query's
 // connections when auth_dsn sets none.
-const AuthQueryApplicationName = "ttlproxy auth query"
+const QueryApplicationName = "ttlproxy auth query"
 
 // authQueryMaxConns bounds the auth query's pool (design §1: a small pool;
 // one query per client login, about one local round trip each).
@@ -105,7 +105,7 @@ type querySource struct {
 // password.
 func newQuerySource(dsn, query string, dial pgconn.DialFunc) (*querySource, error) {
 	if query == "" {
-		query = DefaultAuthQuery
+		query = DefaultQuery
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -117,7 +117,7 @@ func newQuerySource(dsn, query string, dial pgconn.DialFunc) (*querySource, erro
 		cfg.ConnConfig.DialFunc = dial
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = AuthQueryApplicationName
+		cfg.ConnConfig.RuntimeParams["application_name"] = QueryApplicationName
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {

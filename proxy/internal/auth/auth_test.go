@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 import (
 	"context"
@@ -19,21 +19,22 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
 	"github.com/ttlproxy/ttlproxy/internal/scram"
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
-// authResult is what the test listener's authenticate returned for one
+// authResult is what the test listener's Authenticate returned for one
 // client.
 type authResult struct {
 	user  string
-	login *loginSecret
+	login *Login
 	err   error
 }
 
 // startAuthListener serves clients on a local port with a: the startup
-// phase (SSLRequest answered 'N'), authenticate, then a minimal welcome
+// phase (SSLRequest answered 'N'), Authenticate, then a minimal welcome
 // (BackendKeyData, ReadyForQuery) and nothing more until the client goes.
-func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan authResult) {
+func startAuthListener(t *testing.T, a *Auth) (addr string, results <-chan authResult) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -60,18 +61,18 @@ func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan
 					return
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				login, err := a.authenticate(ctx, conn, user, database)
+				login, err := a.Authenticate(ctx, conn, user, database)
 				cancel()
 				out <- authResult{user: user, login: login, err: err}
-				var pe *protocolError
+				var pe *wire.ProtocolError
 				switch {
 				case errors.As(err, &pe):
-					_, _ = conn.Write(wire.ErrorResponse(nil, "FATAL", pe.code, pe.msg, "", ""))
+					_, _ = conn.Write(wire.ErrorResponse(nil, "FATAL", pe.Code, pe.Msg, "", ""))
 					return
 				case err != nil:
 					return
 				}
-				buf, _ := (&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}).Encode(login.ok)
+				buf, _ := (&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 1}}).Encode(login.OK)
 				buf, _ = (&pgproto3.ReadyForQuery{TxStatus: 'I'}).Encode(buf)
 				if _, err := conn.Write(buf); err != nil {
 					return
@@ -97,7 +98,7 @@ func startAuthListener(t *testing.T, a *clientAuth) (addr string, results <-chan
 // PostgreSQL's default).
 func readTestStartup(conn net.Conn) (user, database string, err error) {
 	for {
-		pkt, err := readStartupPacket(conn, nil)
+		pkt, err := wire.ReadStartupPacket(conn, nil)
 		if err != nil {
 			return "", "", err
 		}
@@ -133,7 +134,7 @@ func writeAuthFile(t *testing.T) (path string, verifier *scram.Verifier) {
 		t.Fatal(err)
 	}
 	content := fmt.Sprintf("; users for the tests\n\"%s\" \"%s\"\n\n\"%s\" \"%s\" \"\"\n# plain\r\n\"%s\" \"%s\"\r\n",
-		scramUser, v, md5User, md5Hash(md5Password, md5User), plainUser, strings.ReplaceAll(plainPassword, `"`, `""`))
+		scramUser, v, md5User, MD5Hash(md5Password, md5User), plainUser, strings.ReplaceAll(plainPassword, `"`, `""`))
 	path = filepath.Join(t.TempDir(), "userlist.txt")
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func connectTo(t *testing.T, addr, database, user, password string) string {
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
-			if pe.Code == codeInvalidPassword && pe.Message != `password authentication failed for user "`+user+`"` {
+			if pe.Code == sqlstate.InvalidPassword && pe.Message != `password authentication failed for user "`+user+`"` {
 				t.Errorf("28P01 message %q", pe.Message)
 			}
 			return pe.Code
@@ -183,7 +184,7 @@ func TestClientAuthFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md5Secret := md5Hash(md5Password, md5User)
+	md5Secret := MD5Hash(md5Password, md5User)
 
 	type want struct {
 		code     string // "" for success
@@ -191,7 +192,7 @@ func TestClientAuthFile(t *testing.T) {
 		password string
 		md5      string
 	}
-	fail := want{code: codeInvalidPassword}
+	fail := want{code: sqlstate.InvalidPassword}
 	for _, c := range []struct {
 		authType string
 		scram    want
@@ -199,26 +200,26 @@ func TestClientAuthFile(t *testing.T) {
 		plain    want
 	}{
 		{
-			authType: authSCRAM,
+			authType: SCRAM,
 			scram:    want{keys: true},
 			md5:      fail, // an md5 hash cannot answer SCRAM, as in PostgreSQL
 			plain:    want{password: plainPassword},
 		},
 		{
-			authType: authMD5,
+			authType: MD5,
 			scram:    want{keys: true}, // SCRAM for a verifier, as in PostgreSQL
 			md5:      want{md5: md5Secret},
-			plain:    want{password: plainPassword, md5: md5Hash(plainPassword, plainUser)},
+			plain:    want{password: plainPassword, md5: MD5Hash(plainPassword, plainUser)},
 		},
 		{
-			authType: authPlain,
+			authType: Plain,
 			scram:    want{keys: true, password: scramPassword},
 			md5:      want{md5: md5Secret, password: md5Password},
 			plain:    want{password: plainPassword},
 		},
 	} {
 		t.Run(c.authType, func(t *testing.T) {
-			a, err := newClientAuth(authConfig{Type: c.authType, File: path})
+			a, err := New(Config{Type: c.authType, File: path})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,10 +243,10 @@ func TestClientAuthFile(t *testing.T) {
 						return
 					}
 					got := res.login
-					if (got.keys != nil) != w.keys || got.password != w.password || got.md5 != w.md5 {
-						t.Fatalf("%s: login secret keys=%v password=%q md5=%q, want %+v", u.user, got.keys != nil, got.password, got.md5, w)
+					if (got.Keys != nil) != w.keys || got.Password != w.password || got.MD5 != w.md5 {
+						t.Fatalf("%s: login secret keys=%v password=%q md5=%q, want %+v", u.user, got.Keys != nil, got.Password, got.MD5, w)
 					}
-					if w.keys && (got.keys.ClientKey != scramKeys.ClientKey || got.keys.ServerKey != scramKeys.ServerKey) {
+					if w.keys && (got.Keys.ClientKey != scramKeys.ClientKey || got.Keys.ServerKey != scramKeys.ServerKey) {
 						t.Fatalf("%s: the recovered SCRAM keys are not the password's", u.user)
 					}
 				}
@@ -253,7 +254,7 @@ func TestClientAuthFile(t *testing.T) {
 				check(u.password+"x", fail)
 			}
 			// An unknown user fails as a wrong password does.
-			if code := connectAs(t, addr, "nobody", "x"); code != codeInvalidPassword {
+			if code := connectAs(t, addr, "nobody", "x"); code != sqlstate.InvalidPassword {
 				t.Fatalf("unknown user: SQLSTATE %q", code)
 			}
 			<-results
@@ -263,7 +264,7 @@ func TestClientAuthFile(t *testing.T) {
 
 func TestClientAuthTrust(t *testing.T) {
 	path, _ := writeAuthFile(t)
-	a, err := newClientAuth(authConfig{Type: authTrust, File: path})
+	a, err := New(Config{Type: Trust, File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,16 +272,16 @@ func TestClientAuthTrust(t *testing.T) {
 	if code := connectAs(t, addr, plainUser, "anything"); code != "" {
 		t.Fatalf("trust, listed user: SQLSTATE %q", code)
 	}
-	if res := <-results; res.login == nil || res.login.password != plainPassword {
+	if res := <-results; res.login == nil || res.login.Password != plainPassword {
 		t.Fatalf("trust: login secret %+v, want the file's password", res.login)
 	}
-	if code := connectAs(t, addr, "nobody", ""); code != codeInvalidAuthorization {
+	if code := connectAs(t, addr, "nobody", ""); code != sqlstate.InvalidAuthorizationSpecification {
 		t.Fatalf("trust, unknown user: SQLSTATE %q, want 28000", code)
 	}
 	<-results
 
 	// Without a file, trust lets anyone in.
-	a, err = newClientAuth(authConfig{Type: authTrust})
+	a, err = New(Config{Type: Trust})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,29 +303,29 @@ func TestClientAuthConfigErrors(t *testing.T) {
 	}
 	good := write("good.txt", `"u" "p"`+"\n")
 	for _, c := range []struct {
-		cfg  authConfig
+		cfg  Config
 		want string
 	}{
-		{authConfig{Type: "scram", File: good}, `auth_type: "scram" is not one of scram-sha-256, md5, plain, trust`},
-		{authConfig{}, "auth_file: required with auth_type scram-sha-256 (or auth_dsn)"},
-		{authConfig{Type: authMD5}, "auth_file: required with auth_type md5"},
-		{authConfig{File: good, DSN: "postgres://u@127.0.0.1/db"}, "auth_file and auth_dsn: set one of them, not both"},
-		{authConfig{Query: "SELECT 1"}, "auth_query: needs auth_dsn"},
-		{authConfig{DSN: "postgres://u@127.0.0.1:99999999/db"}, "auth_dsn: cannot parse"},
-		{authConfig{File: filepath.Join(dir, "missing.txt")}, "auth_file: open " + filepath.Join(dir, "missing.txt")},
-		{authConfig{File: write("a.txt", "\"u\" \"p\"\n\nu p\n")}, "auth_file: " + filepath.Join(dir, "a.txt") + `:3: want "user" "secret": a field must be in double quotes`},
-		{authConfig{File: write("b.txt", `"u" "p`)}, "b.txt:1: unterminated quoted field"},
-		{authConfig{File: write("c.txt", `"u"`)}, `c.txt:1: want "user" "secret"`},
-		{authConfig{File: write("d.txt", `"" "p"`)}, "d.txt:1: empty user name"},
-		{authConfig{File: write("e.txt", "\"u\" \"p\"\n\"u\" \"q\"\n")}, `e.txt:2: user "u" is already listed on line 1`},
-		{authConfig{File: write("f.txt", `"u" "SCRAM-SHA-256$4096:c2FsdA==$AAAA:AAAA"`)}, `f.txt:1: user "u": malformed SCRAM verifier: bad StoredKey`},
-		{authConfig{File: write("g.txt", `"u""p"`)}, `g.txt:1: want "user" "secret"`},
-		{authConfig{File: write("i.txt", `"u"x "p"`)}, "i.txt:1: want white space between quoted fields"},
-		{authConfig{File: write("h.txt", `"u" "p" x`)}, "h.txt:1: want \"user\" \"secret\": a field must be in double quotes"},
+		{Config{Type: "scram", File: good}, `auth_type: "scram" is not one of scram-sha-256, md5, plain, trust`},
+		{Config{}, "auth_file: required with auth_type scram-sha-256 (or auth_dsn)"},
+		{Config{Type: MD5}, "auth_file: required with auth_type md5"},
+		{Config{File: good, DSN: "postgres://u@127.0.0.1/db"}, "auth_file and auth_dsn: set one of them, not both"},
+		{Config{Query: "SELECT 1"}, "auth_query: needs auth_dsn"},
+		{Config{DSN: "postgres://u@127.0.0.1:99999999/db"}, "auth_dsn: cannot parse"},
+		{Config{File: filepath.Join(dir, "missing.txt")}, "auth_file: open " + filepath.Join(dir, "missing.txt")},
+		{Config{File: write("a.txt", "\"u\" \"p\"\n\nu p\n")}, "auth_file: " + filepath.Join(dir, "a.txt") + `:3: want "user" "secret": a field must be in double quotes`},
+		{Config{File: write("b.txt", `"u" "p`)}, "b.txt:1: unterminated quoted field"},
+		{Config{File: write("c.txt", `"u"`)}, `c.txt:1: want "user" "secret"`},
+		{Config{File: write("d.txt", `"" "p"`)}, "d.txt:1: empty user name"},
+		{Config{File: write("e.txt", "\"u\" \"p\"\n\"u\" \"q\"\n")}, `e.txt:2: user "u" is already listed on line 1`},
+		{Config{File: write("f.txt", `"u" "SCRAM-SHA-256$4096:c2FsdA==$AAAA:AAAA"`)}, `f.txt:1: user "u": malformed SCRAM verifier: bad StoredKey`},
+		{Config{File: write("g.txt", `"u""p"`)}, `g.txt:1: want "user" "secret"`},
+		{Config{File: write("i.txt", `"u"x "p"`)}, "i.txt:1: want white space between quoted fields"},
+		{Config{File: write("h.txt", `"u" "p" x`)}, "h.txt:1: want \"user\" \"secret\": a field must be in double quotes"},
 	} {
-		_, err := newClientAuth(c.cfg)
+		_, err := New(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("newClientAuth(%+v) = %v, want an error containing %q", c.cfg, err, c.want)
+			t.Errorf("New(%+v) = %v, want an error containing %q", c.cfg, err, c.want)
 		}
 	}
 }
@@ -353,11 +354,11 @@ func TestParseAuthFile(t *testing.T) {
 // closes the connection without an answer.
 func TestClientAuthProtocol(t *testing.T) {
 	path, _ := writeAuthFile(t)
-	scramAuth, err := newClientAuth(authConfig{File: path})
+	scramAuth, err := New(Config{File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plainAuth, err := newClientAuth(authConfig{Type: authPlain, File: path})
+	plainAuth, err := New(Config{Type: Plain, File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,19 +375,19 @@ func TestClientAuthProtocol(t *testing.T) {
 	}{
 		{"wrong mechanism", scramAddr, scramResults,
 			[]pgproto3.FrontendMessage{&pgproto3.SASLInitialResponse{AuthMechanism: "SCRAM-SHA-256-PLUS", Data: []byte("p=tls-server-end-point,,n=,r=abc")}},
-			codeProtocolViolation, nil},
+			sqlstate.ProtocolViolation, nil},
 		{"channel binding", scramAddr, scramResults,
 			[]pgproto3.FrontendMessage{&pgproto3.SASLInitialResponse{AuthMechanism: scram.Mechanism, Data: []byte("p=tls-server-end-point,,n=,r=abc")}},
-			codeProtocolViolation, nil},
+			sqlstate.ProtocolViolation, nil},
 		{"malformed client-final", scramAddr, scramResults,
 			[]pgproto3.FrontendMessage{
 				&pgproto3.SASLInitialResponse{AuthMechanism: scram.Mechanism, Data: []byte("n,,n=,r=abc")},
 				&pgproto3.SASLResponse{Data: []byte("c=biws,r=abc,p=AAAA")},
 			},
-			codeProtocolViolation, nil},
+			sqlstate.ProtocolViolation, nil},
 		{"query instead of SASL", scramAddr, scramResults,
 			[]pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}},
-			codeProtocolViolation, nil},
+			sqlstate.ProtocolViolation, nil},
 		{"empty password", plainAddr, plainResults,
 			[]pgproto3.FrontendMessage{&pgproto3.PasswordMessage{Password: ""}},
 			"", errEmptyPassword},
@@ -465,7 +466,7 @@ func TestClientAuthPassThrough(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`"`+role+`" "`+stored+`"`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newClientAuth(authConfig{File: path})
+	a, err := New(Config{File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +474,7 @@ func TestClientAuthPassThrough(t *testing.T) {
 	if code := connectAs(t, addr, role, password); code != "" {
 		t.Fatalf("login through the listener: SQLSTATE %q", code)
 	}
-	keys := (<-results).login.keys
+	keys := (<-results).login.Keys
 	if keys == nil {
 		t.Fatal("no SCRAM keys recovered")
 	}
@@ -482,7 +483,7 @@ func TestClientAuthPassThrough(t *testing.T) {
 	}
 	wrong := *keys
 	wrong.ClientKey[0] ^= 1
-	if code := scramLogin(t, srv.Addr(), role, &wrong); code != codeInvalidPassword {
+	if code := scramLogin(t, srv.Addr(), role, &wrong); code != sqlstate.InvalidPassword {
 		t.Fatalf("login to PostgreSQL with a wrong key: SQLSTATE %q, want 28P01", code)
 	}
 }
@@ -575,7 +576,7 @@ func FuzzParseAuthFile(f *testing.F) {
 	})
 }
 
-// FuzzClientAuth feeds authenticate arbitrary client bytes for each
+// FuzzClientAuth feeds Authenticate arbitrary client bytes for each
 // auth_type: it answers, fails or waits for more, and never panics.
 func FuzzClientAuth(f *testing.F) {
 	enc := func(msgs ...pgproto3.FrontendMessage) []byte {
@@ -594,13 +595,13 @@ func FuzzClientAuth(f *testing.F) {
 	dir := f.TempDir()
 	v, _ := scram.NewVerifier(scramPassword, []byte("salt"), 1)
 	path := filepath.Join(dir, "userlist.txt")
-	content := fmt.Sprintf("%q %q\n%q %q\n%q %q\n", scramUser, v.String(), md5User, md5Hash(md5Password, md5User), "p", "pw")
+	content := fmt.Sprintf("%q %q\n%q %q\n%q %q\n", scramUser, v.String(), md5User, MD5Hash(md5Password, md5User), "p", "pw")
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		f.Fatal(err)
 	}
-	var auths []*clientAuth
-	for _, typ := range []string{authSCRAM, authMD5, authPlain} {
-		a, err := newClientAuth(authConfig{Type: typ, File: path})
+	var auths []*Auth
+	for _, typ := range []string{SCRAM, MD5, Plain} {
+		a, err := New(Config{Type: typ, File: path})
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -614,7 +615,7 @@ func FuzzClientAuth(f *testing.F) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, _ = a.authenticate(context.Background(), server, users[int(which/4)%len(users)], "db")
+			_, _ = a.Authenticate(context.Background(), server, users[int(which/4)%len(users)], "db")
 			_ = server.Close()
 		}()
 		go func() {
@@ -643,7 +644,7 @@ func TestClientAuthFileReload(t *testing.T) {
 		}
 	}
 	write(`"alice" "alice-pw"` + "\n")
-	a, err := newClientAuth(authConfig{Type: authPlain, File: path})
+	a, err := New(Config{Type: Plain, File: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -655,42 +656,16 @@ func TestClientAuthFileReload(t *testing.T) {
 		}
 	}
 	login("alice", "alice-pw", "")
-	login("bob", "bob-pw", codeInvalidPassword)
+	login("bob", "bob-pw", sqlstate.InvalidPassword)
 	write(`"bob" "bob-pw"` + "\n")
-	if err := a.reload(); err != nil {
+	if err := a.Reload(); err != nil {
 		t.Fatal(err)
 	}
 	login("bob", "bob-pw", "")
-	login("alice", "alice-pw", codeInvalidPassword)
+	login("alice", "alice-pw", sqlstate.InvalidPassword)
 	write(`"carol" unquoted` + "\n")
-	if err := a.reload(); err == nil || !strings.HasPrefix(err.Error(), "auth_file: ") {
+	if err := a.Reload(); err == nil || !strings.HasPrefix(err.Error(), "auth_file: ") {
 		t.Fatalf("reload of a broken file: %v", err)
 	}
 	login("bob", "bob-pw", "")
-}
-
-// TestServerReloadReadsAuthFile: Server.Reload reads the auth_file again
-// and fails, changing nothing, when it does not load.
-func TestServerReloadReadsAuthFile(t *testing.T) {
-	path := writeServerAuthFile(t)
-	p := startProxy(t, Config{PoolMode: PoolModeTransaction, Auth: AuthConfig{File: path}})
-	conn := p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol)
-	mustExec(t, conn, "SELECT 1")
-	good, err := os.ReadFile(path) //nolint:gosec // G304: the test's own temporary file
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte("not a userlist\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err == nil || !strings.HasPrefix(err.Error(), "auth_file: ") {
-		t.Fatalf("reload with a broken auth_file: %v", err)
-	}
-	p.connect(t, "postgres", pgx.QueryExecModeSimpleProtocol) // the users loaded before
-	if err := os.WriteFile(path, good, 0o600); err != nil {   //nolint:gosec // G703: the test's own temporary file
-		t.Fatal(err)
-	}
-	if err := p.srv.Reload(Reload{Rewriter: testRewriter(t)}); err != nil {
-		t.Fatal(err)
-	}
 }

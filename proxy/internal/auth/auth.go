@@ -1,4 +1,4 @@
-package proxy
+package auth
 
 import (
 	"bytes"
@@ -31,35 +31,29 @@ import (
 
 // The auth_type values, PgBouncer's names.
 const (
-	// authSCRAM runs SCRAM-SHA-256 against a verifier or a plain password;
+	// SCRAM runs SCRAM-SHA-256 against a verifier or a plain password;
 	// a user with an md5 hash cannot log in (the default).
-	authSCRAM = "scram-sha-256"
-	// authMD5 runs md5 against an md5 hash or a plain password, and
+	SCRAM = "scram-sha-256"
+	// MD5 runs md5 against an md5 hash or a plain password, and
 	// SCRAM-SHA-256 for a user with a verifier (as PostgreSQL's md5 method
 	// does).
-	authMD5 = "md5"
-	// authPlain asks for the password in clear text
+	MD5 = "md5"
+	// Plain asks for the password in clear text
 	// (AuthenticationCleartextPassword, PostgreSQL's "password" method)
 	// and checks it against any kind of secret.
-	authPlain = "plain"
-	// authTrust asks for nothing; with an auth_file, the user must be in it.
-	authTrust = "trust"
+	Plain = "plain"
+	// Trust asks for nothing; with an auth_file, the user must be in it.
+	Trust = "trust"
 )
 
 // maxAuthMessage bounds a password or SASL message from the client:
 // PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH.
 const maxAuthMessage = 65535
 
-const (
-	codeInvalidPassword      = sqlstate.InvalidPassword
-	codeInvalidAuthorization = sqlstate.InvalidAuthorizationSpecification
-	codeInvalidCatalogName   = sqlstate.InvalidCatalogName
-)
-
-// authConfig is the client authentication the proxy runs: the auth_type,
+// Config is the client authentication the proxy runs: the auth_type,
 // auth_file, auth_dsn and auth_query keys (reserved for pool_mode:
 // transaction; not keys of the configuration file yet).
-type authConfig struct {
+type Config struct {
 	// Type is one of scram-sha-256 (""), md5, plain or trust.
 	Type string
 	// File is an auth_file in PgBouncer's userlist.txt format. One of File
@@ -72,7 +66,7 @@ type authConfig struct {
 	// Query is the auth_query, run on DSN for each client login with the
 	// user as $1 and, if it has a second parameter, the client's database
 	// as $2; it returns at most one row (username, password[, settings]).
-	// "" is DefaultAuthQuery.
+	// "" is DefaultQuery.
 	Query string
 	// Logger receives the failures of the auth query; nil discards them.
 	Logger *slog.Logger
@@ -80,9 +74,9 @@ type authConfig struct {
 	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// clientAuth authenticates clients against one loaded auth_file or an auth
+// Auth authenticates clients against one loaded auth_file or an auth
 // query.
-type clientAuth struct {
+type Auth struct {
 	method string
 	// source gives the users' secrets; nil with trust and neither a file
 	// nor a DSN (anyone).
@@ -93,21 +87,21 @@ type clientAuth struct {
 	mockSecret [32]byte
 }
 
-// newClientAuth validates cfg and loads its auth_file, or makes the auth
+// New validates cfg and loads its auth_file, or makes the auth
 // query's pool (which connects at the first login). Errors name the key:
 // `auth_type: "x" is not one of …`, `auth_file: users.txt:3: …`,
 // `auth_dsn: …`. Close releases the pool.
-func newClientAuth(cfg authConfig) (*clientAuth, error) {
-	a := &clientAuth{method: cfg.Type, log: cfg.Logger}
+func New(cfg Config) (*Auth, error) {
+	a := &Auth{method: cfg.Type, log: cfg.Logger}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	switch cfg.Type {
 	case "":
-		a.method = authSCRAM
-	case authSCRAM, authMD5, authPlain, authTrust:
+		a.method = SCRAM
+	case SCRAM, MD5, Plain, Trust:
 	default:
-		return nil, fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", cfg.Type, authSCRAM, authMD5, authPlain, authTrust)
+		return nil, fmt.Errorf("auth_type: %q is not one of %s, %s, %s, %s", cfg.Type, SCRAM, MD5, Plain, Trust)
 	}
 	switch {
 	case cfg.File != "" && cfg.DSN != "":
@@ -126,16 +120,16 @@ func newClientAuth(cfg authConfig) (*clientAuth, error) {
 			return nil, err
 		}
 		a.source = q
-	case a.method != authTrust:
+	case a.method != Trust:
 		return nil, fmt.Errorf("auth_file: required with auth_type %s (or auth_dsn)", a.method)
 	}
 	_, _ = rand.Read(a.mockSecret[:])
 	return a, nil
 }
 
-// reload reads the auth_file again, when there is one; on an error
+// Reload reads the auth_file again, when there is one; on an error
 // (`auth_file: …`) the users loaded before stay in force.
-func (a *clientAuth) reload() error {
+func (a *Auth) Reload() error {
 	f, ok := a.source.(*fileSource)
 	if !ok {
 		return nil
@@ -147,58 +141,58 @@ func (a *clientAuth) reload() error {
 }
 
 // Close releases the auth query's connections; a no-op otherwise.
-func (a *clientAuth) Close() {
+func (a *Auth) Close() {
 	if a.source != nil {
 		a.source.close()
 	}
 }
 
-// loginSecret is what a client's login leaves for logging in to the server
+// Login is what a client's login leaves for logging in to the server
 // in its name (design §1): any of the three, by what the exchange and the
 // auth_file gave.
-type loginSecret struct {
-	// keys are the client's SCRAM keys, recovered from its proof or
+type Login struct {
+	// Keys are the client's SCRAM keys, recovered from its proof or
 	// derived from its clear-text password; they log in to a server whose
 	// verifier has the same salt and iteration count (pass-through).
-	keys *scram.Keys
-	// password is the plain password, from the auth_file or the client.
-	password string
-	// md5 is the "md5…" hash (md5 is pass-the-hash).
-	md5 string
-	// settings is the auth query's settings hash of the role in the
+	Keys *scram.Keys
+	// Password is the plain password, from the auth_file or the client.
+	Password string
+	// MD5 is the "md5…" hash (md5 is pass-the-hash).
+	MD5 string
+	// Settings is the auth query's settings hash of the role in the
 	// client's database (install.PlanAuthQuery), part of the pool key: ""
 	// from an auth_file or a two-column auth_query.
-	settings string
-	// ok is the end of the exchange still to send: AuthenticationOk,
+	Settings string
+	// OK is the end of the exchange still to send: AuthenticationOk,
 	// after AuthenticationSASLFinal for SCRAM. The caller sends it with
 	// the rest of the welcome, in one write.
-	ok []byte
+	OK []byte
 }
 
 // authFailed is PostgreSQL's answer to a wrong password, an unknown user or
 // a user without a usable secret: one message for all, so that it does not
 // tell which.
 func authFailed(user string) error {
-	return &protocolError{code: codeInvalidPassword, msg: `password authentication failed for user "` + user + `"`}
+	return &wire.ProtocolError{Code: sqlstate.InvalidPassword, Msg: `password authentication failed for user "` + user + `"`}
 }
 
-// authenticate runs the authentication exchange on conn, whose client has
+// Authenticate runs the authentication exchange on conn, whose client has
 // sent its StartupMessage for user and database; when it succeeds the
 // caller sends the login's ok (AuthenticationOk) with ParameterStatus,
 // BackendKeyData and ReadyForQuery. It reads conn unbuffered, so nothing after the exchange
-// is consumed; ctx bounds the auth query. Errors: a *protocolError the
+// is consumed; ctx bounds the auth query. Errors: a *wire.ProtocolError the
 // caller answers with a FATAL ErrorResponse (28P01 for a failed login, 28000
 // for a user trust does not know, 08001 when the auth query could not
 // answer, whose cause is logged, 08P01 for a malformed message); any other
 // error (the client went away, a deadline the caller set) ends the
 // connection without an answer.
-func (a *clientAuth) authenticate(ctx context.Context, conn net.Conn, user, database string) (*loginSecret, error) {
+func (a *Auth) Authenticate(ctx context.Context, conn net.Conn, user, database string) (*Login, error) {
 	var entry *authUser
 	if a.source != nil {
 		var err error
 		if entry, err = a.source.lookup(ctx, user, database); err != nil {
 			a.log.Error("client authentication: the auth query failed", "user", user, "database", database, "error", err)
-			return nil, &protocolError{code: codeUnableToConnect, msg: `could not look up the password of user "` + user + `"`}
+			return nil, &wire.ProtocolError{Code: sqlstate.SQLClientUnableToEstablishSQLConnection, Msg: `could not look up the password of user "` + user + `"`}
 		}
 	}
 	var secret *authSecret
@@ -210,39 +204,39 @@ func (a *clientAuth) authenticate(ctx context.Context, conn net.Conn, user, data
 	if err != nil {
 		return nil, err
 	}
-	login.settings = settings
+	login.Settings = settings
 	return login, nil
 }
 
 // exchange runs the exchange of a.method for user, whose entry the source
 // has (known) with secret (nil: no usable password).
-func (a *clientAuth) exchange(conn net.Conn, user string, known bool, secret *authSecret) (*loginSecret, error) {
-	if a.method == authTrust {
+func (a *Auth) exchange(conn net.Conn, user string, known bool, secret *authSecret) (*Login, error) {
+	if a.method == Trust {
 		if a.source != nil && !known {
-			return nil, &protocolError{code: codeInvalidAuthorization, msg: `role "` + user + `" does not exist`}
+			return nil, &wire.ProtocolError{Code: sqlstate.InvalidAuthorizationSpecification, Msg: `role "` + user + `" does not exist`}
 		}
-		login := &loginSecret{}
+		login := &Login{}
 		if secret != nil {
 			switch secret.kind {
 			case secretPlain:
-				login.password = secret.text
+				login.Password = secret.text
 			case secretMD5:
-				login.md5 = secret.text
+				login.MD5 = secret.text
 			}
 		}
-		login.ok = authOK(nil)
+		login.OK = authOK(nil)
 		return login, nil
 	}
 
 	var (
-		login *loginSecret
+		login *Login
 		final pgproto3.BackendMessage
 		err   error
 	)
 	switch {
-	case a.method == authPlain:
+	case a.method == Plain:
 		login, err = a.cleartext(conn, user, secret)
-	case a.method == authMD5 && (secret == nil || secret.kind != secretSCRAM):
+	case a.method == MD5 && (secret == nil || secret.kind != secretSCRAM):
 		login, err = a.md5(conn, user, secret)
 	default:
 		login, final, err = a.scram(conn, user, secret)
@@ -250,7 +244,7 @@ func (a *clientAuth) exchange(conn net.Conn, user string, known bool, secret *au
 	if err != nil {
 		return nil, err
 	}
-	login.ok = authOK(final)
+	login.OK = authOK(final)
 	return login, nil
 }
 
@@ -258,7 +252,7 @@ func (a *clientAuth) exchange(conn net.Conn, user string, known bool, secret *au
 // without a verifier gets a mock exchange that fails at the end, as
 // PostgreSQL's does. It returns the AuthenticationSASLFinal to send with
 // AuthenticationOk.
-func (a *clientAuth) scram(conn net.Conn, user string, secret *authSecret) (*loginSecret, pgproto3.BackendMessage, error) {
+func (a *Auth) scram(conn net.Conn, user string, secret *authSecret) (*Login, pgproto3.BackendMessage, error) {
 	var v *scram.Verifier
 	if secret != nil {
 		v = secret.scramVerifier()
@@ -275,12 +269,12 @@ func (a *clientAuth) scram(conn net.Conn, user string, secret *authSecret) (*log
 	}
 	data, ok := saslInitialData(body)
 	if !ok {
-		return nil, nil, &protocolError{code: codeProtocolViolation, msg: "invalid SASLInitialResponse message"}
+		return nil, nil, &wire.ProtocolError{Code: sqlstate.ProtocolViolation, Msg: "invalid SASLInitialResponse message"}
 	}
 	var initial pgproto3.SASLInitialResponse
 	_ = initial.Decode(body) // checked by saslInitialData
 	if initial.AuthMechanism != scram.Mechanism {
-		return nil, nil, &protocolError{code: codeProtocolViolation, msg: "client selected an invalid SASL authentication mechanism"}
+		return nil, nil, &wire.ProtocolError{Code: sqlstate.ProtocolViolation, Msg: "client selected an invalid SASL authentication mechanism"}
 	}
 	srv := scram.NewServer(v)
 	first, err := srv.First(data)
@@ -297,11 +291,11 @@ func (a *clientAuth) scram(conn net.Conn, user string, secret *authSecret) (*log
 	if err != nil {
 		return nil, nil, scramError(err, user)
 	}
-	login := &loginSecret{keys: keys}
+	login := &Login{Keys: keys}
 	if secret != nil && secret.kind == secretPlain {
 		// The keys belong to a verifier the proxy made, which the server
 		// does not have: its login uses the password.
-		login = &loginSecret{password: secret.text}
+		login = &Login{Password: secret.text}
 	}
 	return login, &pgproto3.AuthenticationSASLFinal{Data: final}, nil
 }
@@ -325,7 +319,7 @@ func saslInitialData(body []byte) ([]byte, bool) {
 func scramError(err error, user string) error {
 	var me *scram.MalformedError
 	if errors.As(err, &me) {
-		return &protocolError{code: codeProtocolViolation, msg: me.Error()}
+		return &wire.ProtocolError{Code: sqlstate.ProtocolViolation, Msg: me.Error()}
 	}
 	return authFailed(user)
 }
@@ -334,7 +328,7 @@ func scramError(err error, user string) error {
 // 4-byte salt; the client answers "md5" + hex(md5(hex(md5(password + user))
 // + salt)) (PostgreSQL's md5_crypt_verify). An unknown user is asked too,
 // and fails.
-func (a *clientAuth) md5(conn net.Conn, user string, secret *authSecret) (*loginSecret, error) {
+func (a *Auth) md5(conn net.Conn, user string, secret *authSecret) (*Login, error) {
 	var salt [4]byte
 	_, _ = rand.Read(salt[:])
 	if err := writeMessage(conn, &pgproto3.AuthenticationMD5Password{Salt: salt}); err != nil {
@@ -349,21 +343,21 @@ func (a *clientAuth) md5(conn net.Conn, user string, secret *authSecret) (*login
 	}
 	hash := secret.text
 	if secret.kind == secretPlain {
-		hash = md5Hash(secret.text, user)
+		hash = MD5Hash(secret.text, user)
 	}
-	want := md5Hash(hash[3:], string(salt[:]))
+	want := MD5Hash(hash[3:], string(salt[:]))
 	if subtle.ConstantTimeCompare([]byte(answer), []byte(want)) != 1 {
 		return nil, authFailed(user)
 	}
-	login := &loginSecret{md5: hash}
+	login := &Login{MD5: hash}
 	if secret.kind == secretPlain {
-		login.password = secret.text
+		login.Password = secret.text
 	}
 	return login, nil
 }
 
-// md5Hash is "md5" + hex(md5(password + salt)): PostgreSQL's pg_md5_encrypt.
-func md5Hash(password, salt string) string {
+// MD5Hash is "md5" + hex(md5(password + salt)): PostgreSQL's pg_md5_encrypt.
+func MD5Hash(password, salt string) string {
 	sum := md5.Sum([]byte(password + salt)) //nolint:gosec // PostgreSQL's md5 method
 	return "md5" + hex.EncodeToString(sum[:])
 }
@@ -371,7 +365,7 @@ func md5Hash(password, salt string) string {
 // cleartext runs PostgreSQL's password method: the client sends the
 // password itself, checked against a plain password, an md5 hash or a SCRAM
 // verifier (PostgreSQL's plain_crypt_verify).
-func (a *clientAuth) cleartext(conn net.Conn, user string, secret *authSecret) (*loginSecret, error) {
+func (a *Auth) cleartext(conn net.Conn, user string, secret *authSecret) (*Login, error) {
 	if err := writeMessage(conn, &pgproto3.AuthenticationCleartextPassword{}); err != nil {
 		return nil, err
 	}
@@ -382,17 +376,17 @@ func (a *clientAuth) cleartext(conn net.Conn, user string, secret *authSecret) (
 	if secret == nil {
 		return nil, authFailed(user)
 	}
-	login := &loginSecret{password: password}
+	login := &Login{Password: password}
 	switch secret.kind {
 	case secretPlain:
 		if subtle.ConstantTimeCompare([]byte(password), []byte(secret.text)) != 1 {
 			return nil, authFailed(user)
 		}
 	case secretMD5:
-		if subtle.ConstantTimeCompare([]byte(md5Hash(password, user)), []byte(secret.text)) != 1 {
+		if subtle.ConstantTimeCompare([]byte(MD5Hash(password, user)), []byte(secret.text)) != 1 {
 			return nil, authFailed(user)
 		}
-		login.md5 = secret.text
+		login.MD5 = secret.text
 	case secretSCRAM:
 		v := secret.verifier
 		keys, err := scram.PasswordKeys(password, v.Salt, v.Iterations)
@@ -404,7 +398,7 @@ func (a *clientAuth) cleartext(conn net.Conn, user string, secret *authSecret) (
 			subtle.ConstantTimeCompare(got.ServerKey[:], v.ServerKey[:]) != 1 {
 			return nil, authFailed(user)
 		}
-		login.keys = keys
+		login.Keys = keys
 	}
 	return login, nil
 }
@@ -422,7 +416,7 @@ func readPassword(conn net.Conn) (string, error) {
 	}
 	var msg pgproto3.PasswordMessage
 	if err := msg.Decode(body); err != nil || len(msg.Password)+1 != len(body) {
-		return "", &protocolError{code: codeProtocolViolation, msg: "invalid password packet size"}
+		return "", &wire.ProtocolError{Code: sqlstate.ProtocolViolation, Msg: "invalid password packet size"}
 	}
 	if msg.Password == "" {
 		return "", errEmptyPassword
@@ -439,12 +433,12 @@ func readAuthMessage(conn net.Conn, what string) ([]byte, error) {
 		return nil, fmt.Errorf("reading %s response: %w", what, err)
 	}
 	if hdr[0] != 'p' {
-		return nil, &protocolError{code: codeProtocolViolation,
-			msg: fmt.Sprintf("expected %s response, got message type %d", what, hdr[0])}
+		return nil, &wire.ProtocolError{Code: sqlstate.ProtocolViolation,
+			Msg: fmt.Sprintf("expected %s response, got message type %d", what, hdr[0])}
 	}
 	n := int64(int32(binary.BigEndian.Uint32(hdr[1:]))) - 4
 	if n < 0 || n > maxAuthMessage {
-		return nil, &protocolError{code: codeProtocolViolation, msg: "invalid message length"}
+		return nil, &wire.ProtocolError{Code: sqlstate.ProtocolViolation, Msg: "invalid message length"}
 	}
 	body := make([]byte, n)
 	if _, err := io.ReadFull(conn, body); err != nil {

@@ -1,6 +1,7 @@
-package proxy
+package auth
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/ttlproxy/ttlproxy/install"
 	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
 	"github.com/ttlproxy/ttlproxy/internal/pgtest"
+	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
 )
 
 // aqEnv is a database with ttlproxy.user_lookup installed for a login of
@@ -93,12 +96,12 @@ func (e *aqEnv) dsn(password string, query url.Values) string {
 	return u.String()
 }
 
-// auth makes a clientAuth with cfg, its log in a buffer, and serves it.
-func (e *aqEnv) auth(cfg authConfig) (addr string, results <-chan authResult, log *lockedBuffer) {
+// auth makes a Auth with cfg, its log in a buffer, and serves it.
+func (e *aqEnv) auth(cfg Config) (addr string, results <-chan authResult, log *lockedBuffer) {
 	e.t.Helper()
 	log = &lockedBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(log, nil))
-	a, err := newClientAuth(cfg)
+	a, err := New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -108,7 +111,7 @@ func (e *aqEnv) auth(cfg authConfig) (addr string, results <-chan authResult, lo
 }
 
 // login logs user in through addr into the client database and returns the
-// SQLSTATE ("" on success) and what authenticate returned.
+// SQLSTATE ("" on success) and what Authenticate returned.
 func (e *aqEnv) loginAs(addr string, results <-chan authResult, user, password string) (string, authResult) {
 	e.t.Helper()
 	code := connectTo(e.t, addr, e.clientDB, user, password)
@@ -129,22 +132,22 @@ func TestClientAuthQuery(t *testing.T) {
 		password bool
 		md5      bool
 	}
-	fail := want{code: codeInvalidPassword}
+	fail := want{code: sqlstate.InvalidPassword}
 	for _, c := range []struct {
 		authType   string
 		scram, md5 want
 		refused    want // unknown, expired and NOLOGIN roles
 		expired    want
 	}{
-		{authSCRAM, want{keys: true}, fail, fail, fail},
-		{authMD5, want{keys: true}, want{md5: true}, fail, fail},
-		{authPlain, want{keys: true, password: true}, want{md5: true, password: true}, fail, fail},
+		{SCRAM, want{keys: true}, fail, fail, fail},
+		{MD5, want{keys: true}, want{md5: true}, fail, fail},
+		{Plain, want{keys: true, password: true}, want{md5: true, password: true}, fail, fail},
 		// trust asks for no password, so VALID UNTIL does not apply, as in
 		// PostgreSQL; a role the query does not return is unknown.
-		{authTrust, want{}, want{md5: true}, want{code: codeInvalidAuthorization}, want{}},
+		{Trust, want{}, want{md5: true}, want{code: sqlstate.InvalidAuthorizationSpecification}, want{}},
 	} {
 		t.Run(c.authType, func(t *testing.T) {
-			addr, results, _ := e.auth(authConfig{Type: c.authType, DSN: e.dsn(aqLoginPassword, nil)})
+			addr, results, _ := e.auth(Config{Type: c.authType, DSN: e.dsn(aqLoginPassword, nil)})
 			check := func(user, password string, w want) {
 				t.Helper()
 				code, res := e.loginAs(addr, results, user, password)
@@ -155,21 +158,21 @@ func TestClientAuthQuery(t *testing.T) {
 					return
 				}
 				got := res.login
-				if (got.keys != nil) != w.keys || (got.password != "") != w.password || (got.md5 != "") != w.md5 {
-					t.Fatalf("%s: login secret keys=%v password=%v md5=%v, want %+v", user, got.keys != nil, got.password != "", got.md5 != "", w)
+				if (got.Keys != nil) != w.keys || (got.Password != "") != w.password || (got.MD5 != "") != w.md5 {
+					t.Fatalf("%s: login secret keys=%v password=%v md5=%v, want %+v", user, got.Keys != nil, got.Password != "", got.MD5 != "", w)
 				}
-				if len(got.settings) != 64 {
-					t.Fatalf("%s: settings hash %q, want 64 hex digits", user, got.settings)
+				if len(got.Settings) != 64 {
+					t.Fatalf("%s: settings hash %q, want 64 hex digits", user, got.Settings)
 				}
-				if got.keys != nil {
-					if code := scramLogin(t, e.srv.Addr(), user, got.keys); code != "" {
+				if got.Keys != nil {
+					if code := scramLogin(t, e.srv.Addr(), user, got.Keys); code != "" {
 						t.Fatalf("%s: the recovered keys do not log in to PostgreSQL: SQLSTATE %q", user, code)
 					}
 				}
 			}
 			check(e.scramRole, aqPassword, c.scram)
 			check(e.md5Role, aqPassword, c.md5)
-			if c.authType != authTrust {
+			if c.authType != Trust {
 				check(e.scramRole, aqPassword+"x", fail)
 				check(e.md5Role, aqPassword+"x", fail)
 			}
@@ -186,14 +189,14 @@ func TestClientAuthQuery(t *testing.T) {
 // empty settings hash.
 func TestClientAuthQueryChanges(t *testing.T) {
 	e := setupAuthQuery(t)
-	addr, results, _ := e.auth(authConfig{DSN: e.dsn(aqLoginPassword, nil)})
+	addr, results, _ := e.auth(Config{DSN: e.dsn(aqLoginPassword, nil)})
 	settings := func() string {
 		t.Helper()
 		code, res := e.loginAs(addr, results, e.scramRole, aqPassword)
 		if code != "" {
 			t.Fatalf("login: SQLSTATE %q (server: %v)", code, res.err)
 		}
-		return res.login.settings
+		return res.login.Settings
 	}
 	before := settings()
 	e.exec("ALTER ROLE " + e.scramRole + " IN DATABASE " + e.authDB + " SET work_mem = '8MB'")
@@ -214,17 +217,17 @@ func TestClientAuthQueryChanges(t *testing.T) {
 	if code, res := e.loginAs(addr, results, e.scramRole, "new pass"); code != "" {
 		t.Fatalf("login with the new password: SQLSTATE %q (server: %v)", code, res.err)
 	}
-	if code, _ := e.loginAs(addr, results, e.scramRole, aqPassword); code != codeInvalidPassword {
+	if code, _ := e.loginAs(addr, results, e.scramRole, aqPassword); code != sqlstate.InvalidPassword {
 		t.Fatalf("login with the old password: SQLSTATE %q, want 28P01", code)
 	}
 
-	addr, results, _ = e.auth(authConfig{DSN: e.dsn(aqLoginPassword, nil),
+	addr, results, _ = e.auth(Config{DSN: e.dsn(aqLoginPassword, nil),
 		Query: "SELECT username, password FROM ttlproxy.user_lookup($1)"})
 	code, res := e.loginAs(addr, results, e.scramRole, "new pass")
-	if code != "" || res.login.keys == nil || res.login.settings != "" {
+	if code != "" || res.login.Keys == nil || res.login.Settings != "" {
 		t.Fatalf("two-column query: SQLSTATE %q, login %+v (server: %v)", code, res.login, res.err)
 	}
-	if code, _ := e.loginAs(addr, results, e.expiredRole, aqPassword); code != codeInvalidPassword {
+	if code, _ := e.loginAs(addr, results, e.expiredRole, aqPassword); code != sqlstate.InvalidPassword {
 		t.Fatalf("two-column query, expired role: SQLSTATE %q, want 28P01", code)
 	}
 }
@@ -257,14 +260,14 @@ func TestClientAuthQuerySearchPath(t *testing.T) {
 		t.Fatalf("the shadowing operator is not used by a session with public first: %d rows, %v", n, err)
 	}
 
-	addr, results, _ := e.auth(authConfig{DSN: e.dsn(aqLoginPassword, hijacked)})
+	addr, results, _ := e.auth(Config{DSN: e.dsn(aqLoginPassword, hijacked)})
 	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != "" {
 		t.Fatalf("login: SQLSTATE %q (server: %v)", code, res.err)
 	}
-	if code, res := e.loginAs(addr, results, "aq_nobody", aqPassword); code != codeInvalidPassword {
+	if code, res := e.loginAs(addr, results, "aq_nobody", aqPassword); code != sqlstate.InvalidPassword {
 		t.Fatalf("unknown role: SQLSTATE %q, want 28P01 (server: %v)", code, res.err)
 	}
-	if code, res := e.loginAs(addr, results, e.expiredRole, aqPassword); code != codeInvalidPassword {
+	if code, res := e.loginAs(addr, results, e.expiredRole, aqPassword); code != sqlstate.InvalidPassword {
 		t.Fatalf("expired role: SQLSTATE %q, want 28P01 (server: %v)", code, res.err)
 	}
 }
@@ -289,9 +292,9 @@ func TestClientAuthQueryFailures(t *testing.T) {
 		{"wrong password", e.dsn("wrong-secret", nil), "28P01"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			addr, results, log := e.auth(authConfig{DSN: c.dsn})
+			addr, results, log := e.auth(Config{DSN: c.dsn})
 			code, res := e.loginAs(addr, results, e.scramRole, aqPassword)
-			if code != codeUnableToConnect {
+			if code != sqlstate.SQLClientUnableToEstablishSQLConnection {
 				t.Fatalf("SQLSTATE %q, want 08001 (server: %v)", code, res.err)
 			}
 			out := log.String()
@@ -304,19 +307,19 @@ func TestClientAuthQueryFailures(t *testing.T) {
 		})
 	}
 
-	addr, results, log := e.auth(authConfig{DSN: e.dsn(aqLoginPassword, nil)})
+	addr, results, log := e.auth(Config{DSN: e.dsn(aqLoginPassword, nil)})
 	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != "" {
 		t.Fatalf("login: SQLSTATE %q (server: %v)", code, res.err)
 	}
 	// A name the server cannot take as text is the client's input, not a
 	// failure of the source: an unknown user.
-	if code, res := e.loginAs(addr, results, "bad\xff", aqPassword); code != codeInvalidPassword {
+	if code, res := e.loginAs(addr, results, "bad\xff", aqPassword); code != sqlstate.InvalidPassword {
 		t.Fatalf("a user name that is not UTF-8: SQLSTATE %q, want 28P01 (server: %v)", code, res.err)
 	}
 	if _, err := install.ApplyAuthQuery(e.ctx, e.admin, "", true); err != nil {
 		t.Fatal(err)
 	}
-	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != codeUnableToConnect {
+	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != sqlstate.SQLClientUnableToEstablishSQLConnection {
 		t.Fatalf("without the function: SQLSTATE %q, want 08001 (server: %v)", code, res.err)
 	}
 	if out := log.String(); !strings.Contains(out, "42P01") && !strings.Contains(out, "42883") && !strings.Contains(out, "3F000") {
@@ -341,7 +344,7 @@ func TestClientAuthQueryReprepare(t *testing.T) {
 	e.exec("CREATE TABLE public.aq_users (username text, password text)",
 		"INSERT INTO public.aq_users SELECT rolname, rolpassword FROM pg_authid WHERE rolname = '"+e.scramRole+"'",
 		"GRANT SELECT ON public.aq_users TO "+e.login)
-	addr, results, log := e.auth(authConfig{DSN: e.dsn(aqLoginPassword, nil),
+	addr, results, log := e.auth(Config{DSN: e.dsn(aqLoginPassword, nil),
 		Query: "SELECT username, password FROM public.aq_users WHERE username = $1"})
 	if code, res := e.loginAs(addr, results, e.scramRole, aqPassword); code != "" {
 		t.Fatalf("login: SQLSTATE %q (server: %v)", code, res.err)
@@ -355,4 +358,22 @@ func TestClientAuthQueryReprepare(t *testing.T) {
 	if codes[len(codes)-1] != "" || codes[len(codes)-2] != "" {
 		t.Fatalf("logins after the change: SQLSTATEs %q, want the last ones to succeed\n%s", codes, log.String())
 	}
+}
+
+// lockedBuffer is a log sink safe for the auth query's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
