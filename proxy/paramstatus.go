@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 )
 
 // reportedParams is, in transaction mode, the ParameterStatus values a
@@ -24,13 +25,13 @@ type reportedParams struct {
 	values map[string]string
 	// held: reports among the proxy's own answers not yet released, in
 	// arrival order.
-	held []paramStatus
+	held []upstream.ParamStatus
 }
 
-func newReportedParams(params []paramStatus) *reportedParams {
+func newReportedParams(params []upstream.ParamStatus) *reportedParams {
 	v := make(map[string]string, len(params))
 	for _, p := range params {
-		v[p.name] = p.value
+		v[p.Name] = p.Value
 	}
 	return &reportedParams{values: v}
 }
@@ -75,7 +76,7 @@ func (rp *reportedParams) hold(body []byte) bool {
 		return false
 	}
 	if name, value, ok := parseParamStatus(body); ok {
-		rp.held = append(rp.held, paramStatus{name: string(name), value: string(value)})
+		rp.held = append(rp.held, upstream.ParamStatus{Name: string(name), Value: string(value)})
 	}
 	return true
 }
@@ -90,10 +91,10 @@ func (rp *reportedParams) release(w *wire.Writer) error {
 	final := make(map[string]string, len(rp.held))
 	var order []string
 	for _, p := range rp.held {
-		if _, seen := final[p.name]; !seen {
-			order = append(order, p.name)
+		if _, seen := final[p.Name]; !seen {
+			order = append(order, p.Name)
 		}
-		final[p.name] = p.value
+		final[p.Name] = p.Value
 	}
 	rp.held = rp.held[:0]
 	for _, name := range order {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 )
 
 // A pool holds the server connections of one pool key for transaction
@@ -84,13 +85,13 @@ type poolConfig struct {
 }
 
 // loginFunc logs in one server connection (Server.loginServer).
-type loginFunc func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error)
+type loginFunc func(ctx context.Context, lg serverLogin) (*serverConn, *upstream.Welcome, error)
 
 // pooledServer is one server connection of a pool.
 type pooledServer struct {
 	pool    *pool
 	sc      *serverConn
-	welcome *serverWelcome
+	welcome *upstream.Welcome
 	// born is when the login finished, idleSince when the server was last
 	// put on the idle stack (monoNow).
 	born, idleSince int64
@@ -142,7 +143,7 @@ func waitTimeoutError(d time.Duration) error {
 // loginError is the wire.ProtocolError a client gets for a failed server login:
 // the server's own SQLSTATE and message, or 08001.
 func loginError(err error) *wire.ProtocolError {
-	var se *serverError
+	var se *upstream.ServerError
 	if errors.As(err, &se) {
 		return &wire.ProtocolError{Code: se.Code, Msg: se.Message}
 	}
@@ -159,11 +160,11 @@ func loginError(err error) *wire.ProtocolError {
 // stream during the login) is transient: clients wait while the login is
 // tried again.
 func loginPermanent(err error) bool {
-	var se *serverError
+	var se *upstream.ServerError
 	if !errors.As(err, &se) {
 		return false
 	}
-	return se.unanswerable || strings.HasPrefix(se.Code, "28") || se.Code == codeInvalidCatalogName
+	return se.Unanswerable || strings.HasPrefix(se.Code, "28") || se.Code == codeInvalidCatalogName
 }
 
 // First and longest wait before a transiently failed server login is tried
@@ -606,10 +607,10 @@ func (p *pool) loginOne(lg serverLogin, timeout time.Duration, started int64) {
 		p.obs.loginRecovered(p.key, time.Duration(now-p.outageAt), p.loginFails)
 	}
 	p.loginErr, p.loginFails, p.loginPerm, p.retryAt, p.outageAt = nil, 0, false, 0, 0
-	if welcome.keys != nil && p.secret != nil && p.secret.Keys == nil && p.secret.Password != "" {
+	if welcome.Keys != nil && p.secret != nil && p.secret.Keys == nil && p.secret.Password != "" {
 		// Later logins skip PBKDF2.
 		s := *p.secret
-		s.Keys = welcome.keys
+		s.Keys = welcome.Keys
 		p.secret = &s
 	}
 	ps := &pooledServer{pool: p, sc: sc, welcome: welcome, born: now, idleSince: now}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 	"go.uber.org/goleak"
 )
 
@@ -29,7 +30,7 @@ func newTestPool(t *testing.T, cfg poolConfig, db *dbSlots, login loginFunc) *te
 		login = srv.loginServer
 	}
 	tp := &testPool{}
-	counted := func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error) {
+	counted := func(ctx context.Context, lg serverLogin) (*serverConn, *upstream.Welcome, error) {
 		tp.logins.Add(1)
 		return login(ctx, lg)
 	}
@@ -52,7 +53,7 @@ func mustAcquire(t *testing.T, p *testPool, client uint64) *pooledServer {
 }
 
 // backendPID is the server process ID from the BackendKeyData.
-func backendPID(ps *pooledServer) uint32 { return binary.BigEndian.Uint32(ps.welcome.key) }
+func backendPID(ps *pooledServer) uint32 { return binary.BigEndian.Uint32(ps.welcome.Key) }
 
 // waitFor polls cond for up to 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -284,7 +285,7 @@ func TestPoolLoginFailure(t *testing.T) {
 	srv := newLoginServer(t)
 	params := map[string]string{"user": "ttl_scram", "database": "postgres"}
 	var logins atomic.Int64
-	login := func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error) {
+	login := func(ctx context.Context, lg serverLogin) (*serverConn, *upstream.Welcome, error) {
 		logins.Add(1)
 		return srv.loginServer(ctx, lg)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/metrics"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 )
 
 // Transaction mode (docs/design/pooling.md): a client holds a server
@@ -22,7 +23,7 @@ import (
 // differs is here:
 //
 //   - the client logs in to the proxy (package auth), and the proxy logs
-//     in to servers in its name (serverlogin.go);
+//     in to servers in its name (package upstream, serverlogin.go);
 //   - each pooled server has a pump of its own for its whole life
 //     (runServer), which relays what the server sends to the link it
 //     serves and, at the ReadyForQuery that leaves the link idle outside a
@@ -557,7 +558,7 @@ func (s *clientConn) welcome() error {
 	b := s.authOK
 	s.authOK = nil
 	for _, p := range params {
-		l.lex.set(p.name, p.value)
+		l.lex.set(p.Name, p.Value)
 	}
 	if s.st.track && l.lex.bits.Load()&lexHighBytes != 0 {
 		_, _ = l.cw.Write(append(b, startupLexRefusal()...))
@@ -566,7 +567,7 @@ func (s *clientConn) welcome() error {
 		return errUnsafeEncoding
 	}
 	for _, p := range params {
-		b, _ = (&pgproto3.ParameterStatus{Name: p.name, Value: p.value}).Encode(b)
+		b, _ = (&pgproto3.ParameterStatus{Name: p.Name, Value: p.Value}).Encode(b)
 	}
 	b, _ = (&pgproto3.BackendKeyData{ProcessID: s.cancelKey.pid, SecretKey: s.cancelKey.secret[:]}).Encode(b)
 	_, _ = l.cw.Write(b)
@@ -585,7 +586,7 @@ func (s *clientConn) welcome() error {
 // there, valid under rule set rs (the state query's columns depend on it).
 type poolBaseline struct {
 	rs     *ruleSet
-	params []paramStatus
+	params []upstream.ParamStatus
 	row    stateRow
 }
 
@@ -593,7 +594,7 @@ type poolBaseline struct {
 // baseline and a fresh shared catalog, so that its login takes no server;
 // false when there is no baseline for the client's rule set or no catalog
 // young enough (welcomeFromServer reads them then).
-func (s *clientConn) welcomeFromBaseline(p *pool) ([]paramStatus, bool) {
+func (s *clientConn) welcomeFromBaseline(p *pool) ([]upstream.ParamStatus, bool) {
 	b := p.baseline.Load()
 	rs := s.rs.Load()
 	if b == nil || b.rs != rs {
@@ -617,7 +618,7 @@ func (s *clientConn) welcomeFromBaseline(p *pool) ([]paramStatus, bool) {
 // welcomeFromServer reads the catalog and the session state on a server of
 // the pool, at its login's settings, and records them as the pool's
 // baseline.
-func (s *clientConn) welcomeFromServer() ([]paramStatus, error) {
+func (s *clientConn) welcomeFromServer() ([]upstream.ParamStatus, error) {
 	l, pl := s.link, s.link.pooled.Load()
 	if err := s.relink(0); err != nil {
 		return nil, err
@@ -627,7 +628,7 @@ func (s *clientConn) welcomeFromServer() ([]paramStatus, error) {
 		return nil, errQuit
 	}
 	rs := s.rs.Load()
-	b := &poolBaseline{rs: rs, params: ps.welcome.params}
+	b := &poolBaseline{rs: rs, params: ps.welcome.Params}
 	var results [][][]string
 	if len(rs.rules) > 0 {
 		s.st.track = true
@@ -833,9 +834,9 @@ func (ps *poolSet) get(key poolKey, startup map[string]string) *pool {
 		ps.dbs[key.database] = db
 	}
 	srv := ps.srv
-	login := func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error) {
+	login := func(ctx context.Context, lg serverLogin) (*serverConn, *upstream.Welcome, error) {
 		sc, w, err := srv.loginServer(ctx, lg)
-		if errors.Is(err, errServerLogin) {
+		if errors.Is(err, upstream.ErrLogin) {
 			srv.metrics.UpstreamErrors.Inc()
 		}
 		return sc, w, err

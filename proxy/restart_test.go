@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ttlproxy/ttlproxy/internal/pgcluster"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 )
 
 // restartWriters is the number of clients inserting through the proxy while
@@ -285,13 +286,13 @@ func (w *restartWriters) check(t *testing.T, c *pgcluster.Cluster) {
 // the client's answer at once (TestPoolLoginFailure).
 func TestPoolLoginTransient(t *testing.T) {
 	for _, fail := range []error{
-		&serverError{Code: "57P03", Message: "the database system is starting up"},
-		fmt.Errorf("%w: dial tcp: connection refused", errServerLogin),
+		&upstream.ServerError{Code: "57P03", Message: "the database system is starting up"},
+		fmt.Errorf("%w: dial tcp: connection refused", upstream.ErrLogin),
 	} {
 		t.Run(fmt.Sprint(fail), func(t *testing.T) {
 			srv := newLoginServer(t)
 			var logins atomic.Int64
-			login := func(ctx context.Context, lg serverLogin) (*serverConn, *serverWelcome, error) {
+			login := func(ctx context.Context, lg serverLogin) (*serverConn, *upstream.Welcome, error) {
 				if logins.Add(1) <= 3 {
 					return nil, nil, fail
 				}

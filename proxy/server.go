@@ -16,6 +16,7 @@ import (
 	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/metrics"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 )
 
 // Server is a PostgreSQL proxy. Create it with New and run it with Serve.
@@ -28,10 +29,8 @@ type Server struct {
 	set      atomic.Pointer[ruleSet]
 	reloadMu sync.Mutex
 
-	// sslMode and upstreamTLS are the upstream link's TLS (upstream.go);
-	// upstreamTLS is nil for sslmode disable.
-	sslMode     string
-	upstreamTLS *tls.Config
+	// dialer connects to the upstream server, with TLS as configured.
+	dialer *upstream.Dialer
 
 	// latency holds the sessions' recent busy periods (latency.go).
 	latency *latencyWindow
@@ -90,9 +89,12 @@ func New(cfg Config) (*Server, error) {
 			s.tlsConfig.NextProtos = append(s.tlsConfig.NextProtos, alpnProtocol)
 		}
 	}
-	if s.sslMode, s.upstreamTLS, err = upstreamTLS(cfg.UpstreamTLS, cfg.Upstream); err != nil {
+	sslMode, upTLS, err := upstreamTLS(cfg.UpstreamTLS, cfg.Upstream)
+	if err != nil {
 		return nil, err
 	}
+	s.dialer = &upstream.Dialer{Addr: cfg.Upstream, Timeout: cfg.DialTimeout, Net: cfg.UpstreamTCP.dialer(),
+		DialTCP: cfg.dialTCP, TLS: upTLS, SSLMode: sslMode}
 	if cfg.PoolMode == PoolModeTransaction {
 		if s.auth, err = auth.New(cfg.authConfig()); err != nil {
 			return nil, err
@@ -260,7 +262,7 @@ func acceptErrorReason(err error) (reason string, transient bool) {
 // CheckUpstream dials the upstream server (and negotiates TLS as
 // configured) and closes the connection: a readiness check.
 func (s *Server) CheckUpstream(ctx context.Context) error {
-	conn, err := s.dialUpstream(ctx)
+	conn, err := s.dialer.Dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ttlproxy/ttlproxy/internal/scram"
 	"github.com/ttlproxy/ttlproxy/internal/wire"
 	"github.com/ttlproxy/ttlproxy/proxy/internal/auth"
+	"github.com/ttlproxy/ttlproxy/proxy/internal/upstream"
 	"github.com/ttlproxy/ttlproxy/rewrite"
 )
 
@@ -162,21 +163,21 @@ func TestServerLogin(t *testing.T) {
 			if got := serverQuery(t, sc, "SELECT current_user"); got != c.user {
 				t.Fatalf("current_user = %q, want %q", got, c.user)
 			}
-			if len(w.key) != 8 || sc.cancelRequest() == nil {
-				t.Fatalf("BackendKeyData %x not kept", w.key)
+			if len(w.Key) != 8 || sc.cancelRequest() == nil {
+				t.Fatalf("BackendKeyData %x not kept", w.Key)
 			}
-			if !hasParam(w.params, "server_version") || !hasParam(w.params, "client_encoding") {
-				t.Fatalf("ParameterStatus not collected: %v", w.params)
+			if !hasParam(w.Params, "server_version") || !hasParam(w.Params, "client_encoding") {
+				t.Fatalf("ParameterStatus not collected: %v", w.Params)
 			}
-			if (w.keys != nil) != (c.user == "ttl_scram") {
-				t.Fatalf("keys = %v after a login as %s", w.keys, c.user)
+			if (w.Keys != nil) != (c.user == "ttl_scram") {
+				t.Fatalf("keys = %v after a login as %s", w.Keys, c.user)
 			}
 		})
 	}
 
 	t.Run("keys from a password log in again", func(t *testing.T) {
 		_, w := mustLoginServer(t, srv, "ttl_scram", &auth.Login{Password: "scram-secret"})
-		sc, _ := mustLoginServer(t, srv, "ttl_scram", &auth.Login{Keys: w.keys})
+		sc, _ := mustLoginServer(t, srv, "ttl_scram", &auth.Login{Keys: w.Keys})
 		if got := serverQuery(t, sc, "SELECT session_user"); got != "ttl_scram" {
 			t.Fatalf("session_user = %q", got)
 		}
@@ -204,7 +205,7 @@ func TestServerLogin(t *testing.T) {
 				sc.close()
 				t.Fatal("login succeeded")
 			}
-			var se *serverError
+			var se *upstream.ServerError
 			if !errors.As(err, &se) || se.Code != c.code {
 				t.Fatalf("err = %v, want SQLSTATE %s", err, c.code)
 			}
@@ -219,14 +220,14 @@ func TestServerLogin(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, _, err = down.loginServer(ctx, serverLogin{params: map[string]string{"user": "ttl_trust", "database": "postgres"}})
-		var se *serverError
-		if !errors.Is(err, errServerLogin) || errors.As(err, &se) {
-			t.Fatalf("err = %v, want errServerLogin", err)
+		var se *upstream.ServerError
+		if !errors.Is(err, upstream.ErrLogin) || errors.As(err, &se) {
+			t.Fatalf("err = %v, want upstream.ErrLogin", err)
 		}
 	})
 }
 
-func mustLoginServer(t *testing.T, srv *Server, user string, secret *auth.Login) (*serverConn, *serverWelcome) {
+func mustLoginServer(t *testing.T, srv *Server, user string, secret *auth.Login) (*serverConn, *upstream.Welcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -269,9 +270,9 @@ func serverQuery(t *testing.T, sc *serverConn, sql string) string {
 	}
 }
 
-func hasParam(params []paramStatus, name string) bool {
+func hasParam(params []upstream.ParamStatus, name string) bool {
 	for _, p := range params {
-		if p.name == name {
+		if p.Name == name {
 			return true
 		}
 	}

@@ -184,7 +184,7 @@ func (s *clientConn) startSession(pkt []byte) error {
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.DialTimeout)
 	defer cancel()
-	up, err := s.srv.dialUpstream(ctx)
+	up, err := s.srv.dialer.Dial(ctx)
 	if err != nil {
 		s.srv.metrics.UpstreamErrors.Inc()
 		s.log.Error("connecting to upstream", "err", err)
@@ -216,7 +216,7 @@ func isReplication(v string) bool {
 func (srv *Server) sendCancel(pkt []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), srv.cfg.DialTimeout)
 	defer cancel()
-	conn, err := srv.dialUpstream(ctx)
+	conn, err := srv.dialer.Dial(ctx)
 	if err != nil {
 		srv.metrics.UpstreamErrors.Inc()
 		return err

@@ -1,17 +1,11 @@
 package proxy
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"time"
-
-	"github.com/ttlproxy/ttlproxy/internal/wire"
 )
 
 // The link to the upstream server: TCP, and TLS with libpq's meaning of
@@ -97,60 +91,4 @@ func upstreamTLS(u *UpstreamTLS, upstream string) (string, *tls.Config, error) {
 		return "", nil, fmt.Errorf("proxy: unknown sslmode %q (want disable, prefer, require, verify-ca or verify-full)", mode)
 	}
 	return mode, c, nil
-}
-
-// dialUpstream connects to the upstream server and, unless the mode is
-// disable, negotiates TLS: the returned connection is ready for a
-// StartupMessage or CancelRequest.
-func (s *Server) dialUpstream(ctx context.Context) (net.Conn, error) {
-	conn, err := s.dialTCP(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: connecting to upstream %s: %w", s.cfg.Upstream, err)
-	}
-	conn = wire.NewConn(conn)
-	if s.upstreamTLS == nil {
-		return conn, nil
-	}
-	tc, err := s.negotiateTLS(ctx, conn)
-	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("proxy: upstream %s: %w", s.cfg.Upstream, err)
-	}
-	return tc, nil
-}
-
-// negotiateTLS sends an SSLRequest on conn and runs the handshake when the
-// server accepts; with SSLPrefer a refusal leaves conn plain.
-func (s *Server) negotiateTLS(ctx context.Context, conn net.Conn) (net.Conn, error) {
-	deadline := time.Now().Add(s.cfg.DialTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = conn.SetDeadline(deadline)
-	defer func() { _ = conn.SetDeadline(time.Time{}) }()
-	var req [8]byte
-	binary.BigEndian.PutUint32(req[:4], 8)
-	binary.BigEndian.PutUint32(req[4:], wire.SSLRequestCode)
-	if _, err := conn.Write(req[:]); err != nil {
-		return nil, fmt.Errorf("sending SSLRequest: %w", err)
-	}
-	var answer [1]byte
-	if _, err := io.ReadFull(conn, answer[:]); err != nil {
-		return nil, fmt.Errorf("reading the answer to SSLRequest: %w", err)
-	}
-	switch answer[0] {
-	case 'S':
-		tc := tls.Client(conn, s.upstreamTLS)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			return nil, fmt.Errorf("TLS handshake (sslmode %s): %w", s.sslMode, err)
-		}
-		_ = tc.SetDeadline(time.Time{})
-		return tc, nil
-	case 'N':
-		if s.sslMode == SSLPrefer {
-			return conn, nil
-		}
-		return nil, fmt.Errorf("the server does not support TLS (sslmode %s)", s.sslMode)
-	}
-	return nil, fmt.Errorf("unexpected answer %q to SSLRequest", answer[0])
 }

@@ -17,13 +17,6 @@ import (
 // apart: 150 s), and one with unacknowledged data for the kernel's
 // retransmissions to give up, about 15 minutes.
 
-// upstreamDialer returns the dialer of the sockets to the upstream server.
-func (s *Server) upstreamDialer() *net.Dialer {
-	d := s.cfg.UpstreamTCP.dialer()
-	d.Timeout = s.cfg.DialTimeout
-	return d
-}
-
 // DialFunc returns a dial function with u's keepalive and TCP_USER_TIMEOUT,
 // for the proxy's other connections to PostgreSQL (the sweeper's, the DDL
 // events' and the auth query's: pgconn.Config.DialFunc), which bound the
@@ -54,15 +47,6 @@ func (u UpstreamTCP) dialer() *net.Dialer {
 		}
 	}
 	return d
-}
-
-// dialTCP connects to the upstream server with upstreamDialer.
-func (s *Server) dialTCP(ctx context.Context) (net.Conn, error) {
-	d := s.upstreamDialer()
-	if s.cfg.dialTCP != nil {
-		return s.cfg.dialTCP(ctx, d, s.cfg.Upstream)
-	}
-	return d.DialContext(ctx, "tcp", s.cfg.Upstream)
 }
 
 // setTCPUserTimeout sets TCP_USER_TIMEOUT (milliseconds) on a socket before
