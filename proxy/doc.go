@@ -9,6 +9,13 @@
 // transaction state stay exactly what they would be had the server rejected
 // the original; the server's error is then swapped for the rejection.
 //
+// proxy is the top layer (ARCHITECTURE.md): it assembles the byte engine
+// (internal/wire), client authentication (proxy/internal/auth), the
+// upstream dial and login (proxy/internal/upstream) and the metrics
+// (proxy/internal/metrics), and holds the sessions, the pools and the
+// catalog. Nothing below it may import it; what it hands down are values
+// and callbacks.
+//
 // Usage:
 //
 //	rw, _ := rewrite.New(rules, rewrite.Options{})
