@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -83,6 +84,9 @@ func readINI(path string, depth int, out *[]iniLine) error {
 	data, err := os.ReadFile(path) //nolint:gosec // the file the operator names, and its %include files
 	if err != nil {
 		return err
+	}
+	if !utf8.Valid(data) {
+		return fmt.Errorf("%s: not UTF-8 text", path)
 	}
 	section := ""
 	sc := bufio.NewScanner(bytes.NewReader(data))
