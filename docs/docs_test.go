@@ -319,7 +319,7 @@ func codeSubcommands(t *testing.T) []string {
 	return sortedSet(cmds)
 }
 
-var commandRow = regexp.MustCompile("^\\| `ttlproxy ([a-z]+)")
+var commandRow = regexp.MustCompile("^\\| `ttlproxy ([a-z]+(?:-[a-z]+)*)")
 
 // TestSubcommands: every subcommand of ttlproxy has a row in commands.md,
 // and every row there is a subcommand.

@@ -172,7 +172,15 @@ func (s *clientConn) noteStatement(sql string) error {
 	if pl.forLife.Load() {
 		return nil
 	}
-	return s.noteScan(pl, scanStatement(sql))
+	return s.noteScan(pl, s.scanStatement(pl, sql))
+}
+
+// scanStatement is scanStatement for the client's text, under the
+// standard_conforming_strings its server last reported.
+func (s *clientConn) scanStatement(pl *pooledLink, sql string) statementScan {
+	var sc statementScan
+	sc, pl.spans = scanStatement(sql, s.link.lex.bits.Load()&lexBackslash != 0, pl.spans)
+	return sc
 }
 
 // noteScan pins the client, asks for its pin to be checked, or marks its
@@ -201,7 +209,7 @@ func (s *clientConn) noteParse(name []byte, sql string) error {
 	if pl.forLife.Load() {
 		return nil
 	}
-	sc := scanStatement(sql)
+	sc := s.scanStatement(pl, sql)
 	switch {
 	case sc.settings:
 		if pl.settingsStmts == nil {
@@ -249,39 +257,84 @@ type statementScan struct {
 	custom   []string
 }
 
-// scanStatement scans words (letters, digits, _ and $), case-insensitively,
-// skipping comments, and quoted text's quotes but not its words, so that it
-// errs toward a pin. Settings: a statement led by SET (but SET LOCAL, SET
+// scanStatement finds what sql may do to its session (statementScan).
+// It reads tokens as PostgreSQL's scanner does (rewrite.LiteralSpans):
+// words and quoted identifiers count, the contents of literals and
+// comments do not, so `WHERE v = 'on hold'` pins nothing. The exception is
+// the body of a DO block, code the server runs, whose words all count
+// (scanWords). A text the token reader cannot read exactly, or one whose
+// reading depends on standard_conforming_strings while the server reports
+// it off (backslash), is scanned by words alone, literals and all, which
+// errs toward a pin. spans is a buffer for the literals' offsets, returned
+// for reuse.
+func scanStatement(sql string, backslash bool, spans []int) (statementScan, []int) {
+	if backslash && backslashOutsideEscapes(sql) {
+		return scanWords(sql), spans
+	}
+	if !mayHoldString(sql) {
+		return scanText(sql, nil, true), spans
+	}
+	spans, ok := rewrite.LiteralSpans(spans[:0], sql)
+	if !ok {
+		return scanWords(sql), spans
+	}
+	return scanText(sql, spans, true), spans
+}
+
+// scanWords scans every word of sql, inside literals too (scanText).
+func scanWords(sql string) statementScan { return scanText(sql, nil, false) }
+
+// scanText scans words (letters, digits, _ and $), case-insensitively,
+// skipping comments. Settings: a statement led by SET (but SET LOCAL, SET
 // TRANSACTION and SET CONSTRAINTS, which end with the transaction), RESET or
 // DISCARD, or set_config anywhere; the setting's name must be plain words
 // (a quoted name, or set_config's first argument not a literal, pins for
 // life). Pins: SET/RESET SESSION AUTHORIZATION, statements led by LISTEN,
-// PREPARE (but PREPARE TRANSACTION) or LOAD; anywhere the words TEMP,
-// TEMPORARY or HOLD, or text containing advisory (but xact, a lock the
-// transaction's end releases, or unlock, which may end a pin), pg_temp or
-// dblink. A pin
-// for life ends the scan; other pins do not, so that the settings of the
-// same text are seen. Unpin: statements led by DISCARD, UNLISTEN, CLOSE,
+// PREPARE (but PREPARE TRANSACTION) or LOAD; the words TEMP or TEMPORARY,
+// HOLD, a word containing advisory (but xact, a lock the transaction's end
+// releases, or unlock, which may end a pin), pg_temp or dblink. A pin for
+// life ends the scan; other pins do not, so that the settings of the same
+// text are seen. Unpin: statements led by DISCARD, UNLISTEN, CLOSE,
 // DEALLOCATE or DROP, and the advisory unlock functions.
-func scanStatement(sql string) (sc statementScan) {
-	lead := true    // the next word leads a statement
-	after := ""     // the leading word(s) whose next word decides
-	expectName := 0 // 1: the next word is a setting's name; 2: after its dot
+//
+// With tokens (spans, the offsets of sql's literals, start then end), a
+// literal is skipped but in a DO statement (scanWords of its body); a
+// quoted identifier is a name, never a keyword, read for the functions it
+// may call; TEMP and TEMPORARY count only where the grammar takes them
+// (after CREATE, OR REPLACE, LOCAL, GLOBAL or INTO), HOLD only after WITH,
+// an advisory word only when a call's parenthesis may follow. Without
+// tokens, quotes delimit nothing and every such word counts.
+func scanText(sql string, spans []int, tokens bool) (sc statementScan) {
+	lead := true     // the next word leads a statement
+	doBlock := false // the statement is a DO block
+	prev := ""       // the word just before, "" after any other token
+	after := ""      // the leading word(s) whose next word decides
+	expectName := 0  // 1: the next word is a setting's name; 2: after its dot
 	name := ""
+	k := 0 // spans[k] is the next literal's start
 	for i := 0; i < len(sql); {
+		if k < len(spans) && i >= spans[k] {
+			start, end := spans[k], spans[k+1]
+			k += 2
+			if doBlock && sc.merge(scanWords(sql[start:end])) {
+				return sc
+			}
+			if expectName == 2 {
+				sc.noteName(name)
+				expectName, name = 0, ""
+			}
+			lead, prev, i = false, "", end
+			continue
+		}
 		c := sql[i]
 		switch {
 		case c == '-' && i+1 < len(sql) && sql[i+1] == '-':
-			for i < len(sql) && sql[i] != '\n' {
+			for i < len(sql) && sql[i] != '\n' && (!tokens || sql[i] != '\r') {
 				i++
 			}
 			continue
 		case c == '/' && i+1 < len(sql) && sql[i+1] == '*':
-			i += 2
-			for i+1 < len(sql) && (sql[i] != '*' || sql[i+1] != '/') {
-				i++
-			}
-			i += 2
+			i = skipBlockComment(sql, i+2, tokens)
 			continue
 		case c == '.' && expectName == 2:
 			name += "."
@@ -291,6 +344,13 @@ func scanStatement(sql string) (sc statementScan) {
 		case c == '"' && (after != "" || expectName != 0):
 			// A quoted name: not followed.
 			return statementScan{pin: pinSettings}
+		case c == '"' && tokens:
+			end := quotedIdentEnd(sql, i+1)
+			if sc.noteCall(callWords(sql[i+1:end-1]), sql, end, spans, true) {
+				return sc
+			}
+			lead, prev, i = false, "", end
+			continue
 		case c == ';':
 			if after == "set" || after == "prepare" || after == "set session" {
 				return statementScan{pin: pinSettings} // an incomplete statement
@@ -299,13 +359,16 @@ func scanStatement(sql string) (sc statementScan) {
 				sc.noteName(name)
 				expectName, name = 0, ""
 			}
-			lead, after = true, ""
+			lead, after, doBlock, prev = true, "", false, ""
 			i++
 			continue
 		case !isWordByte(c):
 			if expectName == 2 {
 				sc.noteName(name)
 				expectName, name = 0, ""
+			}
+			if c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v' {
+				prev = ""
 			}
 			i++
 			continue
@@ -315,6 +378,8 @@ func scanStatement(sql string) (sc statementScan) {
 			i++
 		}
 		w := sql[start:i]
+		before := prev
+		prev = w
 		switch expectName {
 		case 1, 3:
 			name += strings.ToLower(w)
@@ -377,35 +442,24 @@ func scanStatement(sql string) (sc statementScan) {
 				continue
 			case equalFoldASCII(w, "load"):
 				return statementScan{pin: pinLoad}
+			case equalFoldASCII(w, "do"):
+				doBlock = true
+				continue
 			}
 		}
 		switch {
 		case equalFoldASCII(w, "temp"), equalFoldASCII(w, "temporary"):
-			sc.notePin(pinTemp)
+			if !tokens || takesTemp(before) {
+				sc.notePin(pinTemp)
+			}
 		case equalFoldASCII(w, "hold"):
-			sc.notePin(pinHoldCursor)
-		case containsFold(w, "advisory") && containsFold(w, "xact"):
-			// pg_advisory_xact_lock and friends: released at the end of
-			// the transaction, which the client holds its server for.
-		case containsFold(w, "advisory") && containsFold(w, "unlock"):
-			sc.unpin = true
-		case containsFold(w, "advisory"):
-			sc.notePin(pinAdvisoryLock)
-		case containsFold(w, "pg_temp"):
-			sc.notePin(pinTemp)
-		case containsFold(w, "dblink"):
-			return statementScan{pin: pinExtensionConn}
-		case containsFold(w, "set_config"):
-			n, ok := setConfigName(sql[i:])
-			if !ok {
-				return statementScan{pin: pinSettings}
+			if !tokens || equalFoldASCII(before, "with") {
+				sc.notePin(pinHoldCursor)
 			}
-			if n == "session_authorization" {
-				sc.notePin(pinSessionAuth)
-				continue
+		default:
+			if sc.noteCall(callWords(w), sql, i, spans, !tokens) {
+				return sc
 			}
-			sc.settings = true
-			sc.noteName(n)
 		}
 	}
 	switch after {
@@ -418,6 +472,192 @@ func scanStatement(sql string) (sc statementScan) {
 		return statementScan{pin: pinSettings}
 	}
 	return sc
+}
+
+// noteCall notes what a word or quoted name may call, k being its parts
+// (callWords) and sql[end:] the text after it: the advisory lock functions
+// (a call only when a parenthesis may follow, unless anyCall), pg_temp,
+// dblink, set_config, and the built-ins that run a query given as text
+// (query_to_xml and its kin, ts_stat), whose literals are code: with
+// tokens (spans), sql is then scanned again by words. It reports a pin for
+// life, which ends the scan (sc is then that pin alone).
+func (sc *statementScan) noteCall(k uint8, sql string, end int, spans []int, anyCall bool) (forLife bool) {
+	rest := sql[end:]
+	if k&callQueryText != 0 && spans != nil && sc.merge(scanWords(sql)) {
+		return true
+	}
+	switch {
+	case k&callAdvisory != 0 && k&callXact != 0:
+		// pg_advisory_xact_lock and friends: released at the end of
+		// the transaction, which the client holds its server for.
+	case k&callAdvisory != 0 && k&callUnlock != 0:
+		sc.unpin = true
+	case k&callAdvisory != 0:
+		if anyCall || mayCall(rest) {
+			sc.notePin(pinAdvisoryLock)
+		}
+	case k&callPgTemp != 0:
+		sc.notePin(pinTemp)
+	case k&callDblink != 0:
+		*sc = statementScan{pin: pinExtensionConn}
+		return true
+	case k&callSetConfig != 0:
+		n, ok := setConfigName(rest)
+		if !ok {
+			*sc = statementScan{pin: pinSettings}
+			return true
+		}
+		if n == "session_authorization" {
+			sc.notePin(pinSessionAuth)
+			return false
+		}
+		sc.settings = true
+		sc.noteName(n)
+	}
+	return false
+}
+
+// The parts of a name noteCall looks for (callWords).
+const (
+	callAdvisory  = 1 << iota // advisory
+	callXact                  // xact
+	callUnlock                // unlock
+	callPgTemp                // pg_temp
+	callDblink                // dblink
+	callSetConfig             // set_config
+	callQueryText             // query_to_xml…, ts_stat
+)
+
+// callWords returns the call* bits of the parts w holds, in any case: one
+// pass over w.
+func callWords(w string) (k uint8) {
+	if len(w) < len("xact") {
+		return 0
+	}
+	for i := 0; i < len(w); i++ {
+		var part string
+		var bit uint8
+		switch w[i] | 0x20 {
+		case 'a':
+			part, bit = "advisory", callAdvisory
+		case 'x':
+			part, bit = "xact", callXact
+		case 'u':
+			part, bit = "unlock", callUnlock
+		case 'p':
+			part, bit = "pg_temp", callPgTemp
+		case 'd':
+			part, bit = "dblink", callDblink
+		case 's':
+			part, bit = "set_config", callSetConfig
+		case 'q':
+			part, bit = "query_to_xml", callQueryText
+		case 't':
+			part, bit = "ts_stat", callQueryText
+		default:
+			continue
+		}
+		if len(w)-i >= len(part) && strings.EqualFold(w[i:i+len(part)], part) {
+			k |= bit
+		}
+	}
+	return k
+}
+
+// mayHoldString reports whether sql may hold a string literal: a quote, or
+// a $ that may open a dollar quote (not a $n parameter).
+func mayHoldString(sql string) bool {
+	if strings.IndexByte(sql, '\'') >= 0 {
+		return true
+	}
+	for i := strings.IndexByte(sql, '$'); i >= 0; {
+		if i+1 >= len(sql) || sql[i+1] < '0' || sql[i+1] > '9' {
+			return true
+		}
+		j := strings.IndexByte(sql[i+1:], '$')
+		if j < 0 {
+			break
+		}
+		i += 1 + j
+	}
+	return false
+}
+
+// merge adds what another scan of the same statement found (a DO block's
+// body); forLife: it found a pin for life, and sc is now that pin alone.
+func (sc *statementScan) merge(o statementScan) (forLife bool) {
+	if pinsForLife(o.pin) {
+		*sc = statementScan{pin: o.pin}
+		return true
+	}
+	if o.pin != "" {
+		sc.notePin(o.pin)
+	}
+	sc.unpin = sc.unpin || o.unpin
+	sc.settings = sc.settings || o.settings
+	sc.custom = append(sc.custom, o.custom...)
+	return false
+}
+
+// takesTemp reports the words after which PostgreSQL's grammar takes TEMP
+// or TEMPORARY (OptTemp, OptTempTableName): CREATE, CREATE OR REPLACE,
+// LOCAL, GLOBAL, SELECT … INTO.
+func takesTemp(before string) bool {
+	return equalFoldASCII(before, "create") || equalFoldASCII(before, "replace") || equalFoldASCII(before, "local") ||
+		equalFoldASCII(before, "global") || equalFoldASCII(before, "into")
+}
+
+// mayCall reports whether rest, the text after a name, may open the
+// name's argument list: its first byte past white space is a parenthesis
+// or starts a comment (which may hide one).
+func mayCall(rest string) bool {
+	for i := 0; i < len(rest); i++ {
+		switch rest[i] {
+		case ' ', '\t', '\n', '\r', '\f', '\v':
+		case '(', '/', '-':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// quotedIdentEnd returns the offset after the quoted identifier whose body
+// starts at i ("" stands for a quote), or len(sql) when it is unterminated.
+func quotedIdentEnd(sql string, i int) int {
+	for ; i < len(sql); i++ {
+		if sql[i] == '"' {
+			if i+1 < len(sql) && sql[i+1] == '"' {
+				i++
+				continue
+			}
+			return i + 1
+		}
+	}
+	return len(sql)
+}
+
+// skipBlockComment returns the offset after the /* comment */ whose body
+// starts at i; nested: each /* opens a level (PostgreSQL's scanner), else
+// the first */ ends it.
+func skipBlockComment(sql string, i int, nested bool) int {
+	depth := 1
+	for i+1 < len(sql) {
+		switch {
+		case nested && sql[i] == '/' && sql[i+1] == '*':
+			depth++
+			i += 2
+		case sql[i] == '*' && sql[i+1] == '/':
+			if depth--; depth == 0 {
+				return i + 2
+			}
+			i += 2
+		default:
+			i++
+		}
+	}
+	return len(sql)
 }
 
 // notePin records a reason the text pins its client, keeping the first.

@@ -66,19 +66,74 @@ func TestScanStatement(t *testing.T) {
 		{"PREPARE", pinSettings, false, nil},
 		{"LOAD 'auto_explain'", pinLoad, false, nil},
 		{"SELECT dblink_connect('c', 'dbname=x')", pinExtensionConn, false, nil},
+		// Literals, comments and quoted names are not words of the statement.
+		{"SELECT * FROM t WHERE v = 'on hold'", "", false, nil},
+		{"SELECT 'temporary', $$LISTEN x$$, E'it\\'s temp', 'a; SET x.y = 1'", "", false, nil},
+		{`SELECT "temp", "hold" FROM t`, "", false, nil},
+		{"SET application_name = 'a; LISTEN ch; LOAD x'", "", true, nil},
+		{"/* /* nested */ CREATE TEMP TABLE x (a int) */ SELECT 1", "", false, nil},
+		{"SELECT '--'; CREATE TEMP TABLE x (a int)", pinTemp, false, nil},
+		{"SELECT '/*'; SET app.x = 1; SELECT '*/'", "", true, []string{"app.x"}},
+		// Keywords only where the grammar takes them.
+		{"SELECT temp, hold, advisory_note FROM readings", "", false, nil},
+		{"DECLARE c CURSOR WITHOUT HOLD FOR SELECT 1", "", false, nil},
+		{"CREATE OR REPLACE TEMP VIEW v AS SELECT 1", pinTemp, false, nil},
+		{"CREATE LOCAL TEMPORARY TABLE x (a int)", pinTemp, false, nil},
+		{"CREATE GLOBAL TEMP TABLE x (a int)", pinTemp, false, nil},
+		{"SELECT 1 INTO TEMPORARY TABLE x", pinTemp, false, nil},
+		{"CREATE /* c */ TEMP TABLE x (a int)", pinTemp, false, nil},
+		{`SELECT "pg_advisory_lock"(1)`, pinAdvisoryLock, false, nil},
+		{"SELECT pg_catalog.pg_advisory_lock /* c */ (1)", pinAdvisoryLock, false, nil},
+		{`SELECT * FROM "pg_temp".x`, pinTemp, false, nil},
+		{`SELECT "set_config"('app.q', '1', false)`, "", true, []string{"app.q"}},
+		// A DO block's body is code: its words count, literals and all.
+		{"DO $$BEGIN CREATE TEMP TABLE x (a int); END$$", pinTemp, false, nil},
+		{"DO 'BEGIN PERFORM pg_advisory_lock(1); END'", pinAdvisoryLock, false, nil},
+		{"DO LANGUAGE plpgsql $b$BEGIN PERFORM set_config('app.d', '1', false); END$b$", "", true, []string{"app.d"}},
+		{"DO $$BEGIN PERFORM dblink_connect('c', 'x'); END$$; SET app.y = 1", pinExtensionConn, false, nil},
+		{"DO $$BEGIN NULL; END$$; SELECT 'temp'", "", false, nil},
+		// So is the query text a built-in runs.
+		{"SELECT query_to_xml('SELECT pg_advisory_lock(1)', true, true, '')", pinAdvisoryLock, false, nil},
+		{"SELECT * FROM ts_stat($q$SELECT set_config('app.t', '1', false)::tsvector$q$)", "", true, []string{"app.t"}},
+		// Text the token reader cannot read is scanned by words.
+		{"SELECT U&'temp'", pinTemp, false, nil},
+		{"SELECT 'unterminated hold", pinHoldCursor, false, nil},
 	} {
-		got := scanStatement(c.sql)
+		got, _ := scanStatement(c.sql, false, nil)
 		if got.pin != c.pin || got.settings != c.settings || !slices.Equal(got.custom, c.custom) {
 			t.Errorf("scanStatement(%q) = %+v, want pin %q settings %v custom %v", c.sql, got, c.pin, c.settings, c.custom)
 		}
 	}
 }
 
+// TestScanStatementBackslash: while the server reads backslashes in
+// ordinary strings as escapes, a text whose reading depends on it is
+// scanned by words: the CREATE TEMP that the server sees outside a literal
+// is seen.
+func TestScanStatementBackslash(t *testing.T) {
+	sql := `SELECT 'a\' AS x, ' ; CREATE TEMP TABLE t (a int); SELECT '`
+	if got, _ := scanStatement(sql, false, nil); got.pin != "" {
+		t.Errorf("standard_conforming_strings on: pin %q, want none", got.pin)
+	}
+	if got, _ := scanStatement(sql, true, nil); got.pin != pinTemp {
+		t.Errorf("standard_conforming_strings off: pin %q, want %q", got.pin, pinTemp)
+	}
+}
+
 func BenchmarkScanStatement(b *testing.B) {
-	sql := "SELECT aid, bid, abalance, filler FROM pgbench_accounts WHERE aid = $1 AND bid > 0 ORDER BY aid LIMIT 10"
-	for b.Loop() {
-		if sc := scanStatement(sql); sc.pin != "" || sc.settings {
-			b.Fatal("pinned")
-		}
+	for _, c := range []struct{ name, sql string }{
+		{"parameters", "SELECT aid, bid, abalance, filler FROM pgbench_accounts WHERE aid = $1 AND bid > 0 ORDER BY aid LIMIT 10"},
+		{"literals", "SELECT id, status FROM orders WHERE status = 'on hold' AND region = 'temporary' ORDER BY id LIMIT 10"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var spans []int
+			b.ReportAllocs()
+			for b.Loop() {
+				var sc statementScan
+				if sc, spans = scanStatement(c.sql, false, spans); sc.pin != "" || sc.settings {
+					b.Fatal("pinned")
+				}
+			}
+		})
 	}
 }

@@ -69,6 +69,8 @@ type pooledLink struct {
 	forLife   atomic.Bool
 	confirmed atomic.Bool // pin.go's confirmPin
 	pinReason string
+	// spans is the pin scan's buffer (scanStatement), the client pump's.
+	spans []int
 	// cancels counts the CancelRequests being forwarded to held's server
 	// (cancel.go): while not 0 the server is not released.
 	cancels int

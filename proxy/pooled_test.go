@@ -459,6 +459,15 @@ func TestPooledPinLimit(t *testing.T) {
 		t.Fatalf("the refused statement ran: %s advisory locks", n)
 	}
 	mustExec(t, b, "SELECT 1") // b is served
+	// Words in literals, comments and quoted names, and columns named like
+	// keywords, pin nothing: served at the bound.
+	for _, sql := range []string{
+		"SELECT 'on hold', 'temporary', 'pg_advisory_lock(1)' /* CREATE TEMP TABLE x */",
+		`SELECT 1 AS "temp", 2 AS hold, 3 AS advisory_note`,
+		"SELECT 'x; LISTEN ch; PREPARE p AS SELECT 1'",
+	} {
+		mustExec(t, b, sql)
+	}
 	if n := counterValue(t, p.reg, "ttlproxy_proxy_pool_pin_refusals_total"); n != 2 {
 		t.Errorf("pool_pin_refusals_total %v, want 2", n)
 	}

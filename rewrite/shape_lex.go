@@ -590,3 +590,24 @@ func lexDigitValue(c byte) uint64 {
 	}
 	return 16
 }
+
+// LiteralSpans appends to spans, for each literal token of sql in order
+// (strings of every kind, dollar quotes, numbers, TRUE and FALSE), its
+// start and end offsets: sql[start:end] is the literal, prefix and quotes
+// included. It reads sql as PostgreSQL's scanner does with
+// standard_conforming_strings on. ok is false when the shape lexer cannot
+// read sql exactly (its bail-outs above: U&'…', N'…', an unterminated
+// string, …); spans must not be used then.
+func LiteralSpans(spans []int, sql string) (_ []int, ok bool) {
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	shape, lits, ok := appendShape(sc.key[:0], sc.lits[:0], sql)
+	if !ok {
+		return spans, false
+	}
+	sc.key, sc.lits = shape[:0], lits[:0]
+	for _, l := range lits {
+		spans = append(spans, l.start, l.end)
+	}
+	return spans, true
+}

@@ -9,6 +9,7 @@
 //	ttlproxy demo
 //	ttlproxy rewrite --config ttlproxy.yaml "SELECT * FROM sessions"
 //	ttlproxy install --config ttlproxy.yaml --dsn postgres://owner@db/app
+//	ttlproxy import-pgbouncer pgbouncer.ini > ttlproxy.yaml
 //	ttlproxy version
 package main
 
@@ -57,6 +58,8 @@ Usage:
                                          check the configuration against the live database
   ttlproxy status [--admin URL]          print a running proxy's rules in force and sessions
   ttlproxy sweep --config FILE --once    delete the expired rows once and exit (cron, measurements)
+  ttlproxy import-pgbouncer pgbouncer.ini [userlist.txt]
+                                         translate a PgBouncer configuration into a ttlproxy one
   ttlproxy version                       print version information
 
 Run "ttlproxy COMMAND -h" for the flags of a command.
@@ -85,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCheck(ctx, rest, stdout, stderr)
 	case "sweep":
 		return runSweep(ctx, rest, stdout, stderr)
+	case "import-pgbouncer":
+		return runImportPgBouncer(rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
