@@ -10,6 +10,7 @@
 //	ttlproxy rewrite --config ttlproxy.yaml "SELECT * FROM sessions"
 //	ttlproxy install --config ttlproxy.yaml --dsn postgres://owner@db/app
 //	ttlproxy version
+//	ttlproxy healthcheck --config ttlproxy.yaml
 package main
 
 import (
@@ -57,6 +58,7 @@ Usage:
                                          check the configuration against the live database
   ttlproxy status [--admin URL]          print a running proxy's rules in force and sessions
   ttlproxy sweep --config FILE --once    delete the expired rows once and exit (cron, measurements)
+  ttlproxy healthcheck [--config FILE]   exit 0 when a running proxy's admin server answers /healthz
   ttlproxy version                       print version information
 
 Run "ttlproxy COMMAND -h" for the flags of a command.
@@ -85,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCheck(ctx, rest, stdout, stderr)
 	case "sweep":
 		return runSweep(ctx, rest, stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(ctx, rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
