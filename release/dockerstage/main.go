@@ -159,7 +159,8 @@ func jsonArray(v []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// shellQuote quotes s for the shell: single quotes, a single quote as '\''.
+// shellQuote quotes s for the shell: in single quotes, each single quote
+// inside closed, escaped and reopened.
 func shellQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=,@%+") == "" {
 		return s
