@@ -28,6 +28,13 @@ fi
 go install "github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@${CYCLONEDX_GOMOD_VERSION}"
 cyclonedx_gomod="$(go env GOPATH)/bin/cyclonedx-gomod"
 
+# A release's version needs its CHANGELOG.md section (its format is there).
+if [[ $version =~ ^v([0-9]+\.[0-9]+\.[0-9]+)$ ]] &&
+  ! grep -qE "^## \[${BASH_REMATCH[1]//./\\.}\] - [0-9]{4}-[0-9]{2}-[0-9]{2}$" CHANGELOG.md; then
+  echo "release: CHANGELOG.md has no section \"## [${BASH_REMATCH[1]}] - YYYY-MM-DD\"" >&2
+  exit 1
+fi
+
 mkdir -p "$out"
 rm -f "$out"/ttlproxy-* "$out/sha256sums"
 parser_version=$(go list -m -f '{{.Version}}' github.com/pganalyze/pg_query_go/v6)
