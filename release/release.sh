@@ -5,7 +5,7 @@
 #       the binaries: cgo (pg_query_go) against glibc, built on Debian, the
 #       arm64 one with Debian's cross compiler (gcc-aarch64-linux-gnu);
 #   ttlproxy-VERSION-linux-ARCH.cdx.json
-#       a CycloneDX SBOM of each binary's modules (cyclonedx-gomod);
+#       a CycloneDX SBOM of the modules each binary records (cyclonedx-gomod);
 #   sha256sums
 #       for sha256sum -c.
 # Checks: each binary's ELF machine and recorded GOARCH, version and commit;
@@ -47,8 +47,15 @@ for arch in amd64 arm64; do
   CGO_ENABLED=1 GOOS=linux GOARCH=$arch CC=${cc[$arch]} \
     go build -trimpath -buildvcs=true -ldflags "-s -w -X main.version=$version" -o "$out/$bin" ./cmd/ttlproxy
   echo "release: built $bin in $((SECONDS - t0)) s"
-  CGO_ENABLED=1 GOOS=linux GOARCH=$arch "$cyclonedx_gomod" app -json -licenses -noserial -notimestamp \
-    -main cmd/ttlproxy -output "$out/$bin.cdx.json" . 2>/dev/null
+  # From the binary's own record of its modules (what go version -m
+  # prints), with Go's standard library; licences detected from the module
+  # cache (the main module's is not: it is not fetched from a proxy).
+  if ! "$cyclonedx_gomod" bin -json -licenses -std -noserial -notimestamp -version "$version" \
+    -output "$out/$bin.cdx.json" "$out/$bin" 2>"$out/sbom.log"; then
+    cat "$out/sbom.log" >&2
+    exit 1
+  fi
+  rm "$out/sbom.log"
 
   got=$(readelf -h "$out/$bin" | sed -n 's/^ *Machine: *//p')
   if [ "$got" != "${machine[$arch]}" ]; then
@@ -63,7 +70,8 @@ for arch in amd64 arm64; do
       exit 1
     fi
   done
-  for want in '"bomFormat": "CycloneDX"' "pkg:golang/github.com/pganalyze/pg_query_go/v6@$parser_version"; do
+  for want in '"bomFormat": "CycloneDX"' "pkg:golang/github.com/ttlproxy/ttlproxy@$version?" \
+    "pkg:golang/github.com/pganalyze/pg_query_go/v6@$parser_version?goarch=$arch"; do
     if ! grep -qF -- "$want" "$out/$bin.cdx.json"; then
       echo "release: $bin.cdx.json lacks $want" >&2
       exit 1
