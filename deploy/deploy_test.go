@@ -376,8 +376,8 @@ type workload struct {
 						Name          string `yaml:"name"`
 						ContainerPort int    `yaml:"containerPort"`
 					} `yaml:"ports"`
-					ReadinessProbe probe `yaml:"readinessProbe"`
-					LivenessProbe  probe `yaml:"livenessProbe"`
+					ReadinessProbe  probe `yaml:"readinessProbe"`
+					LivenessProbe   probe `yaml:"livenessProbe"`
 					SecurityContext struct {
 						AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
 						ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`

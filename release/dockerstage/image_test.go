@@ -126,7 +126,7 @@ func TestImage(t *testing.T) {
 	}
 	var found string
 	for _, dir := range filepath.SplitList(basePath) {
-		if fi, err := os.Stat(filepath.Join(rootfs, dir, img.Entrypoint[0])); err == nil && fi.Mode()&0o111 != 0 {
+		if fi, err := os.Stat(filepath.Join(rootfs, dir, img.Entrypoint[0])); err == nil && fi.Mode()&0o111 != 0 { //nolint:gosec // a file of the image's root filesystem, which image.sh names
 			found = path.Join(dir, img.Entrypoint[0])
 			break
 		}
@@ -134,20 +134,20 @@ func TestImage(t *testing.T) {
 	if found != dest {
 		t.Errorf("the entrypoint %s is %q on the image's PATH, want the binary at %s", img.Entrypoint[0], found, dest)
 	}
-	pem, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt"))
+	pem, err := os.ReadFile(filepath.Join(rootfs, "etc/ssl/certs/ca-certificates.crt")) //nolint:gosec // a file of the image's root filesystem, which image.sh names
 	if err != nil {
 		t.Errorf("the CA bundle: %v", err)
 	} else if n := bytes.Count(pem, []byte("BEGIN CERTIFICATE")); n < 50 || !x509.NewCertPool().AppendCertsFromPEM(pem) {
 		t.Errorf("the CA bundle holds %d certificates", n)
 	}
-	tz, err := os.ReadFile(filepath.Join(rootfs, "usr/share/zoneinfo/Europe/Berlin"))
+	tz, err := os.ReadFile(filepath.Join(rootfs, "usr/share/zoneinfo/Europe/Berlin")) //nolint:gosec // a file of the image's root filesystem, which image.sh names
 	if err == nil {
 		_, err = time.LoadLocationFromTZData("Europe/Berlin", tz)
 	}
 	if err != nil {
 		t.Errorf("time zones: %v", err)
 	}
-	if err := os.WriteFile(filepath.Join(rootfs, "probe"), nil, 0o600); err == nil || !strings.Contains(err.Error(), "read-only") {
+	if err := os.WriteFile(filepath.Join(rootfs, "probe"), nil, 0o600); err == nil || !strings.Contains(err.Error(), "read-only") { //nolint:gosec // a file of the image's root filesystem, which image.sh names
 		t.Errorf("the root filesystem is not mounted read-only (image.sh): %v", err)
 	}
 
