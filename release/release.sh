@@ -8,7 +8,7 @@
 #       a CycloneDX SBOM of the modules each binary records (cyclonedx-gomod);
 #   sha256sums
 #       for sha256sum -c.
-# Checks: each binary's ELF machine and recorded GOARCH, version and commit;
+# Checks: each binary's ELF machine, recorded GOARCH and commit, version;
 # the amd64 one's `ttlproxy version`; the SBOMs name the parser's module at
 # go.mod's version; the sums verify. Nothing is published.
 # Usage: release/release.sh [DIR]   (VERSION: default git describe)
@@ -37,6 +37,7 @@ fi
 
 mkdir -p "$out"
 rm -f "$out"/ttlproxy-* "$out/sha256sums"
+commit=$(git rev-parse HEAD)
 parser_version=$(go list -m -f '{{.Version}}' github.com/pganalyze/pg_query_go/v6)
 declare -A cc=([amd64]=gcc [arm64]=aarch64-linux-gnu-gcc)
 declare -A machine=([amd64]="Advanced Micro Devices X86-64" [arm64]=AArch64)
@@ -62,14 +63,20 @@ for arch in amd64 arm64; do
     echo "release: $bin is an ELF for $got, not ${machine[$arch]}" >&2
     exit 1
   fi
+  # go version -m: the build settings (-ldflags is not recorded with
+  # -trimpath: the version string is looked for in the binary).
   info=$(go version -m "$out/$bin")
-  for want in "GOARCH=$arch" "CGO_ENABLED=1" "vcs.revision=" "main.version=$version"; do
+  for want in "GOARCH=$arch" "CGO_ENABLED=1" "-trimpath=true" "vcs.revision=$commit"; do
     if ! grep -qF -- "$want" <<<"$info"; then
-      echo "release: $bin does not record $want:" >&2
+      echo "release: $bin does not record $want (go records no commit in a git worktree: use a clone):" >&2
       echo "$info" >&2
       exit 1
     fi
   done
+  if ! grep -qaF -- "$version" "$out/$bin"; then
+    echo "release: $bin does not hold its version $version" >&2
+    exit 1
+  fi
   for want in '"bomFormat": "CycloneDX"' "pkg:golang/github.com/ttlproxy/ttlproxy@$version?" \
     "pkg:golang/github.com/pganalyze/pg_query_go/v6@$parser_version?goarch=$arch"; do
     if ! grep -qF -- "$want" "$out/$bin.cdx.json"; then
