@@ -52,8 +52,9 @@ for arch in amd64 arm64; do
   # prints), with Go's standard library; licences detected from the module
   # cache (the main module's is not: it is not fetched from a proxy).
   # GOARCH: cyclonedx-gomod takes the purls' goarch from the environment,
-  # not from the binary.
-  if ! GOOS=linux GOARCH=$arch "$cyclonedx_gomod" bin -json -licenses -std -noserial -notimestamp -version "$version" \
+  # not from the binary. GOPROXY=off: the build put every module in the
+  # cache, and the main module is not to be looked up.
+  if ! GOPROXY=off GOOS=linux GOARCH=$arch "$cyclonedx_gomod" bin -json -licenses -std -noserial -notimestamp -version "$version" \
     -output "$out/$bin.cdx.json" "$out/$bin" 2>"$out/sbom.log"; then
     cat "$out/sbom.log" >&2
     exit 1
