@@ -37,6 +37,8 @@ fi
 eval "$(go run ./release/dockerstage -build-arg "VERSION=$version" Dockerfile)"
 
 work=$(mktemp -d /tmp/ttlproxy-image.XXXXXX)
+# Docker's format from the start: OCI configurations have no health check.
+export BUILDAH_FORMAT=docker
 b=(buildah --root "$work/storage" --runroot "$work/run" --storage-driver vfs)
 ro=$work/ro
 cleanup() {
