@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ttlproxy/ttlproxy/config"
 	"github.com/ttlproxy/ttlproxy/internal/dockerfile"
@@ -460,5 +462,49 @@ func TestKubernetesImage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestComposeHealthcheck: the compose kit's health check for ttlproxy, which
+// replaces the image's because its admin server asks for basic auth, asks
+// /healthz on the admin port of the kit's configuration with a user and
+// password that web.yml accepts.
+func TestComposeHealthcheck(t *testing.T) {
+	var compose struct {
+		Services map[string]struct {
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "docker-compose.yaml")), &compose); err != nil {
+		t.Fatal(err)
+	}
+	test := compose.Services["ttlproxy"].Healthcheck.Test
+	i := slices.Index(test, "--url")
+	if len(test) < 3 || test[0] != "CMD" || test[1] != "ttlproxy" || test[2] != "healthcheck" || i < 0 || i+1 >= len(test) {
+		t.Fatalf("ttlproxy's health check %q: want CMD ttlproxy healthcheck --url URL", test)
+	}
+	u, err := url.Parse(test[i+1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(read(t, "ttlproxy.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, adminPort, _ := net.SplitHostPort(cfg.AdminListen)
+	if u.Scheme != "http" || u.Port() != adminPort || u.Path != "/healthz" {
+		t.Errorf("health check URL %s: want http (web.yml has no TLS) on port %s, /healthz", u.Redacted(), adminPort)
+	}
+	var web struct {
+		Users map[string]string `yaml:"basic_auth_users"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "web.yml")), &web); err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	if err := bcrypt.CompareHashAndPassword([]byte(web.Users[u.User.Username()]), []byte(pw)); err != nil {
+		t.Errorf("web.yml does not accept the health check's user %q: %v", u.User.Username(), err)
 	}
 }

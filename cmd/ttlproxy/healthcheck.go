@@ -22,7 +22,7 @@ import (
 func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("healthcheck", "[--config FILE | --url URL] [--timeout D]", stderr)
 	cfgPath := fs.String("config", "", "the proxy's configuration `file`: /healthz on its admin_listen, over HTTPS when admin.web_config_file has tls_server_config")
-	url := fs.String("url", "", "the `URL` to ask instead (default http://127.0.0.1:9187/healthz)")
+	url := fs.String("url", "", "the `URL` to ask instead (default http://127.0.0.1:9187/healthz); user:password@ in it is sent as basic auth")
 	timeout := fs.Duration("timeout", 3*time.Second, "give up after `D`")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -43,10 +43,13 @@ func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	// A URL's user:password@ goes out as basic auth and never into the
+	// output, which the container engine keeps.
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return usageError(fs, "--url: %v", err)
 	}
+	target = req.URL.Redacted()
 	// The probe asks the process on this host whether it is up, as the
 	// kubelet's HTTPS probes do: it does not check the certificate, which
 	// names the host as its clients reach it, and sends no credentials.

@@ -89,6 +89,20 @@ func TestHealthcheck(t *testing.T) {
 		})
 	}
 
+	// Basic auth from the URL (the compose kit's health check), the
+	// password kept out of the output.
+	authBase, _ := startServe(t, writeFile(t, "serve.yaml", head+"admin: {web_config_file: "+authWeb+"}\n"))
+	withAuth := strings.Replace(authBase, "http://", "http://prometheus:pw@", 1) + "/healthz"
+	if code, out, errOut := runCmd(t, context.Background(), "healthcheck", "--url", withAuth); code != 0 ||
+		!strings.Contains(out, "/healthz: ok") || strings.Contains(out+errOut, ":pw@") {
+		t.Errorf("basic auth in --url: code %d stdout %q stderr %q", code, out, errOut)
+	}
+	wrong := strings.Replace(withAuth, ":pw@", ":wrong@", 1)
+	if code, out, errOut := runCmd(t, context.Background(), "healthcheck", "--url", wrong); code != 1 ||
+		!strings.Contains(errOut, "401") || strings.Contains(out+errOut, "wrong") {
+		t.Errorf("a wrong password in --url: code %d stdout %q stderr %q", code, out, errOut)
+	}
+
 	base, _ := startServe(t, writeFile(t, "serve.yaml", head))
 	if code, out, errOut := runCmd(t, context.Background(), "healthcheck", "--url", base+"/healthz"); code != 0 || out != base+"/healthz: ok\n" {
 		t.Errorf("--url: code %d stdout %q stderr %q", code, out, errOut)
