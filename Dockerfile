@@ -14,8 +14,8 @@ RUN CGO_ENABLED=1 go build -trimpath \
 
 # Runtime. CI assembles the same stage without a container engine
 # (release/image.sh: this stage's RUN in a Debian rootfs made by
-# mmdebstrap, the same configuration), and release/image_test.go checks
-# the two agree: keep to the instructions it knows.
+# mmdebstrap, the same configuration) and checks that the two agree;
+# internal/dockerfile refuses an instruction image.sh does not assemble.
 FROM debian:bookworm-slim
 ARG VERSION=""
 # ca-certificates: upstream_tls verify-full against a server whose

@@ -34,7 +34,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-eval "$(go run ./release/dockerstage -build-arg "VERSION=$version" Dockerfile)"
+# suite, binary_dest, base_path, runs, config_args (an assignment, so that
+# set -e stops on an error of dockerstage's).
+stage=$(go run ./release/dockerstage -build-arg "VERSION=$version" Dockerfile)
+eval "$stage"
 
 work=$(mktemp -d /tmp/ttlproxy-image.XXXXXX)
 # Docker's format from the start: OCI configurations have no health check.
