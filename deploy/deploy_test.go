@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +16,10 @@ import (
 
 	"github.com/prometheus/exporter-toolkit/web"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ttlproxy/ttlproxy/config"
+	"github.com/ttlproxy/ttlproxy/internal/dockerfile"
 	"github.com/ttlproxy/ttlproxy/internal/metricnames"
 )
 
@@ -346,5 +349,162 @@ func TestKubernetesPooling(t *testing.T) {
 				t.Errorf("Service %s port %s targets %q, which the pods do not name", svc.Metadata.Name, p.Name, p.TargetPort)
 			}
 		}
+	}
+}
+
+// probe is a container's HTTP probe.
+type probe struct {
+	HTTPGet struct {
+		Path   string `yaml:"path"`
+		Port   string `yaml:"port"`
+		Scheme string `yaml:"scheme"`
+	} `yaml:"httpGet"`
+}
+
+// workload is the part of a Deployment or StatefulSet TestKubernetesImage
+// reads.
+type workload struct {
+	Spec struct {
+		Template struct {
+			Spec struct {
+				SecurityContext struct {
+					RunAsNonRoot bool `yaml:"runAsNonRoot"`
+					RunAsUser    int  `yaml:"runAsUser"`
+					RunAsGroup   int  `yaml:"runAsGroup"`
+				} `yaml:"securityContext"`
+				Containers []struct {
+					Args  []string `yaml:"args"`
+					Ports []struct {
+						Name          string `yaml:"name"`
+						ContainerPort int    `yaml:"containerPort"`
+					} `yaml:"ports"`
+					ReadinessProbe  probe `yaml:"readinessProbe"`
+					LivenessProbe   probe `yaml:"livenessProbe"`
+					SecurityContext struct {
+						AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+						ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`
+					} `yaml:"securityContext"`
+				} `yaml:"containers"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+// TestKubernetesImage: both kits run the image as the Dockerfile builds it:
+// as its user, on a read-only root filesystem (release/image.sh runs the
+// proxy so), with the configuration file its HEALTHCHECK reads, and with a
+// liveness probe that asks what the HEALTHCHECK asks: /healthz on the
+// configuration's admin_listen port, which the image exposes, over HTTPS
+// exactly when the web configuration serves TLS.
+func TestKubernetesImage(t *testing.T) {
+	f, err := os.Open("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := dockerfile.ParseRuntime(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid, _ := strings.Cut(st.User, ":")
+	hcConfig := st.Healthcheck.Test[slices.Index(st.Healthcheck.Test, "--config")+1]
+	for _, kit := range []struct{ workload, configmap string }{
+		{"kubernetes/deployment.yaml", "kubernetes/configmap.yaml"},
+		{"kubernetes/pooling/statefulset.yaml", "kubernetes/pooling/configmap.yaml"},
+	} {
+		t.Run(kit.workload, func(t *testing.T) {
+			var w workload
+			var cm k8sObject
+			if err := yaml.Unmarshal([]byte(read(t, kit.workload)), &w); err != nil {
+				t.Fatal(err)
+			}
+			if err := yaml.Unmarshal([]byte(read(t, kit.configmap)), &cm); err != nil {
+				t.Fatal(err)
+			}
+			pod := w.Spec.Template.Spec
+			if !pod.SecurityContext.RunAsNonRoot || strconv.Itoa(pod.SecurityContext.RunAsUser) != uid ||
+				strconv.Itoa(pod.SecurityContext.RunAsGroup) != gid {
+				t.Errorf("pod securityContext %+v, the image's user %s", pod.SecurityContext, st.User)
+			}
+			if len(pod.Containers) != 1 {
+				t.Fatalf("%d containers", len(pod.Containers))
+			}
+			c := pod.Containers[0]
+			if !c.SecurityContext.ReadOnlyRootFilesystem || c.SecurityContext.AllowPrivilegeEscalation == nil ||
+				*c.SecurityContext.AllowPrivilegeEscalation {
+				t.Errorf("container securityContext %+v: want a read-only root filesystem, no privilege escalation", c.SecurityContext)
+			}
+			if i := slices.Index(c.Args, "--config"); len(c.Args) == 0 || c.Args[0] != "serve" || i < 0 || c.Args[i+1] != hcConfig {
+				t.Errorf("args %v: the image's HEALTHCHECK reads %s", c.Args, hcConfig)
+			}
+			cfg, err := config.Parse([]byte(cm.Data["ttlproxy.yaml"]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, adminPort, _ := net.SplitHostPort(cfg.AdminListen)
+			if !slices.Contains(st.Expose, adminPort) {
+				t.Errorf("admin_listen %s: the image exposes %v", cfg.AdminListen, st.Expose)
+			}
+			ports := map[string]string{}
+			for _, p := range c.Ports {
+				ports[p.Name] = strconv.Itoa(p.ContainerPort)
+			}
+			scheme := "HTTP"
+			if strings.Contains(cm.Data["web.yml"], "tls_server_config:") {
+				scheme = "HTTPS"
+			}
+			for path, got := range map[string]struct{ Path, Port, Scheme string }{
+				"/healthz": {c.LivenessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Port, c.LivenessProbe.HTTPGet.Scheme},
+				"/readyz":  {c.ReadinessProbe.HTTPGet.Path, c.ReadinessProbe.HTTPGet.Port, c.ReadinessProbe.HTTPGet.Scheme},
+			} {
+				if got.Path != path || ports[got.Port] != adminPort || got.Scheme != scheme {
+					t.Errorf("probe %+v (ports %v): want %s on the admin port %s over %s", got, ports, path, adminPort, scheme)
+				}
+			}
+		})
+	}
+}
+
+// TestComposeHealthcheck: the compose kit's health check for ttlproxy, which
+// replaces the image's because its admin server asks for basic auth, asks
+// /healthz on the admin port of the kit's configuration with a user and
+// password that web.yml accepts.
+func TestComposeHealthcheck(t *testing.T) {
+	var compose struct {
+		Services map[string]struct {
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "docker-compose.yaml")), &compose); err != nil {
+		t.Fatal(err)
+	}
+	test := compose.Services["ttlproxy"].Healthcheck.Test
+	i := slices.Index(test, "--url")
+	if len(test) < 3 || test[0] != "CMD" || test[1] != "ttlproxy" || test[2] != "healthcheck" || i < 0 || i+1 >= len(test) {
+		t.Fatalf("ttlproxy's health check %q: want CMD ttlproxy healthcheck --url URL", test)
+	}
+	u, err := url.Parse(test[i+1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(read(t, "ttlproxy.yaml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, adminPort, _ := net.SplitHostPort(cfg.AdminListen)
+	if u.Scheme != "http" || u.Port() != adminPort || u.Path != "/healthz" {
+		t.Errorf("health check URL %s: want http (web.yml has no TLS) on port %s, /healthz", u.Redacted(), adminPort)
+	}
+	var web struct {
+		Users map[string]string `yaml:"basic_auth_users"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "web.yml")), &web); err != nil {
+		t.Fatal(err)
+	}
+	pw, _ := u.User.Password()
+	if err := bcrypt.CompareHashAndPassword([]byte(web.Users[u.User.Username()]), []byte(pw)); err != nil {
+		t.Errorf("web.yml does not accept the health check's user %q: %v", u.User.Username(), err)
 	}
 }

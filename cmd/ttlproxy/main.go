@@ -11,6 +11,7 @@
 //	ttlproxy install --config ttlproxy.yaml --dsn postgres://owner@db/app
 //	ttlproxy import-pgbouncer pgbouncer.ini > ttlproxy.yaml
 //	ttlproxy version
+//	ttlproxy healthcheck --config ttlproxy.yaml
 package main
 
 import (
@@ -60,6 +61,7 @@ Usage:
   ttlproxy sweep --config FILE --once    delete the expired rows once and exit (cron, measurements)
   ttlproxy import-pgbouncer pgbouncer.ini [userlist.txt]
                                          translate a PgBouncer configuration into a ttlproxy one
+  ttlproxy healthcheck [--config FILE]   exit 0 when a running proxy's admin server answers /healthz
   ttlproxy version                       print version information
 
 Run "ttlproxy COMMAND -h" for the flags of a command.
@@ -90,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runSweep(ctx, rest, stdout, stderr)
 	case "import-pgbouncer":
 		return runImportPgBouncer(rest, stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(ctx, rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -347,7 +347,8 @@ func TestVersion(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("code %d stderr %q", code, errOut)
 	}
-	if !regexp.MustCompile(`^ttlproxy \S+\n`).MatchString(out) || !strings.Contains(out, "go:      go1.") {
+	if !regexp.MustCompile(`^ttlproxy \S+\n`).MatchString(out) || !strings.Contains(out, "go:      go1.") ||
+		!regexp.MustCompile(`\nparser:  pg_query_go v\d+\.\d+\.\d+, PostgreSQL 1\d\.\d+ \(1\d{5}\) grammar\n`).MatchString(out) {
 		t.Errorf("version output:\n%s", out)
 	}
 
