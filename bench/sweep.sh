@@ -21,7 +21,10 @@
 # "to last row" is the time from the sweeper's start to its log line of the
 # table swept (the last expired row gone), without what the command does
 # after it (the oldest expired row's age, an index walk over the rows just
-# deleted, and the exit); the ratio is taken on it.
+# deleted, and the exit); the ratio is taken on it. "paced waits" is the
+# time the pacing slept between batches because they ran slower than the
+# run's best (CoDel: the server busy with other work, which a bulk DELETE
+# never yields to).
 #
 # With BEFORE=path/to/an/older/ttlproxy each round also sweeps a third
 # identical table with that binary, in alternating order with this
@@ -120,11 +123,11 @@ SQL
 # sweep BINARY TABLE WHO: `BINARY sweep --once` of TABLE, checked; adds a
 # line to RESULTS and sets sweep_ms and last_ms.
 sweep() {
-	local bin=$1 t=$2 who=$3 key out start ts row deleted batches longest left ratio
+	local bin=$1 t=$2 who=$3 key out start ts row deleted batches longest left ratio waited
 	key=${KEY/swept/$t}
 	log "$label: $who: ttlproxy sweep --once"
 	start=$(now_ms)
-	out=$("$bin" sweep --config "$WORK/$t.yaml" --once --log-level info 2>"$WORK/sweep-$t.log") || {
+	out=$("$bin" sweep --config "$WORK/$t.yaml" --once --log-level debug 2>"$WORK/sweep-$t.log") || {
 		printf '%s\n' "$out" >&2
 		die "ttlproxy sweep failed: $(cat "$WORK/sweep-$t.log")"
 	}
@@ -134,6 +137,11 @@ sweep() {
 	if [ -n "$ts" ]; then
 		last_ms=$(($(date -d "$ts" +%s%3N) - start))
 	fi
+	# The pacing's waits (CoDel: the server busy with other work), from
+	# the log line of each batch.
+	waited=$(sed -n 's/.*msg=batch .* wait=\([^ ]*\).*/\1/p' "$WORK/sweep-$t.log" | awk '
+		/ms$/ { s += $0 + 0; next } /µs$/ { s += ($0 + 0) / 1000; next } /[0-9]s$/ { s += ($0 + 0) * 1000 }
+		END { printf "%d", s }')
 	# TABLE DELETED (COLUMN NULLED) BATCHES LONGEST-BATCH [ERROR]
 	row=$(printf '%s\n' "$out" | awk -v k="$key" '$1 == k {print $2, $3, $4}')
 	read -r deleted batches longest <<<"$row"
@@ -141,7 +149,7 @@ sweep() {
 	left=$(psql_q -d bench -At -c "${LEFT_SQL/swept/$t}")
 	[ "$left" = 0 ] || die "$left expired rows (values) left after the sweep of $t"
 	ratio=$(awk -v b="$bulk_ms" -v s="$last_ms" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
-	RESULTS+=("| $round | $label | $who | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $last_ms ms | $batches | $longest | ${ratio}x |")
+	RESULTS+=("| $round | $label | $who | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $last_ms ms | $batches | $longest | $waited ms | ${ratio}x |")
 }
 
 RESULTS=()
@@ -190,12 +198,12 @@ for indexed in $CASES; do
 		[ "$who" = after ] || [ -n "$BEFORE" ] || continue
 		eval 'b=$(median "${BULK_'$indexed'[@]}") s=$(median "${'$pre'SWEEP_'$indexed'[@]}") l=$(median "${'$pre'LAST_'$indexed'[@]}")'
 		ratio=$(awk -v b="$b" -v s="$l" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
-		RESULTS+=("| median | $label | $who | $ROWS | $((ROWS / 2)) | $b ms | $s ms | $l ms | | | **${ratio}x** |")
+		RESULTS+=("| median | $label | $who | $ROWS | $((ROWS / 2)) | $b ms | $s ms | $l ms | | | | **${ratio}x** |")
 	done
 done
 
-printf '\n| round | case | sweeper | rows | %s | bulk %s | sweeper | to last row | batches | longest batch | sweeper/bulk (rows/s, to last row) |\n' "$DONE" "$WHAT"
-printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
+printf '\n| round | case | sweeper | rows | %s | bulk %s | sweeper | to last row | batches | longest batch | paced waits | sweeper/bulk (rows/s, to last row) |\n' "$DONE" "$WHAT"
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 printf '%s\n' "${RESULTS[@]}"
 printf '\nPostgreSQL %s, %s cores, load %s, sweeper settings: defaults%s%s%s\n' \
 	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" \
