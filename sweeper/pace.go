@@ -12,9 +12,11 @@ import "time"
 // On a quiet server batches grow until each takes about the target, which is
 // what bulk-delete speed needs; on a busy one the same rows take longer, so
 // batches shrink and the sweeper's row locks stay short. Sizes aim at half
-// the target (aimShare), so that a batch doubled after a short one, or
-// slowed by a neighbour's burst of work, still ends within the target: the
-// target is a bound on transactions, not their mean. A batch's fixed cost
+// the configured target (aimShare), so that a batch doubled after a short
+// one, or slowed by a neighbour's burst of work, still ends within it: the
+// target is a bound on transactions, not their mean. (With foreground
+// traffic the target is a tenth of the foreground's latency, when that is
+// lower: margin enough.) A batch's fixed cost
 // (one round trip, planning, the commit) is well under a millisecond, a few
 // percent of a batch of half of 50 ms.
 //
@@ -190,7 +192,10 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Dura
 	if p.target <= 0 {
 		return size, wait
 	}
-	scaled := int(int64(size) * int64(p.target/aimShare) / int64(d))
+	// With foreground traffic the target is already a tenth of its
+	// latency; without, half of want.
+	aim := min(p.target, p.want/aimShare)
+	scaled := int(int64(size) * int64(aim) / int64(d))
 	scaled = min(max(scaled, size/2), size*2)
 	return min(max(scaled, minBatchSize), p.max), wait
 }

@@ -72,8 +72,8 @@ func TestPacer(t *testing.T) {
 		t.Errorf("foreground baseline 200ms: target %s, want 20ms", f.target)
 	}
 	size, wait = f.next(1000, 1000, 10*time.Millisecond, true, 220*time.Millisecond) // +10%: no queue
-	if size != 1000 || !near(wait, 70*time.Millisecond) {
-		t.Errorf("start with foreground traffic: next %d, wait %s; want 1000 (on aim), about 70ms", size, wait)
+	if size != 2000 || !near(wait, 70*time.Millisecond) {
+		t.Errorf("start with foreground traffic: next %d, wait %s; want 2000, about 70ms", size, wait)
 	}
 	// A queue (+50%): the share and the size halve; a second reading of
 	// the same queue within fgReact does not cut again.
@@ -131,7 +131,7 @@ func TestPacer(t *testing.T) {
 	// Sub-millisecond latencies: a rise under fgMinExcess is noise.
 	g := newPacer(50*time.Millisecond, 10_000)
 	g.baseline(300 * time.Microsecond)
-	if size, _ := g.next(2000, 2000, 250*time.Microsecond, true, 380*time.Microsecond); size != 4000 {
+	if size, _ := g.next(2000, 2000, 500*time.Microsecond, true, 380*time.Microsecond); size != 4000 {
 		t.Errorf("0.3ms to 0.38ms: next %d; want 4000 (no queue)", size)
 	}
 	// A floor on the rate bounds the wait: 1000 rows in 10ms and at least
