@@ -67,8 +67,9 @@ func windowCondition(r *ttl.Rule, q string) (cond, col string, ok bool) {
 
 // observeInflow counts t's rows that expired since the previous run's cutoff
 // and sets t's inflow gauge; it returns the inflow in rows per second, -1
-// when not measured.
-func (s *Sweeper) observeInflow(ctx context.Context, t target, cutoff time.Time) (float64, error) {
+// when not measured. backlog is t's count of doomed rows at cutoff: when it
+// is 0, so is the count, without a query.
+func (s *Sweeper) observeInflow(ctx context.Context, t target, cutoff time.Time, backlog int64) (float64, error) {
 	s.flowMu.Lock()
 	fs := s.flows[t.name]
 	s.flowMu.Unlock()
@@ -83,6 +84,10 @@ func (s *Sweeper) observeInflow(ctx context.Context, t target, cutoff time.Time)
 	if err != nil || !indexed {
 		s.m.inflow.DeleteLabelValues(t.name)
 		return -1, err
+	}
+	if backlog == 0 {
+		s.m.inflow.WithLabelValues(t.name).Set(0)
+		return 0, nil
 	}
 	start := cutoff.Add(-inflowWindow)
 	if fs.cutoff.After(start) && fs.cutoff.Before(cutoff) {

@@ -526,7 +526,7 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		return 0, 0, 0, err
 	}
 	s.setBacklog(t, backlog)
-	inflow, err := s.observeInflow(ctx, t, cutoff)
+	inflow, err := s.observeInflow(ctx, t, cutoff, backlog)
 	if err != nil {
 		s.m.errors.WithLabelValues(t.table()).Inc()
 		return 0, 0, 0, err
