@@ -309,7 +309,7 @@ sample() {
 		$1 == "process_open_fds" { fd = $2 }
 		$1 == "ttlproxy_proxy_client_connections" { s = $2 }
 		$1 == "ttlproxy_config_last_reload_successful" { ok = $2 }
-		END { split(db, d, " "); printf "%d %.0f %d %d %d %s %s %d %d\n", t, rss, g, fd, s, d[1], d[2], ok, d[3] > 0 ? d[3] : 0 }' >>"$out"
+		END { split(db, d, " "); printf "%d %.0f %d %d %d %s %s %d %d\n", t, rss, g, fd, s, d[1], d[2], ok, (d[3] > 0 ? d[3] : 0) }' >>"$out"
 }
 
 # At rest before the traffic: compared with the figures after it.
