@@ -200,14 +200,21 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Dura
 	return min(max(scaled, minBatchSize), p.max), wait
 }
 
-// floor bounds wait, after a batch that deleted n rows in d, so that the
-// batch and its wait together keep minRate rows per second (0: no bound).
-func (p *pacer) floor(wait time.Duration, n int64, d time.Duration) time.Duration {
+// floor applies minRate to the pacing after a batch of size rows that
+// deleted n in d and was full: the wait is bounded so that the batch and its
+// wait together keep minRate rows per second, and when the batch alone fell
+// short of it (a batch of a few rows is mostly its round trip and planning,
+// all the more on a busy server) the next batch is at least twice as large,
+// up to max, instead of nextSize. 0 minRate changes nothing.
+func (p *pacer) floor(size, nextSize int, wait time.Duration, n int64, d time.Duration, full bool) (int, time.Duration) {
 	if p.minRate <= 0 || n <= 0 {
-		return wait
+		return nextSize, wait
 	}
 	most := time.Duration(float64(n)/p.minRate*float64(time.Second)) - d
 	wait = max(min(wait, most), 0)
 	p.lastWait = wait
-	return wait
+	if full && p.target > 0 && float64(n) < p.minRate*d.Seconds() {
+		nextSize = min(max(nextSize, 2*size), max(p.max, size))
+	}
+	return nextSize, wait
 }

@@ -139,12 +139,17 @@ func TestPacer(t *testing.T) {
 	m := newPacer(50*time.Millisecond, 10_000)
 	m.minRate = 20_000
 	m.baseline(200 * time.Millisecond)
-	_, wait = m.next(1000, 1000, 10*time.Millisecond, true, 200*time.Millisecond)
-	if wait = m.floor(wait, 1000, 10*time.Millisecond); wait != 40*time.Millisecond {
-		t.Errorf("min 20,000 rows/s: wait %s, want 40ms", wait)
+	size, wait = m.next(1000, 1000, 10*time.Millisecond, true, 200*time.Millisecond)
+	if size, wait = m.floor(1000, size, wait, 1000, 10*time.Millisecond, true); wait != 40*time.Millisecond || size != 2000 {
+		t.Errorf("min 20,000 rows/s: next %d, wait %s; want 2000, 40ms", size, wait)
 	}
-	if wait = m.floor(70*time.Millisecond, 100, 10*time.Millisecond); wait != 0 {
-		t.Errorf("min 20,000 rows/s, 100 rows in 10ms: wait %s, want 0", wait)
+	// A batch slower than the floor by itself: no wait, and the next one
+	// twice as large, even in a queue that halves it.
+	if size, wait = m.floor(100, 50, 70*time.Millisecond, 100, 10*time.Millisecond, true); wait != 0 || size != 200 {
+		t.Errorf("min 20,000 rows/s, 100 rows in 10ms: next %d, wait %s; want 200, 0", size, wait)
+	}
+	if size, _ = m.floor(100, 50, 0, 100, 10*time.Millisecond, false); size != 50 {
+		t.Errorf("a short batch: next %d, want 50 (no growth)", size)
 	}
 	// Without a target the size is fixed, with foreground traffic too.
 	fixed := newPacer(0, 10_000)

@@ -691,7 +691,7 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		tr.batches++
 		tr.longest = max(tr.longest, took)
 		nextSize, wait := tr.pace.next(size, work, took, full, fg)
-		wait = tr.pace.floor(wait, n, took)
+		nextSize, wait = tr.pace.floor(size, nextSize, wait, n, took, full)
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.Debug("batch", slog.Int("size", size), slog.Int64(t.done(), n), slog.Duration("took", took),
 				slog.Duration("foreground", fg), slog.Float64("share", tr.pace.share), slog.Duration("wait", wait))
