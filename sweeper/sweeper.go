@@ -164,8 +164,11 @@ func New(cfg Config) (*Sweeper, error) {
 	// crash loses at most the last few batches' deletes (wal_writer_delay,
 	// 200 ms by default), whose rows are still expired, still hidden, and
 	// swept again by the next run. Each short transaction would otherwise
-	// wait for a WAL flush that a bulk DELETE waits for once.
-	rp["synchronous_commit"] = "off"
+	// wait for a WAL flush that a bulk DELETE waits for once. A setting in
+	// the DSN (options, or the parameter itself) stands.
+	if rp["synchronous_commit"] == "" && !strings.Contains(rp["options"], "synchronous_commit") {
+		rp["synchronous_commit"] = "off"
+	}
 	if rp["application_name"] == "" {
 		rp["application_name"] = "ttlproxy-sweeper"
 	}
