@@ -8,6 +8,8 @@
 # Environment:
 #   PG_BINDIR  directory of initdb/pg_ctl (default: PATH, then the newest
 #              /usr/lib/postgresql/*/bin)
+#   TTLPROXY   a ttlproxy binary to run instead of building this checkout
+#              (e.g. an older build, for a before/after run)
 #   KEEP=1     keep the work directory (logs) after the run
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -126,8 +128,13 @@ start_cluster() {
 		chmod 755 "$WORK"
 		chown postgres "$WORK"
 	fi
-	log "building ttlproxy"
-	(cd "$ROOT" && go build -o "$WORK/ttlproxy" ./cmd/ttlproxy)
+	if [ -n "${TTLPROXY:-}" ]; then
+		log "ttlproxy: $TTLPROXY"
+		cp "$TTLPROXY" "$WORK/ttlproxy"
+	else
+		log "building ttlproxy"
+		(cd "$ROOT" && go build -o "$WORK/ttlproxy" ./cmd/ttlproxy)
+	fi
 
 	PGPORT=$(free_port)
 	log "starting PostgreSQL ($BIN) on port $PGPORT"

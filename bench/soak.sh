@@ -26,6 +26,9 @@
 #              expiring in 10-120 s and of rows expired a minute ago, from
 #              COPY_ROWS/2 a batch at the start up to 2 * COPY_ROWS at the
 #              end (COPY FROM is not stamped: the rows carry their expiry)
+#   inflow     pgbench -M simple -R INFLOW/20 through the proxy: INSERT into
+#              events of 20 rows expiring 1-10 s later: INFLOW rows/s that
+#              expire all along, which the sweeper must keep up with
 #   writer     psql, one session: INSERT INTO ledger … RETURNING id, about 50
 #              a second; writer-c: the same with a new psql per row, about 5
 #              a second. A row is acknowledged when its id comes back.
@@ -75,6 +78,15 @@
 #       gives over that span must stay under RSS_GROWTH_MIB (default 16),
 #       GOROUTINE_GROWTH (default 40) and FD_GROWTH (default 20): see
 #       "Thresholds" in bench/README.md.
+#   sweeper keeps up
+#       the backlog's age (now() less the expiry of the oldest expired row
+#       still present in events and pgbench_history, read directly) must
+#       not grow after WARMUP s: the least-squares line through the samples
+#       (as for the resources) may rise by at most AGE_GROWTH s (default 30,
+#       three sweeper intervals). A sweeper that keeps up deletes every row
+#       within about an interval and a run of its expiry, whatever the
+#       inflow, so the age stays flat even while the inflow grows; one that
+#       falls behind leaves rows that age a second per second.
 #   errors only inside restart windows
 #       every line a client writes to standard error is stamped with its
 #       time; it must fall between 1 s before a restart began and
@@ -101,6 +113,8 @@
 #   BACKLOG        expired rows in events at the start (default 200000)
 #   RATE_BENCH, RATE_TTL, RATE_CONNECT   pgbench -R of each client group (default 100, 40, 10)
 #   COPY_EVERY, COPY_ROWS                seconds between COPY batches, rows per batch (default 5, 1000)
+#   INFLOW         rows/s of the inflow client, a multiple of 20 (default 200)
+#   AGE_GROWTH     pass threshold of the backlog's age, seconds (default 30)
 #   RSS_GROWTH_MIB, GOROUTINE_GROWTH, FD_GROWTH   pass thresholds (default 16, 40, 20)
 #   PG_BINDIR, KEEP   see lib.sh (KEEP=1 keeps the logs, configurations and samples)
 set -euo pipefail
@@ -123,6 +137,8 @@ RATE_TTL=${RATE_TTL:-40}
 RATE_CONNECT=${RATE_CONNECT:-10}
 COPY_EVERY=${COPY_EVERY:-5}
 COPY_ROWS=${COPY_ROWS:-1000}
+INFLOW=${INFLOW:-200}
+AGE_GROWTH=${AGE_GROWTH:-30}
 RSS_GROWTH_MIB=${RSS_GROWTH_MIB:-16}
 GOROUTINE_GROWTH=${GOROUTINE_GROWTH:-40}
 FD_GROWTH=${FD_GROWTH:-20}
@@ -131,9 +147,10 @@ PROG=soak.sh
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-for v in DURATION INTERVAL RELOAD_EVERY RESTART_EVERY RESTART_GRACE SCALE POOL RATE_BENCH RATE_TTL RATE_CONNECT COPY_EVERY COPY_ROWS; do
+for v in DURATION INTERVAL RELOAD_EVERY RESTART_EVERY RESTART_GRACE SCALE POOL RATE_BENCH RATE_TTL RATE_CONNECT COPY_EVERY COPY_ROWS INFLOW AGE_GROWTH; do
 	case ${!v} in '' | *[!0-9]* | 0*) die "$v must be a positive integer, got '${!v}'" ;; esac
 done
+[ $((INFLOW % 20)) = 0 ] || die "INFLOW must be a multiple of 20, got $INFLOW"
 [ "$RATE_CONNECT" -ge 2 ] || die "RATE_CONNECT must be at least 2 (two clients), got $RATE_CONNECT"
 for v in WARMUP BACKLOG RSS_GROWTH_MIB GOROUTINE_GROWTH FD_GROWTH; do
 	case ${!v} in '' | *[!0-9]*) die "$v must be a whole number, got '${!v}'" ;; esac
@@ -251,6 +268,11 @@ psql_proxy() { psql -X -q -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -d bench -v 
 psql_proxy -c "CREATE VIEW events_v WITH (security_invoker = true) AS SELECT id, aid, payload, expires_at FROM events" ||
 	die "creating the view events_v through the proxy failed"
 
+cat >"$WORK/inflow.sql" <<'EOF'
+INSERT INTO events (aid, payload, expires_at)
+	SELECT g % 1000, 'inflow', now() + (1 + random() * 9) * interval '1 second' FROM generate_series(1, 20) AS g;
+EOF
+
 cat >"$WORK/ttl.sql" <<'EOF'
 \set ttl random(5, 90)
 \set aid random(1, 1000)
@@ -261,11 +283,12 @@ SELECT count(*) FROM events_dv WHERE aid = :aid;
 EOF
 
 # sample [FILE]: one line of FILE (default samples), "time rss goroutines
-# fds sessions backlog deleted reload_ok": the first five from the proxy's
-# /metrics; the backlog (rows expired and not yet deleted in events and
-# pgbench_history) and the rows deleted from them (pg_stat_user_tables'
-# n_tup_del: only the sweeper deletes there) read directly, since the
-# sweeper's own counters start again from 0 at every reload.
+# fds sessions backlog deleted reload_ok age": the first five from the
+# proxy's /metrics; the backlog (rows expired and not yet deleted in events
+# and pgbench_history), the rows deleted from them (pg_stat_user_tables'
+# n_tup_del: only the sweeper deletes there) and the backlog's age in
+# seconds (0: none) read directly, since the sweeper's own counters start
+# again from 0 at every reload.
 : >"$WORK/samples"
 : >"$WORK/problems"
 : >"$WORK/reloads"
@@ -277,7 +300,8 @@ sample() {
 	m=$(metrics) || { echo "$t metrics unavailable" >>"$WORK/problems"; return; }
 	db=$(psql_q -d bench -At -F ' ' -c "SELECT
 		(SELECT count(*) FROM events WHERE expires_at < now()) + (SELECT count(*) FROM pgbench_history WHERE expires_at < now()),
-		(SELECT sum(n_tup_del) FROM pg_stat_user_tables WHERE relname IN ('events', 'pgbench_history'))") ||
+		(SELECT sum(n_tup_del) FROM pg_stat_user_tables WHERE relname IN ('events', 'pgbench_history')),
+		coalesce(extract(epoch FROM now() - least((SELECT min(expires_at) FROM events), (SELECT min(expires_at) FROM pgbench_history)))::int, 0)") ||
 		{ echo "$t backlog unavailable" >>"$WORK/problems"; return; }
 	printf '%s\n' "$m" | awk -v t="$t" -v db="$db" '
 		$1 == "process_resident_memory_bytes" { rss = $2 }
@@ -285,7 +309,7 @@ sample() {
 		$1 == "process_open_fds" { fd = $2 }
 		$1 == "ttlproxy_proxy_client_connections" { s = $2 }
 		$1 == "ttlproxy_config_last_reload_successful" { ok = $2 }
-		END { printf "%d %.0f %d %d %d %s %d\n", t, rss, g, fd, s, db, ok }' >>"$out"
+		END { split(db, d, " "); printf "%d %.0f %d %d %d %s %s %d %d\n", t, rss, g, fd, s, d[1], d[2], ok, (d[3] > 0 ? d[3] : 0) }' >>"$out"
 }
 
 # At rest before the traffic: compared with the figures after it.
@@ -358,6 +382,9 @@ client bench "${PGB[@]}" -M prepared -b tpcb-like@1 -b select-only@3 -c 4 -j 1 -
 	--log-prefix="$WORK/tx/bench-{N}" bench
 client ttl "${PGB[@]}" -M simple -f "$WORK/ttl.sql" -c 2 -j 1 -R "$RATE_TTL" \
 	--log-prefix="$WORK/tx/ttl-{N}" bench
+# Not logged: the inflow is load for the sweeper, not traffic measured.
+client inflow pgbench -h 127.0.0.1 -p "$PROXY_PORT" -U postgres -n -T '{T}' -M simple -f "$WORK/inflow.sql" -c 1 -j 1 \
+	-R "$((INFLOW / 20))" bench
 # One pgbench per client here: a client between two connections may miss a
 # restart that aborts the other, and pgbench would go on with fewer clients
 # until its end, and report "Run was aborted" then.
@@ -576,8 +603,8 @@ awk '{ print $1, "reload" }' "$WORK/reloads" | bucket /dev/stdin >"$WORK/event-b
 awk '{ print $1, "restart" }' "$WORK/restarts" | bucket /dev/stdin >>"$WORK/event-buckets"
 bucket "$WORK/checks" >"$WORK/check-buckets"
 
-printf '\n| at s | tx | p99 ms | RSS MiB | goroutines | fds | sessions | backlog | swept | served | errors | events |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+printf '\n| at s | tx | p99 ms | RSS MiB | goroutines | fds | sessions | backlog | backlog age s | swept | served | errors | events |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 awk -v start="$START" -v d0="$(head -1 "$WORK/rest" | cut -d' ' -f7)" '
 	FILENAME ~ /tx-buckets$/ { tx[$1] = $2; p99[$1] = $3; next }
 	FILENAME ~ /error-buckets$/ { err[$1] = $2; next }
@@ -588,8 +615,8 @@ awk -v start="$START" -v d0="$(head -1 "$WORK/rest" | cut -d' ' -f7)" '
 		if (FNR == 1) prev = d0
 		# (n_tup_del starts again from 0 if the server loses its statistics)
 		swept = $7 >= prev ? $7 - prev : $7
-		printf "| %d | %d | %s | %.1f | %d | %d | %d | %d | %d | %s | %d | %s |\n", $1 - start, tx[i],
-			(i in p99) ? sprintf("%.1f", p99[i]) : "–", $2 / 1048576, $3, $4, $5, $6, swept,
+		printf "| %d | %d | %s | %.1f | %d | %d | %d | %d | %d | %d | %s | %d | %s |\n", $1 - start, tx[i],
+			(i in p99) ? sprintf("%.1f", p99[i]) : "–", $2 / 1048576, $3, $4, $5, $6, $9, swept,
 			(i in served) ? served[i] : "–", err[i], ev[i]
 		prev = $7
 	}' "$WORK/tx-buckets" "$WORK/error-buckets" "$WORK/event-buckets" "$WORK/check-buckets" "$WORK/samples"
@@ -636,6 +663,9 @@ flat() { [ "$1" != n/a ] && awk -v g="$1" -v m="$2" 'BEGIN { exit !(g <= m) }' &
 verdict "RSS flat" "$(flat "$g_rss" "$RSS_GROWTH_MIB")" "fitted growth $g_rss MiB after warm-up ($n_rss samples; limit $RSS_GROWTH_MIB)"
 verdict "goroutines flat" "$(flat "$g_gor" "$GOROUTINE_GROWTH")" "fitted growth $g_gor (limit $GOROUTINE_GROWTH)"
 verdict "fds flat" "$(flat "$g_fd" "$FD_GROWTH")" "fitted growth $g_fd (limit $FD_GROWTH)"
+read -r g_age n_age < <(slope 9 1)
+verdict "sweeper keeps up" "$(flat "$g_age" "$AGE_GROWTH")" \
+	"the backlog's age grew $g_age s after warm-up ($n_age samples; limit $AGE_GROWTH), last $(tail -1 "$WORK/samples" | cut -d' ' -f9) s, with $INFLOW rows/s expiring from the inflow client and more from COPY, ttl and pgbench_history"
 verdict "errors only inside restart windows" "$([ "$errors_out" = 0 ] && echo 1)" \
 	"$errors_in inside $(wc -l <"$WORK/restarts") restart windows, $errors_out outside"
 if [ "$errors_out" != 0 ]; then

@@ -37,7 +37,11 @@
 #             through the proxy, measured first
 #   SCRIPT    pgbench's built-in script (default tpcb-like; select-only has
 #             no row-lock waits between clients)
-#   SWEEPER_YAML      extra sweeper keys (YAML flow style without braces)
+#   SWEEPER_YAML      extra sweeper keys (YAML flow style without braces),
+#                     e.g. "min_rows_per_second: 20000"
+#   UNLOADED          the sweeper's rate without load in rows/s (bench/sweep.sh's
+#                     rows over its time to the last row), to report the share
+#                     of it kept under load
 #   PG_SETTINGS       extra server settings (name=value, space-separated)
 #   PROXY_LOG_LEVEL   ttlproxy's --log-level (default info; debug logs each batch)
 #   PG_BINDIR, KEEP   see lib.sh (KEEP=1 keeps the logs)
@@ -198,9 +202,12 @@ printf 'median of the periods: %s (periods with: %s–%s ms, without: %s–%s ms
 	"$(awk -v a="$m_on" -v b="$m_off" 'BEGIN { printf "%+.1f%%", (a / b - 1) * 100 }')" \
 	"$(printf '%s\n' "${p99_on[@]}" | sort -g | head -1)" "$(printf '%s\n' "${p99_on[@]}" | sort -g | tail -1)" \
 	"$(printf '%s\n' "${p99_off[@]}" | sort -g | head -1)" "$(printf '%s\n' "${p99_off[@]}" | sort -g | tail -1)"
-printf 'expired rows deleted: %s of %s in %s s with the sweeper on\n' "$((BACKLOG - left))" "$BACKLOG" "$((PAIRS * PERIOD))"
+rate=$(((BACKLOG - left) / (PAIRS * PERIOD)))
+printf 'expired rows deleted: %s of %s in %s s with the sweeper on: %s rows/s%s\n' "$((BACKLOG - left))" "$BACKLOG" \
+	"$((PAIRS * PERIOD))" "$rate" "${UNLOADED:+, $(awk -v r="$rate" -v u="$UNLOADED" 'BEGIN { printf "%.1f%%", 100 * r / u }') of $UNLOADED rows/s unloaded}"
 if [ "$left" = 0 ]; then
 	printf 'warning: the backlog ran out: later periods with the sweeper had nothing to delete; raise BACKLOG\n'
 fi
-printf 'pgbench -R %s (-c %s -j %s, %s, -M simple, scale %s) through ttlproxy; PostgreSQL %s, %s cores\n' \
-	"$RATE" "$CLIENTS" "$JOBS" "$SCRIPT" "$SCALE" "$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)"
+printf 'pgbench -R %s (-c %s -j %s, %s, -M simple, scale %s) through ttlproxy; PostgreSQL %s, %s cores, load %s; sweeper: defaults%s\n' \
+	"$RATE" "$CLIENTS" "$JOBS" "$SCRIPT" "$SCALE" "$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" \
+	"$(cut -d' ' -f1-3 /proc/loadavg)" "${SWEEPER_YAML:+ + $SWEEPER_YAML}"

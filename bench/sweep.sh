@@ -18,6 +18,17 @@
 # and connection included; the sweeper's longest batch is its longest
 # transaction. In each of ROUNDS rounds both cases run, bulk then sweeper;
 # the table shows each run, then the medians, and the ratio of the medians.
+# "to last row" is the time from the sweeper's start to its log line of the
+# table swept (the last expired row gone), without what the command does
+# after it (the oldest expired row's age, an index walk over the rows just
+# deleted, and the exit); the ratio is taken on it. "paced waits" is the
+# time the pacing slept between batches because they ran slower than the
+# run's best (CoDel: the server busy with other work, which a bulk DELETE
+# never yields to).
+#
+# With BEFORE=path/to/an/older/ttlproxy each round also sweeps a third
+# identical table with that binary, in alternating order with this
+# checkout's, so that before and after share the machine's state.
 #
 # With COLUMN=1 the rows stay and a value expires instead (column-level
 # TTL): every row is live (expires_at in an hour, indexed, so that the
@@ -33,6 +44,8 @@
 #   ROUNDS        interleaved rounds (default 3)
 #   COLUMN        1: set an expiring column's expired values to NULL instead
 #                 of deleting expired rows
+#   CASES         which cases run: "1 0" (default), 1 (with the index) or 0
+#   BEFORE        an older ttlproxy binary to compare with (see above)
 #   SWEEPER_YAML  extra sweeper keys, YAML flow style without braces,
 #                 e.g. "workers: 2, target_batch_duration: 20ms"
 #   PG_BINDIR, KEEP  see lib.sh
@@ -42,6 +55,8 @@ ROWS=${ROWS:-1000000}
 ROUNDS=${ROUNDS:-3}
 SWEEPER_YAML=${SWEEPER_YAML:-}
 COLUMN=${COLUMN:-0}
+CASES=${CASES:-1 0}
+BEFORE=${BEFORE:-}
 
 PROG=sweep.sh
 # shellcheck source=bench/lib.sh
@@ -50,14 +65,21 @@ PROG=sweep.sh
 # autovacuum off: a vacuum starting between the two deletes would favour one.
 start_cluster fsync=off synchronous_commit=off autovacuum=off shared_buffers=256MB
 
-cat >"$WORK/sweep.yaml" <<EOF
+for t in swept swept_b; do
+	cat >"$WORK/$t.yaml" <<EOF
 upstream: 127.0.0.1:$PGPORT
 sweeper: {dsn: '$DSN'${SWEEPER_YAML:+, $SWEEPER_YAML}}
 tables:
-  - table: swept
+  - table: $t
 EOF
+	if [ "$COLUMN" = 1 ]; then
+		echo "    columns: [{column: c, expires_at_column: c_exp}]" >>"$WORK/$t.yaml"
+	fi
+done
+if [ -n "$BEFORE" ]; then
+	cp "$BEFORE" "$WORK/ttlproxy-before"
+fi
 if [ "$COLUMN" = 1 ]; then
-	echo "    columns: [{column: c, expires_at_column: c_exp}]" >>"$WORK/sweep.yaml"
 	WHAT="UPDATE" DONE="nulled" KEY="public.swept.c" NOTE=", COLUMN=1 (an expiring column nulled)"
 	BULK_SQL="UPDATE bulk SET c = NULL, c_exp = NULL WHERE c_exp < now() AND c IS NOT NULL"
 	LEFT_SQL="SELECT count(*) FROM swept WHERE c_exp < now() OR c IS NULL AND c_exp IS NOT NULL"
@@ -98,51 +120,91 @@ SQL
 	psql_q -d bench -c "VACUUM ANALYZE $t"
 }
 
+# sweep BINARY TABLE WHO: `BINARY sweep --once` of TABLE, checked; adds a
+# line to RESULTS and sets sweep_ms and last_ms.
+sweep() {
+	local bin=$1 t=$2 who=$3 key out start ts row deleted batches longest left ratio waited
+	key=${KEY/swept/$t}
+	log "$label: $who: ttlproxy sweep --once"
+	start=$(now_ms)
+	out=$("$bin" sweep --config "$WORK/$t.yaml" --once --log-level debug 2>"$WORK/sweep-$t.log") || {
+		printf '%s\n' "$out" >&2
+		die "ttlproxy sweep failed: $(cat "$WORK/sweep-$t.log")"
+	}
+	sweep_ms=$(($(now_ms) - start))
+	ts=$(sed -n 's/^time=\([^ ]*\) .*msg="swept \(table\|column\)".*/\1/p' "$WORK/sweep-$t.log" | tail -1)
+	last_ms=$sweep_ms
+	if [ -n "$ts" ]; then
+		last_ms=$(($(date -d "$ts" +%s%3N) - start))
+	fi
+	# The pacing's waits (CoDel: the server busy with other work), from
+	# the log line of each batch.
+	waited=$(sed -n 's/.*msg=batch .* wait=\([^ ]*\).*/\1/p' "$WORK/sweep-$t.log" | awk '
+		/ms$/ { s += $0 + 0; next } /µs$/ { s += ($0 + 0) / 1000; next } /[0-9]s$/ { s += ($0 + 0) * 1000 }
+		END { printf "%d", s }')
+	# TABLE DELETED (COLUMN NULLED) BATCHES LONGEST-BATCH [ERROR]
+	row=$(printf '%s\n' "$out" | awk -v k="$key" '$1 == k {print $2, $3, $4}')
+	read -r deleted batches longest <<<"$row"
+	[ "$deleted" = $((ROWS / 2)) ] || die "the sweeper's $key: $deleted, want $((ROWS / 2)): $out"
+	left=$(psql_q -d bench -At -c "${LEFT_SQL/swept/$t}")
+	[ "$left" = 0 ] || die "$left expired rows (values) left after the sweep of $t"
+	ratio=$(awk -v b="$bulk_ms" -v s="$last_ms" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
+	RESULTS+=("| $round | $label | $who | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $last_ms ms | $batches | $longest | $waited ms | ${ratio}x |")
+}
+
 RESULTS=()
-BULK_1=() SWEEP_1=() BULK_0=() SWEEP_0=()
+BULK_1=() SWEEP_1=() LAST_1=() BULK_0=() SWEEP_0=() LAST_0=()
+BSWEEP_1=() BLAST_1=() BSWEEP_0=() BLAST_0=()
 for round in $(seq "$ROUNDS"); do
-for indexed in 1 0; do
+for indexed in $CASES; do
 	label="index"
 	[ "$indexed" = 1 ] || label="no index"
-	log "round $round, $label: building two tables of $ROWS rows"
+	log "round $round, $label: building the tables of $ROWS rows"
 	build bulk "$indexed"
 	build swept "$indexed"
+	if [ -n "$BEFORE" ]; then
+		build swept_b "$indexed"
+	fi
 	psql_q -d bench -c CHECKPOINT
 
 	log "$label: bulk $WHAT"
 	start=$(now_ms)
 	psql_q -d bench -c "$BULK_SQL"
 	bulk_ms=$(($(now_ms) - start))
+	eval "BULK_$indexed+=($bulk_ms)"
 
-	log "$label: ttlproxy sweep --once"
-	start=$(now_ms)
-	out=$("$WORK/ttlproxy" sweep --config "$WORK/sweep.yaml" --once --log-level warn 2>"$WORK/sweep-$indexed.log") || {
-		printf '%s\n' "$out" >&2
-		die "ttlproxy sweep failed: $(cat "$WORK/sweep-$indexed.log")"
-	}
-	sweep_ms=$(($(now_ms) - start))
-	printf '%s\n' "$out" >"$WORK/sweep-$indexed.out"
-	# TABLE DELETED (COLUMN NULLED) BATCHES LONGEST-BATCH [ERROR]
-	row=$(printf '%s\n' "$out" | awk -v k="$KEY" '$1 == k {print $2, $3, $4}')
-	read -r deleted batches longest <<<"$row"
-	[ "$deleted" = $((ROWS / 2)) ] || die "the sweeper's $KEY: $deleted, want $((ROWS / 2)): $out"
-	left=$(psql_q -d bench -At -c "$LEFT_SQL")
-	[ "$left" = 0 ] || die "$left expired rows (values) left after the sweep"
-	ratio=$(awk -v b="$bulk_ms" -v s="$sweep_ms" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
-	RESULTS+=("| $round | $label | $ROWS | $((ROWS / 2)) | $bulk_ms ms | $sweep_ms ms | $batches | $longest | ${ratio}x |")
-	eval "BULK_$indexed+=($bulk_ms) SWEEP_$indexed+=($sweep_ms)"
+	order="after"
+	if [ -n "$BEFORE" ]; then
+		order="after before"
+		[ $((round % 2)) = 1 ] || order="before after"
+	fi
+	for who in $order; do
+		if [ "$who" = after ]; then
+			sweep "$WORK/ttlproxy" swept "$who"
+			eval "SWEEP_$indexed+=($sweep_ms) LAST_$indexed+=($last_ms)"
+		else
+			sweep "$WORK/ttlproxy-before" swept_b "$who"
+			eval "BSWEEP_$indexed+=($sweep_ms) BLAST_$indexed+=($last_ms)"
+		fi
+	done
 done
 done
-for indexed in 1 0; do
+for indexed in $CASES; do
 	label="index"
 	[ "$indexed" = 1 ] || label="no index"
-	eval 'b=$(median "${BULK_'$indexed'[@]}") s=$(median "${SWEEP_'$indexed'[@]}")'
-	ratio=$(awk -v b="$b" -v s="$s" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
-	RESULTS+=("| median | $label | $ROWS | $((ROWS / 2)) | $b ms | $s ms | | | **${ratio}x** |")
+	for who in after before; do
+		pre=""
+		[ "$who" = after ] || pre=B
+		[ "$who" = after ] || [ -n "$BEFORE" ] || continue
+		eval 'b=$(median "${BULK_'$indexed'[@]}") s=$(median "${'$pre'SWEEP_'$indexed'[@]}") l=$(median "${'$pre'LAST_'$indexed'[@]}")'
+		ratio=$(awk -v b="$b" -v s="$l" 'BEGIN { printf "%.2f", (s > 0 ? b / s : 0) }')
+		RESULTS+=("| median | $label | $who | $ROWS | $((ROWS / 2)) | $b ms | $s ms | $l ms | | | | **${ratio}x** |")
+	done
 done
 
-printf '\n| round | case | rows | %s | bulk %s | sweeper | batches | longest batch | sweeper/bulk (rows/s) |\n' "$DONE" "$WHAT"
-printf '|---|---|---|---|---|---|---|---|---|\n'
+printf '\n| round | case | sweeper | rows | %s | bulk %s | sweeper | to last row | batches | longest batch | paced waits | sweeper/bulk (rows/s, to last row) |\n' "$DONE" "$WHAT"
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 printf '%s\n' "${RESULTS[@]}"
-printf '\nPostgreSQL %s, %s cores, sweeper settings: defaults%s%s\n' \
-	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "${SWEEPER_YAML:+ + $SWEEPER_YAML}" "$NOTE"
+printf '\nPostgreSQL %s, %s cores, load %s, sweeper settings: defaults%s%s%s\n' \
+	"$(psql_q -d bench -At -c 'SHOW server_version')" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+	"${SWEEPER_YAML:+ + $SWEEPER_YAML}" "$NOTE" "${BEFORE:+; before: $BEFORE}"

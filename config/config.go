@@ -232,6 +232,9 @@ type Sweeper struct {
 	// Workers is the number of slices of a table swept at once; 0:
 	// sweeper.DefaultWorkers.
 	Workers int
+	// MinRowsPerSecond is the least rate the pacing backs off to per table
+	// (sweeper.Config.MinRowsPerSecond); 0: none.
+	MinRowsPerSecond int
 	// DropExpiredPartitions detaches and drops the expired partitions of
 	// tables range-partitioned on their expiry column.
 	DropExpiredPartitions bool
@@ -636,7 +639,8 @@ func parseLimits(v field, l *Limits) error {
 
 func parseSweeper(v field) (*Sweeper, error) {
 	f, err := mapping(v.val, v.path, "dsn", "interval", "batch_size", "batch_pause", "batch_timeout",
-		"target_batch_duration", "max_batch_size", "workers", "drop_expired_partitions", "cdc_origin")
+		"target_batch_duration", "max_batch_size", "workers", "drop_expired_partitions", "cdc_origin",
+		"min_rows_per_second")
 	if err != nil {
 		return nil, err
 	}
@@ -683,6 +687,11 @@ func parseSweeper(v field) (*Sweeper, error) {
 	}
 	if x, ok := f["workers"]; ok {
 		if s.Workers, err = x.positiveInt(); err != nil {
+			return nil, err
+		}
+	}
+	if x, ok := f["min_rows_per_second"]; ok {
+		if s.MinRowsPerSecond, err = x.positiveInt(); err != nil {
 			return nil, err
 		}
 	}

@@ -83,6 +83,7 @@ sweeper:
   target_batch_duration: 20ms
   max_batch_size: 5000
   workers: 4
+  min_rows_per_second: 2000
   drop_expired_partitions: true
   cdc_origin: ttlproxy_sweeper
 `
@@ -136,6 +137,7 @@ sweeper:
 			TargetBatchDuration:   new(20 * time.Millisecond),
 			MaxBatchSize:          5000,
 			Workers:               4,
+			MinRowsPerSecond:      2000,
 			DropExpiredPartitions: true,
 			CDCOrigin:             "ttlproxy_sweeper",
 		},

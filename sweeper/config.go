@@ -61,6 +61,12 @@ type Config struct {
 	TargetBatchDuration time.Duration
 	// MaxBatchSize bounds an adapted batch; 0 means DefaultMaxBatchSize.
 	MaxBatchSize int
+	// MinRowsPerSecond, when positive, bounds the pacing's waits so that
+	// each table's sweep deletes at least this many rows per second while
+	// it has rows to delete, however the foreground latency rises: progress
+	// the operator puts before the foreground's tail latency (pace.go).
+	// 0 (the default) lets the pacing back off to a 32nd of the time.
+	MinRowsPerSecond float64
 	// Workers is the number of slices of one table swept at once, each on
 	// connections of its own (two per worker); 0 means DefaultWorkers.
 	Workers int

@@ -34,6 +34,10 @@ type metrics struct {
 	// backlog (columns.go), labelled by table and column.
 	rowsNulled    *prometheus.CounterVec
 	columnBacklog *prometheus.GaugeVec
+	// inflow, deleteRate and drain: the backlog coming (inflow.go).
+	inflow     *prometheus.GaugeVec
+	deleteRate *prometheus.GaugeVec
+	drain      *prometheus.GaugeVec
 }
 
 // Metrics are a sweeper's Prometheus collectors, made once and handed to
@@ -61,6 +65,9 @@ func (m *metrics) forgetTables() {
 	m.slicesHeld.Reset()
 	m.backlog.Reset()
 	m.columnBacklog.Reset()
+	m.inflow.Reset()
+	m.deleteRate.Reset()
+	m.drain.Reset()
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -133,6 +140,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: name("column_backlog_rows"),
 		Help: "Rows of the table whose value of the column is expired and not yet NULL, the row itself live: counted at the start of the column's sweep (exact up to 10,000, the planner's estimate above), less the values nulled since.",
 	}, []string{"table", "column"})
+	m.inflow = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("inflow_rows_per_second"),
+		Help: "Rows of the table that expired per second, counted at the start of the table's sweep over the time since the previous run's cutoff (at most a minute) through the index on the expiry column; a lower bound above 200,000 rows per window or with several instances. Only for column rules and fixed derived rules with a btree index on the column.",
+	}, []string{"table"})
+	m.deleteRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("delete_rate_rows_per_second"),
+		Help: "Rows the table's last sweep that deleted any deleted per second of that sweep, the pacing's waits included: the rate the backlog drains at while the sweeper runs.",
+	}, []string{"table"})
+	m.drain = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: name("drain_seconds"),
+		Help: "Estimated time to delete the table's backlog: backlog_rows over delete_rate_rows_per_second less inflow_rows_per_second; +Inf when the inflow is at or above the rate (the backlog grows), 0 when none is left.",
+	}, []string{"table"})
 	if reg == nil {
 		return m, nil
 	}
@@ -140,7 +159,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{
 		m.rowsDeleted, m.batches, m.errors, m.runs, m.runDuration, m.lastRun, m.oldestExpired,
 		m.batchDuration, m.batchSize, m.slicesHeld, m.slicesSkipped, m.backlog, m.partitionsDropped,
-		m.rowsNulled, m.columnBacklog,
+		m.rowsNulled, m.columnBacklog, m.inflow, m.deleteRate, m.drain,
 	} {
 		if err := reg.Register(c); err != nil {
 			for _, d := range done {

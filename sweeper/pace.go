@@ -11,15 +11,29 @@ import "time"
 // that it settles in a few batches), between minBatchSize and MaxBatchSize.
 // On a quiet server batches grow until each takes about the target, which is
 // what bulk-delete speed needs; on a busy one the same rows take longer, so
-// batches shrink and the sweeper's row locks stay short.
+// batches shrink and the sweeper's row locks stay short. Sizes aim at half
+// the configured target (aimShare), so that a batch doubled after a short
+// one, or slowed by a neighbour's burst of work, still ends within it: the
+// target is a bound on transactions, not their mean. (With foreground
+// traffic the target is a tenth of the foreground's latency, when that is
+// lower: margin enough.) A batch's fixed cost
+// (one round trip, planning, the commit) is well under a millisecond, a few
+// percent of a batch of half of 50 ms.
 //
 // Waiting follows CoDel's idea (Nichols and Jacobson, "Controlling Queue
 // Delay", ACM Queue 2012): a standing delay above the best seen means a
-// queue. The pacer keeps the lowest time per row of the table's run; when a
-// batch's time per row is more than twice that floor, the database is busy
-// with something else, and the sweeper sleeps as long as that batch took
-// (at most half the database's time for the sweeper). With no contention
-// there is no sleep at all; Config.BatchPause adds a fixed one.
+// queue. The pacer keeps the lowest time per row of the table's run; when
+// batches' time per row has stayed more than twice that floor for
+// codelInterval of batch time, the database is busy with something else,
+// and the sweeper sleeps as long as the last batch took (at most half the
+// database's time for the sweeper). A single slow batch is not a queue: on
+// a shared machine a neighbour's burst slows one batch in a few, and
+// sleeping on each cost the sweeper a tenth of its quiet rate. With no
+// contention there is no sleep at all; Config.BatchPause adds a fixed one.
+//
+// Config.MinRowsPerSecond, when set, bounds every wait so that the table's
+// rows deleted per second stay above it whatever the foreground does: the
+// operator's choice of progress over the foreground's tail latency.
 //
 // The second signal is the one only a proxy has: the latency of the
 // foreground statements it relays (Config.ForegroundLatency, the 99th
@@ -71,6 +85,12 @@ const (
 	// fgMinTarget is the shortest target time: below it a batch is mostly
 	// the round trip and planning.
 	fgMinTarget = time.Millisecond
+	// aimShare is the fraction of the target time batch sizes aim at.
+	aimShare = 2
+	// codelInterval is how long, in batch time, rows must stay over twice
+	// the floor's cost before the pacer waits: CoDel's interval (100 ms),
+	// the time a queue must stand before it counts.
+	codelInterval = 100 * time.Millisecond
 )
 
 // pacer adapts one table's batches within a run.
@@ -85,6 +105,8 @@ type pacer struct {
 	share    float64       // the sweeper's share of time; 0 means 1 (not yet set)
 	sinceCut time.Duration // run time since the share was last cut
 	lastWait time.Duration
+	overFor  time.Duration // batch time in a row spent over twice floorRow
+	minRate  float64       // Config.MinRowsPerSecond; 0: none
 }
 
 // newPacer returns a pacer for batches that take about target (0: fixed
@@ -125,8 +147,14 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Dura
 		switch {
 		case p.floorRow == 0 || perRow < p.floorRow:
 			p.floorRow = perRow
+			p.overFor = 0
 		case perRow > 2*p.floorRow && d > p.target/4:
-			wait = d
+			p.overFor += d
+			if p.overFor >= codelInterval {
+				wait = d
+			}
+		default:
+			p.overFor = 0
 		}
 	}
 	if p.share == 0 {
@@ -164,7 +192,29 @@ func (p *pacer) next(size int, n int64, d time.Duration, full bool, fg time.Dura
 	if p.target <= 0 {
 		return size, wait
 	}
-	scaled := int(int64(size) * int64(p.target) / int64(d))
+	// With foreground traffic the target is already a tenth of its
+	// latency; without, half of want.
+	aim := min(p.target, p.want/aimShare)
+	scaled := int(int64(size) * int64(aim) / int64(d))
 	scaled = min(max(scaled, size/2), size*2)
 	return min(max(scaled, minBatchSize), p.max), wait
+}
+
+// floor applies minRate to the pacing after a batch of size rows that
+// deleted n in d and was full: the wait is bounded so that the batch and its
+// wait together keep minRate rows per second, and when the batch alone fell
+// short of it (a batch of a few rows is mostly its round trip and planning,
+// all the more on a busy server) the next batch is at least twice as large,
+// up to max, instead of nextSize. 0 minRate changes nothing.
+func (p *pacer) floor(size, nextSize int, wait time.Duration, n int64, d time.Duration, full bool) (int, time.Duration) {
+	if p.minRate <= 0 || n <= 0 {
+		return nextSize, wait
+	}
+	most := time.Duration(float64(n)/p.minRate*float64(time.Second)) - d
+	wait = max(min(wait, most), 0)
+	p.lastWait = wait
+	if full && p.target > 0 && float64(n) < p.minRate*d.Seconds() {
+		nextSize = min(max(nextSize, 2*size), max(p.max, size))
+	}
+	return nextSize, wait
 }

@@ -20,9 +20,14 @@ func TestPacer(t *testing.T) {
 	if size, _ = p.next(8000, 8000, 10*time.Millisecond, true, 0); size != 10_000 {
 		t.Errorf("capped: next %d, want 10000", size)
 	}
-	// About on target: about the same size.
-	if size, _ = p.next(4000, 4000, 48*time.Millisecond, true, 0); size < 4000 || size > 4300 {
-		t.Errorf("on target: next %d, want about 4000", size)
+	// About on the aim, half the target: about the same size.
+	if size, _ = p.next(4000, 4000, 24*time.Millisecond, true, 0); size < 4000 || size > 4300 {
+		t.Errorf("on aim: next %d, want about 4000", size)
+	}
+	// On the target itself: smaller, so that the next doubling stays
+	// within it.
+	if size, _ = p.next(4000, 4000, 50*time.Millisecond, true, 0); size != 2000 {
+		t.Errorf("on target: next %d, want 2000", size)
 	}
 	// Too slow: at most halved, never below minBatchSize.
 	if size, _ = p.next(4000, 4000, 400*time.Millisecond, true, 0); size != 2000 {
@@ -36,8 +41,9 @@ func TestPacer(t *testing.T) {
 		t.Errorf("last batch: next %d, want 3000", size)
 	}
 
-	// CoDel: rows that cost over twice the best seen mean contention, and
-	// the sweeper waits as long as the batch took.
+	// CoDel: rows that cost over twice the best seen for codelInterval
+	// of batch time mean contention, and the sweeper waits as long as the
+	// batch took; one slow batch is noise.
 	q := newPacer(50*time.Millisecond, 10_000)
 	if _, wait := q.next(1000, 1000, 10*time.Millisecond, true, 0); wait != 0 {
 		t.Errorf("first batch waits %v", wait)
@@ -45,8 +51,16 @@ func TestPacer(t *testing.T) {
 	if _, wait := q.next(1000, 1000, 15*time.Millisecond, true, 0); wait != 0 {
 		t.Errorf("1.5x the floor waits %v", wait)
 	}
-	if _, wait := q.next(1000, 1000, 40*time.Millisecond, true, 0); wait != 40*time.Millisecond {
-		t.Errorf("4x the floor waits %v, want 40ms", wait)
+	if _, wait := q.next(1000, 1000, 40*time.Millisecond, true, 0); wait != 0 {
+		t.Errorf("one batch at 4x the floor waits %v, want 0", wait)
+	}
+	if _, wait := q.next(1000, 1000, 12*time.Millisecond, true, 0); wait != 0 {
+		t.Errorf("back under twice the floor waits %v", wait)
+	}
+	for i, want := range []time.Duration{0, 0, 40 * time.Millisecond} {
+		if _, wait := q.next(1000, 1000, 40*time.Millisecond, true, 0); wait != want {
+			t.Errorf("slow batch %d in a row waits %v, want %v", i+1, wait, want)
+		}
 	}
 	// The foreground's latency against its baseline. Foreground traffic at
 	// the start: an eighth of the time, so the wait is seven batch times;
@@ -119,6 +133,23 @@ func TestPacer(t *testing.T) {
 	g.baseline(300 * time.Microsecond)
 	if size, _ := g.next(2000, 2000, 500*time.Microsecond, true, 380*time.Microsecond); size != 4000 {
 		t.Errorf("0.3ms to 0.38ms: next %d; want 4000 (no queue)", size)
+	}
+	// A floor on the rate bounds the wait: 1000 rows in 10ms and at least
+	// 20,000 rows/s leave 40ms to wait, where the share of 1/8 asks 70ms.
+	m := newPacer(50*time.Millisecond, 10_000)
+	m.minRate = 20_000
+	m.baseline(200 * time.Millisecond)
+	size, wait = m.next(1000, 1000, 10*time.Millisecond, true, 200*time.Millisecond)
+	if size, wait = m.floor(1000, size, wait, 1000, 10*time.Millisecond, true); wait != 40*time.Millisecond || size != 2000 {
+		t.Errorf("min 20,000 rows/s: next %d, wait %s; want 2000, 40ms", size, wait)
+	}
+	// A batch slower than the floor by itself: no wait, and the next one
+	// twice as large, even in a queue that halves it.
+	if size, wait = m.floor(100, 50, 70*time.Millisecond, 100, 10*time.Millisecond, true); wait != 0 || size != 200 {
+		t.Errorf("min 20,000 rows/s, 100 rows in 10ms: next %d, wait %s; want 200, 0", size, wait)
+	}
+	if size, _ = m.floor(100, 50, 0, 100, 10*time.Millisecond, false); size != 50 {
+		t.Errorf("a short batch: next %d, want 50 (no growth)", size)
 	}
 	// Without a target the size is fixed, with foreground traffic too.
 	fixed := newPacer(0, 10_000)

@@ -75,6 +75,9 @@ type Sweeper struct {
 	// below cfg.BatchSize after timeouts.
 	batchSizes map[string]int
 	sizeMu     sync.Mutex // guards batchSizes
+	// flows holds each target's inflow state between runs (inflow.go).
+	flows  map[string]flowState
+	flowMu sync.Mutex // guards flows
 	// tables holds each table's Status.
 	tables tableStates
 
@@ -113,6 +116,9 @@ func New(cfg Config) (*Sweeper, error) {
 	cfg = cfg.withDefaults()
 	if cfg.BatchPause < 0 {
 		return nil, fmt.Errorf("sweeper: negative batch pause %v", cfg.BatchPause)
+	}
+	if cfg.MinRowsPerSecond < 0 {
+		return nil, fmt.Errorf("sweeper: negative min rows per second %v", cfg.MinRowsPerSecond)
 	}
 	if len(cfg.Rules) == 0 {
 		return nil, errors.New("sweeper: no tables to sweep")
@@ -154,6 +160,15 @@ func New(cfg Config) (*Sweeper, error) {
 	// newest row version; a stricter default would turn a concurrent refresh
 	// into a serialization failure.
 	rp["default_transaction_isolation"] = "read committed"
+	// A batch's commit need not wait for its WAL to reach the disk: a
+	// crash loses at most the last few batches' deletes (wal_writer_delay,
+	// 200 ms by default), whose rows are still expired, still hidden, and
+	// swept again by the next run. Each short transaction would otherwise
+	// wait for a WAL flush that a bulk DELETE waits for once. A setting in
+	// the DSN (options, or the parameter itself) stands.
+	if rp["synchronous_commit"] == "" && !strings.Contains(rp["options"], "synchronous_commit") {
+		rp["synchronous_commit"] = "off"
+	}
 	if rp["application_name"] == "" {
 		rp["application_name"] = "ttlproxy-sweeper"
 	}
@@ -177,6 +192,7 @@ func New(cfg Config) (*Sweeper, error) {
 		stopCh:     make(chan struct{}),
 		closed:     make(chan struct{}),
 		batchSizes: map[string]int{},
+		flows:      map[string]flowState{},
 		lockRows:   true,
 	}
 	for i := range rules {
@@ -498,6 +514,7 @@ func (tr *tableRun) fail(err error) {
 // on error.
 func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, cutoff time.Time, d dialect) (int64, int, time.Duration, error) {
 	tr := &tableRun{t: t, log: log, pace: newPacer(s.cfg.TargetBatchDuration, s.cfg.MaxBatchSize)}
+	tr.pace.minRate = s.cfg.MinRowsPerSecond
 	tr.pace.baseline(s.fgBaseline)
 	if want := tr.pace.want; tr.pace.target < want {
 		// With foreground traffic batches are shorter (pace.go): the
@@ -512,9 +529,24 @@ func (s *Sweeper) sweepTarget(ctx context.Context, log *slog.Logger, t target, c
 		return 0, 0, 0, err
 	}
 	s.setBacklog(t, backlog)
+	inflow, err := s.observeInflow(ctx, t, cutoff, backlog)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, 0, 0, ctx.Err()
+		}
+		// A gauge, not a reason to leave the rows: counted and logged.
+		s.m.errors.WithLabelValues(t.table()).Inc()
+		log.Warn("counting the inflow failed", slog.Any("error", err))
+	}
+	if fs := s.flowOf(t); fs.rate > 0 {
+		fs.inflow = inflow
+		s.setDrain(t, fs, backlog)
+	}
+	sweepStart := time.Now()
 	defer func() {
 		left := max(backlog-tr.deleted, 0)
 		s.setBacklog(t, left)
+		s.observeFlow(t, cutoff, tr.deleted, time.Since(sweepStart), inflow, left)
 		if t.column != nil {
 			s.tables.updateColumn(t, func(cs *ColumnStatus) {
 				cs.Backlog, cs.Nulled, cs.Batches, cs.SlicesSkipped = left, tr.deleted, tr.batches, tr.skipped
@@ -662,6 +694,7 @@ func (s *Sweeper) sweepSlice(ctx context.Context, tr *tableRun, sl slice, d dial
 		tr.batches++
 		tr.longest = max(tr.longest, took)
 		nextSize, wait := tr.pace.next(size, work, took, full, fg)
+		nextSize, wait = tr.pace.floor(size, nextSize, wait, n, took, full)
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.Debug("batch", slog.Int("size", size), slog.Int64(t.done(), n), slog.Duration("took", took),
 				slog.Duration("foreground", fg), slog.Float64("share", tr.pace.share), slog.Duration("wait", wait))

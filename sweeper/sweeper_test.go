@@ -621,3 +621,22 @@ func TestStopWithoutStart(t *testing.T) {
 		t.Errorf("Start after Stop = %v", err)
 	}
 }
+
+// TestSessionSettings: the sweeper's sessions commit asynchronously unless
+// the DSN says otherwise.
+func TestSessionSettings(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://u@127.0.0.1:1/db", "off"},
+		{"postgres://u@127.0.0.1:1/db?synchronous_commit=remote_apply", "remote_apply"},
+		{"postgres://u@127.0.0.1:1/db?options=-c%20synchronous_commit%3Don", ""},
+	} {
+		s, err := New(Config{DSN: tc.dsn, Rules: []ttl.Rule{sessionsRule("t")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.pool.Config().ConnConfig.RuntimeParams["synchronous_commit"]; got != tc.want {
+			t.Errorf("%s: synchronous_commit %q, want %q", tc.dsn, got, tc.want)
+		}
+		s.Stop()
+	}
+}

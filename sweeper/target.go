@@ -28,6 +28,9 @@ type target struct {
 	// registry is set for a sidecar rule's base table: its expiry lives in
 	// another table's rows, which a batch must lock too (lockedBatchSQL).
 	registry *registryRef
+	// rule is the rule of a table's own rows (nil for a sidecar registry
+	// and an expiring column): what the inflow is counted by (inflow.go).
+	rule *ttl.Rule
 	// column is set for an expiring column of the table: its batches set
 	// the column (and its expiry column) to NULL in the rows doomed selects
 	// instead of deleting them (columns.go).
@@ -91,6 +94,7 @@ func targets(r *ttl.Rule) []target {
 		name:     r.QualifiedName(),
 		quoted:   r.QuotedName(),
 		regclass: r.QuotedName(),
+		rule:     r,
 		// The one definition of expired, shared with the read filter.
 		doomed: func(q string) string { return r.ExpiredCondition(q, cutoffParam) },
 	}

@@ -221,6 +221,7 @@ func (s *stack) newSweeper(cfg *config.Config) (*sweeper.Sweeper, error) {
 	if sc.Workers > 0 {
 		swc.Workers = sc.Workers
 	}
+	swc.MinRowsPerSecond = float64(sc.MinRowsPerSecond)
 	swc.DropExpiredPartitions = sc.DropExpiredPartitions
 	swc.CDCOrigin = sc.CDCOrigin
 	swc.ForegroundLatency = s.foregroundLatency
