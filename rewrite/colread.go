@@ -166,15 +166,12 @@ func (l *colLevel) outputNames(list []*pg.Node) (map[string]bool, bool) {
 			continue
 		}
 		if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-			q := ""
-			if len(cr.Fields) == 2 {
-				q = cr.Fields[0].GetString_().GetSval()
+			rels := l.starRels(cr.Fields)
+			if len(cr.Fields) > 1 && len(rels) == 0 {
+				known = false
 			}
-			for _, rel := range l.rels {
-				if q != "" && rel.name != q {
-					continue
-				}
-				known = known && (rel.known || rel.filter) && len(cr.Fields) <= 2
+			for _, rel := range rels {
+				known = known && (rel.known || rel.filter)
 				for _, col := range rel.cols {
 					out[col.Name] = true
 				}
@@ -378,19 +375,10 @@ func (l *colLevel) targets(list []*pg.Node) {
 // without a name, a join merging columns) is left to be refused.
 func (l *colLevel) star(cr *pg.ColumnRef) bool {
 	f := cr.Fields
-	if len(f) == 0 || f[len(f)-1].GetAStar() == nil || len(f) > 2 {
+	if len(f) == 0 || f[len(f)-1].GetAStar() == nil || len(f) > 3 {
 		return false
 	}
-	rels := l.rels
-	if len(f) == 2 {
-		rels = nil
-		for _, rel := range l.rels {
-			if rel.name == f[0].GetString_().GetSval() {
-				rels = []*colRel{rel}
-				break
-			}
-		}
-	}
+	rels := l.starRels(f)
 	expiring := false
 	for _, rel := range rels {
 		expiring = expiring || rel.r != nil || rel.tainted
@@ -430,6 +418,26 @@ func (l *colLevel) star(cr *pg.ColumnRef) bool {
 	l.c.w.replace(ts[i].start, ts[end-1].end, b.String())
 	l.c.read[cr] = true
 	return true
+}
+
+// starRels returns the FROM items of this level that `*` (every item),
+// `q.*` or `schema.table.*` (f, the fields of the reference) carries.
+func (l *colLevel) starRels(f []*pg.Node) []*colRel {
+	switch len(f) {
+	case 1:
+		return l.rels
+	case 2:
+		for _, rel := range l.rels {
+			if rel.name == f[0].GetString_().GetSval() {
+				return []*colRel{rel}
+			}
+		}
+	case 3:
+		if rel, lv := l.qualified(f[0].GetString_().GetSval(), f[1].GetString_().GetSval()); lv == l {
+			return []*colRel{rel}
+		}
+	}
+	return nil
 }
 
 // nameSource ports the part of PostgreSQL's FigureColnameInternal

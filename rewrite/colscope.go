@@ -47,6 +47,10 @@ type colRel struct {
 	tainted bool
 	// filter: the proxy's own filter join (`_ttl_N`), which adds no column.
 	filter bool
+	// schema and table name the table of an item without an alias whose
+	// schema is known (a TTL table's, or one written schema-qualified):
+	// `schema.table.c` names it ("" otherwise).
+	schema, table string
 }
 
 // has reports that the item holds a column name: an expiring column of its
@@ -431,7 +435,13 @@ func (c *columnCheck) rangeRel(rv *pg.RangeVar, ctes *cteScope) *colRel {
 		rel.cols, rel.known = renameColumns(cte.rel.cols, cte.rel.known, colnames)
 		return rel
 	}
+	if rv.Alias == nil {
+		rel.schema, rel.table = rv.Schemaname, rv.Relname
+	}
 	if r := c.refs[rv]; r != nil {
+		if rv.Alias == nil {
+			rel.schema, rel.table = r.SchemaName(), r.Table
+		}
 		rel.r, rel.cols = r, c.w.columns(r)
 		rel.known = rel.cols != nil
 		if len(colnames) > 0 {
@@ -449,6 +459,9 @@ func (c *columnCheck) rangeRel(rv *pg.RangeVar, ctes *cteScope) *colRel {
 		return rel
 	}
 	if r := c.w.peekRule(rv); r != nil {
+		if rv.Alias == nil {
+			rel.schema, rel.table = r.SchemaName(), r.Table
+		}
 		cols := c.w.columns(r)
 		rel.cols, rel.known = renameColumns(cols, cols != nil, colnames)
 	}
@@ -483,6 +496,12 @@ func (l *colLevel) mine(cr *pg.ColumnRef) (*colRel, *ttl.ColumnRule, *colLevel) 
 			return nil, nil, nil
 		}
 		rel, owner = l.named(f[0].GetString_().GetSval())
+	case 3:
+		name = f[2].GetString_().GetSval()
+		if name == "" {
+			return nil, nil, nil
+		}
+		rel, owner = l.qualified(f[0].GetString_().GetSval(), f[1].GetString_().GetSval())
 	default:
 		return nil, nil, nil
 	}
@@ -502,6 +521,35 @@ func (l *colLevel) named(q string) (*colRel, *colLevel) {
 			if rel.name == q {
 				return rel, lv
 			}
+		}
+	}
+	return nil, nil
+}
+
+// qualified returns the FROM item `schema.table` names, and its level:
+// as PostgreSQL resolves a schema-qualified reference, the nearest item
+// without an alias that is that table. The reads write its qualifier as
+// the item's name alone, so it must be the one item the name reaches
+// from l (no other of that name at its level or nearer): else nil, and
+// the reference is left to be refused.
+func (l *colLevel) qualified(schema, table string) (*colRel, *colLevel) {
+	if schema == "" || table == "" {
+		return nil, nil
+	}
+	for lv := l; lv != nil; lv = lv.parent {
+		for _, rel := range lv.rels {
+			if rel.schema != schema || rel.table != table {
+				continue
+			}
+			if near, _ := l.named(rel.name); near != rel {
+				return nil, nil
+			}
+			for _, other := range lv.rels {
+				if other != rel && other.name == rel.name {
+					return nil, nil
+				}
+			}
+			return rel, lv
 		}
 	}
 	return nil, nil
