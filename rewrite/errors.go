@@ -140,7 +140,7 @@ func errSidecarForm(r *ttl.Rule, form string) *Error {
 	return &Error{
 		Code:    sqlstate.FeatureNotSupported,
 		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", r.QualifiedName(), form),
-		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … without RETURNING, outside WITH, or insert the registry row yourself.", r.Table),
+		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … outside WITH (give RETURNING entries a name with AS), or insert the registry row yourself.", r.Table),
 	}
 }
 

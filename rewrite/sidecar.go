@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -60,9 +61,6 @@ func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *ttl.Rule, end int) {
 	case w.cteDepth > 0:
 		w.rejectSidecarRegistration(rule, "INSERT in a WITH query")
 		return
-	case len(ins.ReturningList) > 0:
-		w.rejectSidecarRegistration(rule, "INSERT … RETURNING")
-		return
 	case ins.OnConflictClause != nil && ins.OnConflictClause.Action == pg.OnConflictAction_ONCONFLICT_UPDATE && !rule.RefreshOnUpdate:
 		// RETURNING cannot tell an inserted row from an updated one, whose
 		// expiry must then stay as it is.
@@ -85,13 +83,98 @@ func (w *walker) registerSidecar(ins *pg.InsertStmt, rule *ttl.Rule, end int) {
 		keys[k] = ttl.QuoteIdent(c)
 	}
 	list := strings.Join(keys, ", ")
-	open := "WITH " + sidecarCTE + " AS ("
+	cte, returned, answer := sidecarCTE, " RETURNING "+list, ""
+	if len(ins.ReturningList) > 0 {
+		names, ok := w.returningNames(rule, ins.ReturningList)
+		if !ok {
+			return
+		}
+		cte, returned, answer = sidecarAnswer(rule, names, list)
+	}
+	open := "WITH " + cte + " AS ("
 	if ins.WithClause != nil {
-		open = ", " + sidecarCTE + " AS ("
+		open = ", " + cte + " AS ("
 	}
 	w.insert(ts[i-2].start, open)
-	w.insert(ts[last].end, " RETURNING "+list+") INSERT INTO "+rule.SidecarName()+" ("+list+", expires_at) SELECT "+
-		list+", "+rule.ExpiryValue(lifetime)+" FROM "+sidecarCTE+" ON CONFLICT ("+list+") DO UPDATE SET expires_at = EXCLUDED.expires_at")
+	w.insert(ts[last].end, returned+") INSERT INTO "+rule.SidecarName()+" ("+list+", expires_at) SELECT "+
+		list+", "+rule.ExpiryValue(lifetime)+" FROM "+sidecarCTE+" ON CONFLICT ("+list+") DO UPDATE SET expires_at = EXCLUDED.expires_at"+answer)
+}
+
+// sidecarAnswer gives what registerSidecar writes for an INSERT … RETURNING
+// whose output columns are named names: the CTE's name with a column alias
+// list (_ttl_1 … _ttl_n for the client's columns, then the keys under
+// their own names), the keys appended to the client's RETURNING list, and
+// the registration's own RETURNING, which answers the client's list as
+// written: each column read from the CTE's row of the registry row's keys,
+// under its name, with its type and type modifier. The registration
+// writes one registry row per inserted row, so its command tag and rows
+// are the INSERT's.
+//
+//	WITH _ttl_ins (_ttl_1, …, <keys>) AS (<insert> RETURNING <list>, <keys>)
+//	INSERT INTO <registry> … ON CONFLICT … DO UPDATE …
+//	RETURNING (SELECT _ttl_ins._ttl_1 FROM _ttl_ins WHERE _ttl_ins.<key> = <registry>.<key>) AS <name>, …
+func sidecarAnswer(rule *ttl.Rule, names []string, keys string) (cte, returned, answer string) {
+	var b strings.Builder
+	b.WriteString(sidecarCTE + " (")
+	for i := range names {
+		fmt.Fprintf(&b, "_ttl_%d, ", i+1)
+	}
+	b.WriteString(keys + ")")
+	cte = b.String()
+	var match strings.Builder
+	reg := ttl.QuoteIdent(rule.SidecarTable)
+	for i, k := range rule.KeyColumns {
+		if i > 0 {
+			match.WriteString(" AND ")
+		}
+		q := ttl.QuoteIdent(k)
+		match.WriteString(sidecarCTE + "." + q + " OPERATOR(pg_catalog.=) " + reg + "." + q)
+	}
+	b.Reset()
+	b.WriteString(" RETURNING ")
+	for i, name := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "(SELECT %s._ttl_%d FROM %s WHERE %s) AS %s", sidecarCTE, i+1, sidecarCTE, match.String(), ttl.QuoteIdent(name))
+	}
+	return cte, ", " + keys, b.String()
+}
+
+// returningNames returns the names of the output columns of the RETURNING
+// list of an INSERT into rule's table, as PostgreSQL names them: `*` and
+// `t.*` the catalog's columns. It fails the walk when a name is not known
+// (no catalog for `*`, an entry named after a scalar subquery or a
+// keyword).
+func (w *walker) returningNames(rule *ttl.Rule, list []*pg.Node) ([]string, bool) {
+	var names []string
+	for _, n := range list {
+		rt := n.GetResTarget()
+		switch {
+		case rt == nil:
+		case rt.Name != "":
+			names = append(names, rt.Name)
+			continue
+		case hasStar(rt):
+			cols := w.columns(rule)
+			if cols == nil {
+				w.rejectSidecarRegistration(rule, "INSERT … RETURNING * without the table's columns from the catalog")
+				return nil, false
+			}
+			for _, c := range cols {
+				names = append(names, c.Name)
+			}
+			continue
+		default:
+			if name, ok := figureName(rt.Val); ok {
+				names = append(names, name)
+				continue
+			}
+		}
+		w.rejectSidecarRegistration(rule, "INSERT … RETURNING an entry without AS whose name the proxy cannot tell")
+		return nil, false
+	}
+	return names, true
 }
 
 // markRegistered recognizes a statement registerSidecar wrote: the INSERT

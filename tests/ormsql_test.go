@@ -1,10 +1,17 @@
 package tests
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // ORMs' SQL through the proxy: what Prisma, Knex, pgjdbc and the others
@@ -65,5 +72,169 @@ func checkRefused(t *testing.T, conn *pgx.Conn, q, code string) {
 	_, err := conn.Exec(t.Context(), q)
 	if got := sqlstate(err); got != code || !strings.HasPrefix(errMessage(err), "ttlproxy") {
 		t.Errorf("%s: SQLSTATE %q (%v), want the proxy's %s", q, got, err, code)
+	}
+}
+
+// sidecarStack serves carts, a sidecar table (its registry carts_ttl,
+// lifetime 2h, refresh_on_update), and shop.carts, another schema's table
+// of the same name without a rule.
+func sidecarStack(t *testing.T) *stack {
+	t.Helper()
+	return newStack(t, stackOptions{
+		rules: []ttl.Rule{{Table: "carts", Kind: ttl.KindSidecar, SidecarTable: "carts_ttl", KeyColumns: []string{"id"},
+			DefaultTTL: 2 * time.Hour, RefreshOnUpdate: true}},
+		setup: []string{
+			`CREATE TABLE carts (id bigserial PRIMARY KEY, user_id int, status varchar(10) DEFAULT 'new', total numeric(8,2))`,
+			`CREATE TABLE carts_ttl (id bigint PRIMARY KEY, expires_at timestamptz NOT NULL)`,
+			// 1000: live, expiring in a minute; 1001: expired; 1002: never expires.
+			`INSERT INTO carts (id, user_id, status) VALUES (1000, 1, 'live'), (1001, 1, 'expired'), (1002, 1, 'forever')`,
+			`INSERT INTO carts_ttl VALUES (1000, now() + interval '1 minute'), (1001, now() - interval '1 minute')`,
+			`CREATE SCHEMA shop`,
+			`CREATE TABLE shop.carts (id int, status text)`,
+		},
+	})
+}
+
+// ormQuery runs q with args and returns its RowDescription, rows and
+// command tag.
+func ormQuery(conn *pgx.Conn, q string, args ...any) ([]pgconn.FieldDescription, [][]any, string, error) {
+	rows, err := conn.Query(context.Background(), q, args...)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	defer rows.Close()
+	fields := append([]pgconn.FieldDescription(nil), rows.FieldDescriptions()...)
+	var out [][]any
+	for rows.Next() {
+		v, err := rows.Values()
+		if err != nil {
+			return nil, nil, "", err
+		}
+		out = append(out, v)
+	}
+	rows.Close()
+	return fields, out, rows.CommandTag().String(), rows.Err()
+}
+
+// registered returns the seconds from now to the registry's expiry of
+// cart id, or -1 without a registry row.
+func registered(t *testing.T, direct *pgx.Conn, id int64) float64 {
+	t.Helper()
+	var secs *float64
+	err := direct.QueryRow(context.Background(), `SELECT extract(epoch FROM expires_at - now())::float8 FROM carts_ttl WHERE id = $1`, id).Scan(&secs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return -1
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *secs
+}
+
+// TestSidecarInsertReturning: an INSERT … RETURNING into a sidecar table
+// (Knex's `returning "id"`, pgjdbc's `RETURNING *`, multi-row VALUES,
+// INSERT … SELECT, an upsert) registers each row it inserts for the rule's
+// lifetime in the same statement, and answers as the INSERT does directly:
+// the same RowDescription (names, types, modifiers), rows and command tag.
+// An upsert refreshes a live row it updates and leaves an expired one, which
+// it does not return. Both query protocols.
+func TestSidecarInsertReturning(t *testing.T) {
+	s := sidecarStack(t)
+	ctx := context.Background()
+	direct := s.connect(s.direct)
+	// The RowDescription a direct INSERT gives, rolled back.
+	directFields := func(q string, args ...any) []pgconn.FieldDescription {
+		tx, err := direct.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		f, _, _, err := ormQuery(tx.Conn(), q, args...)
+		if err != nil {
+			t.Fatalf("%s directly: %v", q, err)
+		}
+		return f
+	}
+	const lifetime = 2 * 3600
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, c := range []struct {
+			q    string
+			args []any
+			n    int
+		}{
+			{`insert into "carts" ("user_id") values ($1) returning "id"`, []any{7}, 1},
+			{`INSERT INTO carts (user_id, status) VALUES ($1, $2) RETURNING *`, []any{8, "x"}, 1},
+			{`INSERT INTO "public"."carts" ("user_id","total") VALUES ($1,$2) RETURNING "public"."carts"."id", "public"."carts"."total"`, []any{9, 1.5}, 1},
+			{`INSERT INTO carts AS c (user_id) VALUES (1), (2), (3) RETURNING c.id, status AS s, total::text, 7`, nil, 3},
+			{`INSERT INTO carts (user_id) SELECT g FROM generate_series(1, 4) g RETURNING id, user_id`, nil, 4},
+		} {
+			fields, rows, tag, err := ormQuery(conn, c.q, c.args...)
+			if err != nil {
+				t.Errorf("mode %v: %s: %v", mode, c.q, err)
+				continue
+			}
+			if want := fmt.Sprintf("INSERT 0 %d", c.n); tag != want || len(rows) != c.n {
+				t.Errorf("mode %v: %s: tag %q, %d rows, want %q", mode, c.q, tag, len(rows), want)
+			}
+			want := directFields(c.q, c.args...)
+			if len(fields) != len(want) {
+				t.Errorf("mode %v: %s: %d fields, direct %d", mode, c.q, len(fields), len(want))
+				continue
+			}
+			for i, f := range fields {
+				d := want[i]
+				if f.Name != d.Name || f.DataTypeOID != d.DataTypeOID || f.TypeModifier != d.TypeModifier {
+					t.Errorf("mode %v: %s: field %d = %s oid %d typmod %d, direct %s oid %d typmod %d",
+						mode, c.q, i, f.Name, f.DataTypeOID, f.TypeModifier, d.Name, d.DataTypeOID, d.TypeModifier)
+				}
+			}
+			// Each returned key is registered for the lifetime.
+			for _, row := range rows {
+				id, ok := row[0].(int64)
+				if !ok {
+					t.Fatalf("mode %v: %s: first column %T", mode, c.q, row[0])
+				}
+				if secs := registered(t, direct, id); secs < lifetime-60 || secs > lifetime+1 {
+					t.Errorf("mode %v: %s: cart %d expires in %.0fs, want about %ds", mode, c.q, id, secs, lifetime)
+				}
+			}
+		}
+		// An upsert of the live cart refreshes its expiry; of the expired
+		// one it neither updates nor returns nor registers it.
+		q := `INSERT INTO carts (id, user_id) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id RETURNING id, user_id`
+		if _, err := direct.Exec(ctx, `UPDATE carts_ttl SET expires_at = now() + interval '1 minute' WHERE id = 1000`); err != nil {
+			t.Fatal(err)
+		}
+		_, rows, tag, err := ormQuery(conn, q, int64(1000), 50)
+		if err != nil || tag != "INSERT 0 1" || len(rows) != 1 || rows[0][1] != int32(50) {
+			t.Errorf("mode %v: upsert of the live cart: %v %q %v", mode, rows, tag, err)
+		}
+		if secs := registered(t, direct, 1000); secs < lifetime-60 {
+			t.Errorf("mode %v: upsert of the live cart: expires in %.0fs, want it refreshed", mode, secs)
+		}
+		_, rows, tag, err = ormQuery(conn, q, int64(1001), 51)
+		if err != nil || tag != "INSERT 0 0" || len(rows) != 0 {
+			t.Errorf("mode %v: upsert of the expired cart: %v %q %v", mode, rows, tag, err)
+		}
+		if secs := registered(t, direct, 1001); secs > 0 {
+			t.Errorf("mode %v: upsert of the expired cart brought it back (expires in %.0fs)", mode, secs)
+		}
+		// The attacker's: a RETURNING that reads the table sees its live
+		// rows only; one that reads the registry is refused.
+		var live int64
+		if err := direct.QueryRow(ctx, `SELECT count(*) FROM carts c WHERE NOT EXISTS (SELECT FROM carts_ttl r WHERE r.id = c.id AND r.expires_at < now())`).Scan(&live); err != nil {
+			t.Fatal(err)
+		}
+		_, rows, _, err = ormQuery(conn, `INSERT INTO carts (user_id) VALUES (60) RETURNING (SELECT count(*) FROM carts) AS n, (SELECT max(status) FROM carts WHERE id = 1001) AS gone`)
+		if err != nil || len(rows) != 1 || rows[0][0] != live || rows[0][1] != nil {
+			t.Errorf("mode %v: RETURNING reading the table: %v %v, want %d live rows and no expired status", mode, rows, err, live)
+		}
+		checkRefused(t, conn, `INSERT INTO carts (user_id) VALUES (61) RETURNING (SELECT max(expires_at) FROM carts_ttl) AS e`, "42501")
+		checkRefused(t, conn, `WITH i AS (INSERT INTO carts (user_id) VALUES (62) RETURNING id) SELECT * FROM i`, "0A000")
+		// Another schema's table of the name is no sidecar table.
+		if _, rows, tag, err := ormQuery(conn, `INSERT INTO shop.carts VALUES (1, 'x') RETURNING *`); err != nil || tag != "INSERT 0 1" || len(rows) != 1 {
+			t.Errorf("mode %v: shop.carts: %v %q %v", mode, rows, tag, err)
+		}
 	}
 }
