@@ -153,3 +153,71 @@ func TestRewriteSidecarInsertReturning(t *testing.T) {
 		checkReject(t, rw, s, c)
 	}
 }
+
+// TestRewriteSidecarUpdateRefresh: with refresh_on_update, an UPDATE of a
+// sidecar table registers the new expiry of each (live) row it updates, in
+// the same statement; RETURNING is answered as written; without the key,
+// or in a WITH query, it is not served. Rewritten again, it refreshes once.
+func TestRewriteSidecarUpdateRefresh(t *testing.T) {
+	rw, err := New(sidecarRules, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func(q string) string { return sidecarRules[1].LiveCondition(q, ttl.Now) }
+	reg := ` INSERT INTO "reg"."pairs_ttl" ("a", "b", expires_at) SELECT "a", "b", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '60 seconds') FROM _ttl_upd ON CONFLICT ("a", "b") DO UPDATE SET expires_at = EXCLUDED.expires_at`
+	match := `_ttl_upd."a" OPERATOR(pg_catalog.=) "pairs_ttl"."a" AND _ttl_upd."b" OPERATOR(pg_catalog.=) "pairs_ttl"."b"`
+	cases := []rwCase{
+		{"update", `UPDATE pairs SET v = $1 WHERE pairs.a = $2`,
+			`WITH _ttl_upd AS (UPDATE "public".pairs SET v = $1 WHERE (pairs.a = $2) AND ` + live(`"pairs"`) + ` RETURNING "a", "b")` + reg},
+		{"only, alias, no where", `UPDATE ONLY pairs p SET v = 'x'`,
+			`WITH _ttl_upd AS (UPDATE ONLY "public".pairs p SET v = 'x' WHERE ` + live(`"p"`) + ` RETURNING "a", "b")` + reg},
+		{"own WITH, FROM", `WITH s AS (SELECT 1 AS a) UPDATE pairs SET v = 'y' FROM s WHERE s.a = pairs.a`,
+			`WITH s AS (SELECT 1 AS a) , _ttl_upd AS (UPDATE "public".pairs SET v = 'y' FROM s WHERE (s.a = pairs.a) AND ` + live(`"pairs"`) + ` RETURNING "a", "b")` + reg},
+		{"returning", `UPDATE pairs SET v = 'z' WHERE a = 1 RETURNING v, pairs.a AS k`,
+			`WITH _ttl_upd (_ttl_1, _ttl_2, "a", "b") AS (UPDATE "public".pairs SET v = 'z' WHERE (a = 1) AND ` + live(`"pairs"`) + ` RETURNING v, pairs.a AS k, "a", "b")` + reg +
+				` RETURNING (SELECT _ttl_upd._ttl_1 FROM _ttl_upd WHERE ` + match + `) AS "v", (SELECT _ttl_upd._ttl_2 FROM _ttl_upd WHERE ` + match + `) AS "k"`},
+		{"current of", `UPDATE pairs SET v = 'c' WHERE CURRENT OF cur`,
+			`WITH _ttl_upd AS (UPDATE "public".pairs SET v = 'c' WHERE CURRENT OF cur RETURNING "a", "b")` + reg},
+		{"no refresh_on_update", `UPDATE docs SET body = 'x' WHERE id = 1`,
+			`UPDATE "public".docs SET body = 'x' WHERE (id = 1) AND ` + sidecarRules[0].LiveCondition(`"docs"`, ttl.Now)},
+	}
+	for _, c := range cases {
+		checkRewrite(t, rw, nil, c)
+		again, err := rw.Rewrite(c.out, nil)
+		if err != nil || strings.Count(again.SQL, "_ttl_upd") != strings.Count(c.out, "_ttl_upd") {
+			t.Errorf("%s: second rewrite\n %s\n %v", c.name, again.SQL, err)
+		}
+	}
+	for _, c := range []rejCase{
+		{"in a CTE", `WITH u AS (UPDATE pairs SET v = 'x' RETURNING *) SELECT * FROM u`, "0A000", []string{"public.pairs", "WITH", "cannot be registered"}},
+		{"star over a join", `UPDATE pairs SET v = 'x' FROM docs d WHERE d.id = pairs.a RETURNING *`, "0A000", []string{"public.pairs", "RETURNING"}},
+		{"star of another item", `UPDATE pairs SET v = 'x' FROM docs d WHERE d.id = pairs.a RETURNING d.*`, "0A000", []string{"public.pairs", "RETURNING"}},
+		// The refresh's own form, written by a client, cannot reach
+		// expired rows or other rows of the registry.
+		{"own form reading the registry", `WITH _ttl_upd AS (UPDATE pairs SET v = 'x' RETURNING "a", "b")` + reg + ` RETURNING (SELECT count(*) FROM reg.pairs_ttl)`, "42501", []string{"registry"}},
+	} {
+		checkReject(t, rw, nil, c)
+	}
+}
+
+// TestSidecarOwnFormKeys: a client that writes the registration's own form
+// gets it served only while the write's RETURNING gives the registry its
+// rows' own keys: other keys (an expired row's) would register an expiry
+// for rows the write never touched, bringing them back.
+func TestSidecarOwnFormKeys(t *testing.T) {
+	rw, err := New(sidecarRules, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	regDocs := ` INSERT INTO "public"."docs_ttl" ("id", expires_at) SELECT "id", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '3600 seconds') FROM _ttl_ins ON CONFLICT ("id") DO UPDATE SET expires_at = EXCLUDED.expires_at`
+	regPairs := ` INSERT INTO "reg"."pairs_ttl" ("a", "b", expires_at) SELECT "a", "b", (pg_catalog.now() OPERATOR(pg_catalog.+) interval '60 seconds') FROM _ttl_upd ON CONFLICT ("a", "b") DO UPDATE SET expires_at = EXCLUDED.expires_at`
+	for _, c := range []rejCase{
+		{"insert returning another key", `WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (5) RETURNING id - 4 AS id)` + regDocs, "42501", []string{"registry"}},
+		{"insert returning a constant key", `WITH _ttl_ins AS (INSERT INTO docs (id) VALUES (5) RETURNING 1 AS id)` + regDocs, "42501", []string{"registry"}},
+		{"insert renaming a column to the key", `WITH _ttl_ins (x, id) AS (INSERT INTO docs (id, body) VALUES (5, 'x') RETURNING id, length(body))` + regDocs, "42501", []string{"registry"}},
+		{"update returning another key", `WITH _ttl_upd AS (UPDATE pairs SET v = 'x' WHERE a = 1 RETURNING a + 1 AS a, b)` + regPairs, "42501", []string{"registry"}},
+		{"update returning a joined key", `WITH _ttl_upd AS (UPDATE pairs SET v = 'x' FROM pairs2 q WHERE q.a = pairs.a RETURNING q.a, q.b)` + regPairs, "42501", []string{"registry"}},
+	} {
+		checkReject(t, rw, nil, c)
+	}
+}

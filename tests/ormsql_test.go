@@ -232,9 +232,160 @@ func TestSidecarInsertReturning(t *testing.T) {
 		}
 		checkRefused(t, conn, `INSERT INTO carts (user_id) VALUES (61) RETURNING (SELECT max(expires_at) FROM carts_ttl) AS e`, "42501")
 		checkRefused(t, conn, `WITH i AS (INSERT INTO carts (user_id) VALUES (62) RETURNING id) SELECT * FROM i`, "0A000")
+		// UPDATE … RETURNING refreshes and answers as written.
+		if _, err := direct.Exec(ctx, `UPDATE carts_ttl SET expires_at = now() + interval '1 minute' WHERE id = 1000`); err != nil {
+			t.Fatal(err)
+		}
+		uq := `UPDATE "public"."carts" SET "status" = $1 WHERE ("public"."carts"."id" = $2 AND 1=1) RETURNING *, "public"."carts"."status" AS s`
+		var fields []pgconn.FieldDescription
+		fields, rows, tag, err = ormQuery(conn, uq, "paid", int64(1000))
+		if err != nil || len(rows) != 1 || tag != "INSERT 0 1" {
+			t.Errorf("mode %v: %s: %v %q %v", mode, uq, rows, tag, err)
+		} else if want := directFields(uq, "paid", int64(1000)); len(fields) != len(want) {
+			t.Errorf("mode %v: %s: %d fields, direct %d", mode, uq, len(fields), len(want))
+		} else {
+			for i, f := range fields {
+				if d := want[i]; f.Name != d.Name || f.DataTypeOID != d.DataTypeOID || f.TypeModifier != d.TypeModifier {
+					t.Errorf("mode %v: %s: field %d = %s oid %d typmod %d, direct %s oid %d typmod %d",
+						mode, uq, i, f.Name, f.DataTypeOID, f.TypeModifier, d.Name, d.DataTypeOID, d.TypeModifier)
+				}
+			}
+		}
+		if secs := registered(t, direct, 1000); secs < lifetime-60 {
+			t.Errorf("mode %v: %s: expires in %.0fs, want it refreshed", mode, uq, secs)
+		}
+		if _, rows, _, err := ormQuery(conn, uq, "paid", int64(1001)); err != nil || len(rows) != 0 {
+			t.Errorf("mode %v: %s of the expired cart: %v %v", mode, uq, rows, err)
+		}
 		// Another schema's table of the name is no sidecar table.
 		if _, rows, tag, err := ormQuery(conn, `INSERT INTO shop.carts VALUES (1, 'x') RETURNING *`); err != nil || tag != "INSERT 0 1" || len(rows) != 1 {
 			t.Errorf("mode %v: shop.carts: %v %q %v", mode, rows, tag, err)
+		}
+	}
+}
+
+// TestRefreshOnUpdateEveryKind: refresh_on_update moves a live row's
+// expiry to now() + default_ttl on UPDATE (as ORMs write it, by key, with
+// parameters) and on ON CONFLICT DO UPDATE, for every rule kind: an expiry
+// column, a derived rule's per-row lifetime in seconds and as an interval
+// (counted from the base column, so the lifetime grows by the row's age),
+// a sidecar registry (a row without a registry row gets one), and an
+// expiring column's own expiry. Expired rows are neither updated nor
+// brought back. The row count is the UPDATE's. Both query protocols.
+func TestRefreshOnUpdateEveryKind(t *testing.T) {
+	hour := time.Hour
+	rules := []ttl.Rule{
+		{Table: "sess", DefaultTTL: hour, RefreshOnUpdate: true},
+		{Table: "jobs", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "ttl_seconds", IntervalSeconds: true, DefaultTTL: hour, RefreshOnUpdate: true},
+		{Table: "tasks", Kind: ttl.KindDerived, BaseColumn: "created_at", IntervalColumn: "lifetime", DefaultTTL: hour, RefreshOnUpdate: true},
+		{Table: "carts", Kind: ttl.KindSidecar, SidecarTable: "carts_ttl", KeyColumns: []string{"id"}, DefaultTTL: hour, RefreshOnUpdate: true},
+		{Table: "customers", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{{Column: "phone", ExpiresAtColumn: "phone_expires_at", DefaultTTL: hour, RefreshOnUpdate: true}}},
+	}
+	s := newStack(t, stackOptions{rules: rules, setup: []string{
+		`CREATE TABLE sess (id int PRIMARY KEY, note text, expires_at timestamptz)`,
+		`CREATE TABLE jobs (id int PRIMARY KEY, note text, created_at timestamptz, ttl_seconds int)`,
+		`CREATE TABLE tasks (id int PRIMARY KEY, note text, created_at timestamptz, lifetime interval)`,
+		`CREATE TABLE carts (id int PRIMARY KEY, note text)`,
+		`CREATE TABLE carts_ttl (id int PRIMARY KEY, expires_at timestamptz NOT NULL)`,
+		`CREATE TABLE customers (id int PRIMARY KEY, note text, phone text, phone_expires_at timestamptz)`,
+	}})
+	ctx := context.Background()
+	direct := s.connect(s.direct)
+	// Row 1 is live and expires in ten minutes (its row, or its phone), 2
+	// has expired, 3 never expires.
+	reset := `TRUNCATE sess, jobs, tasks, carts, carts_ttl, customers;
+		INSERT INTO sess VALUES (1, 'a', now() + interval '10 minutes'), (2, 'b', now() - interval '1 minute'), (3, 'c', NULL);
+		INSERT INTO jobs VALUES (1, 'a', now() - interval '3 hours', 3 * 3600 + 600), (2, 'b', now() - interval '3 hours', 3600), (3, 'c', NULL, NULL);
+		INSERT INTO tasks VALUES (1, 'a', now() - interval '3 hours', interval '3 hours 10 minutes'), (2, 'b', now() - interval '3 hours', interval '1 hour'), (3, 'c', now(), NULL);
+		INSERT INTO carts VALUES (1, 'a'), (2, 'b'), (3, 'c');
+		INSERT INTO carts_ttl VALUES (1, now() + interval '10 minutes'), (2, now() - interval '1 minute');
+		INSERT INTO customers VALUES (1, 'a', '555-1', now() + interval '10 minutes'), (2, 'b', '555-2', now() - interval '1 minute'), (3, 'c', '555-3', NULL)`
+	// The seconds from now to each row's expiry (NULL: never).
+	expiry := map[string]string{
+		"sess":      `SELECT id, extract(epoch FROM expires_at - now())::int FROM sess ORDER BY id`,
+		"jobs":      `SELECT id, extract(epoch FROM created_at + ttl_seconds * interval '1 second' - now())::int FROM jobs ORDER BY id`,
+		"tasks":     `SELECT id, extract(epoch FROM created_at + lifetime - now())::int FROM tasks ORDER BY id`,
+		"carts":     `SELECT c.id, extract(epoch FROM r.expires_at - now())::int FROM carts c LEFT JOIN carts_ttl r ON r.id = c.id ORDER BY c.id`,
+		"customers": `SELECT id, extract(epoch FROM phone_expires_at - now())::int FROM customers ORDER BY id`,
+	}
+	read := func(table string) map[int32]*int32 {
+		rows, err := direct.Query(ctx, expiry[table])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int32]*int32{}
+		for rows.Next() {
+			var id int32
+			var secs *int32
+			if err := rows.Scan(&id, &secs); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = secs
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	near := func(p *int32, want int32) bool { return p != nil && *p > want-60 && *p <= want+1 }
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, table := range []string{"sess", "jobs", "tasks", "carts", "customers"} {
+			for _, upsert := range []bool{false, true} {
+				if _, err := direct.Exec(ctx, reset); err != nil {
+					t.Fatal(err)
+				}
+				before := read(table)
+				for _, id := range []int32{1, 2, 3} {
+					q := fmt.Sprintf(`UPDATE %[1]s SET note = $1 WHERE %[1]s.id = $2`, table)
+					args := []any{"touched", id}
+					if upsert {
+						q = fmt.Sprintf(`INSERT INTO %s (id, note) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET note = excluded.note`, table)
+						args = []any{id, "touched"}
+					}
+					tag, err := conn.Exec(ctx, q, args...)
+					if err != nil {
+						t.Errorf("mode %v: %s (%d): %v", mode, q, id, err)
+						continue
+					}
+					// An expired row is not updated; by ON CONFLICT it is
+					// neither updated nor inserted.
+					want := int64(1)
+					if id == 2 && table != "customers" {
+						want = 0
+					}
+					if tag.RowsAffected() != want {
+						t.Errorf("mode %v: %s (%d): %d rows, want %d (%s)", mode, q, id, tag.RowsAffected(), want, tag)
+					}
+				}
+				after := read(table)
+				what := table
+				if upsert {
+					what += " upserted"
+				}
+				// The live row's expiry moves to an hour from now.
+				if !near(after[1], 3600) {
+					t.Errorf("mode %v: %s: live row expires in %s s, want 3600 (before %s)", mode, what, str(after[1]), str(before[1]))
+				}
+				// The expired row stays expired (its phone too).
+				if after[2] == nil || *after[2] > 0 {
+					t.Errorf("mode %v: %s: expired row expires in %s s, want still expired", mode, what, str(after[2]))
+				}
+				// A row that never expired: an expiry column or a
+				// registry gets one; a derived row without a base keeps
+				// none; a NULL phone expiry gets one (the value is not
+				// NULL).
+				switch table {
+				case "jobs", "tasks":
+					if table == "jobs" && after[3] != nil {
+						t.Errorf("mode %v: %s: row without a base expires in %s s", mode, what, str(after[3]))
+					}
+				default:
+					if !near(after[3], 3600) {
+						t.Errorf("mode %v: %s: row that never expired expires in %s s, want 3600", mode, what, str(after[3]))
+					}
+				}
+			}
 		}
 	}
 }
