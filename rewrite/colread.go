@@ -111,7 +111,9 @@ func (c *columnCheck) readSelect(sel *pg.SelectStmt, l *colLevel) {
 	// levels after it (target list, HAVING, ORDER BY, windows) reads V
 	// too, so that PostgreSQL matches it with the GROUP BY's.
 	l.pure = len(sel.GroupClause) > 0
-	l.targets(sel.TargetList)
+	if !isTableForm(sel) || !l.tableStar(sel) {
+		l.targets(sel.TargetList)
+	}
 	for _, n := range sel.GroupClause {
 		l.value(n, nil)
 	}
@@ -438,6 +440,32 @@ func (l *colLevel) starRels(f []*pg.Node) []*colRel {
 		}
 	}
 	return nil
+}
+
+// tableStar reads the statement `TABLE t` (sel, isTableForm) of a table
+// with expiring columns as star does `SELECT * FROM t`: TABLE becomes
+// `SELECT <columns> FROM`. It reports whether sel was such a statement;
+// one that cannot be expanded is left to be refused.
+func (l *colLevel) tableStar(sel *pg.SelectStmt) bool {
+	cr := sel.TargetList[0].GetResTarget().GetVal().GetColumnRef()
+	rv := sel.FromClause[0].GetRangeVar()
+	if cr == nil || len(l.rels) != 1 || l.rels[0].r == nil {
+		return false
+	}
+	text := l.rels[0].columnList(true)
+	w := l.c.w
+	first, _, ok := w.itemSpan(rv)
+	if text == "" || !ok {
+		return true
+	}
+	ts := w.tokens()
+	if ts.kind(first-1) != pg.Token_TABLE {
+		return true
+	}
+	w.replace(ts[first-1].start, ts[first-1].end, "SELECT "+text+" FROM")
+	w.tableDone[ts[first-1].start] = true
+	l.c.read[cr] = true
+	return true
 }
 
 // nameSource ports the part of PostgreSQL's FigureColnameInternal

@@ -185,6 +185,8 @@ func (c *columnCheck) selectLevel(sel *pg.SelectStmt, parent *colLevel, ctes *ct
 	for _, f := range sel.FromClause {
 		c.fromItem(l, f, ctes)
 	}
+	cols, known := l.outputColumns(sel.TargetList)
+	c.outputs[sel] = levelOutput{cols, known}
 	c.readSelect(sel, l)
 	for _, list := range [][]*pg.Node{sel.TargetList, sel.GroupClause, sel.WindowClause, sel.SortClause, sel.DistinctClause, l.quals, l.fullQuals,
 		{sel.WhereClause, sel.HavingClause, sel.LimitCount, sel.LimitOffset}} {
@@ -221,7 +223,7 @@ func (c *columnCheck) withLevel(wc *pg.WithClause, parent *colLevel, ctes *cteSc
 	all := ctes
 	for _, n := range wc.Ctes {
 		cte := n.GetCommonTableExpr()
-		all = &cteScope{name: cte.GetCtename(), rel: cteRel(cte), parent: all}
+		all = &cteScope{name: cte.GetCtename(), rel: c.cteRel(cte), parent: all}
 	}
 	cur := ctes
 	for _, n := range wc.Ctes {
@@ -233,18 +235,29 @@ func (c *columnCheck) withLevel(wc *pg.WithClause, parent *colLevel, ctes *cteSc
 		if sel := cte.GetCtequery().GetSelectStmt(); sel != nil {
 			c.selectLevel(sel, parent, seen)
 		}
-		cur = &cteScope{name: cte.GetCtename(), rel: cteRel(cte), parent: cur}
+		cur = &cteScope{name: cte.GetCtename(), rel: c.cteRel(cte), parent: cur}
+	}
+	if !wc.Recursive {
+		return cur
+	}
+	// The query after a recursive WITH sees the CTEs' outputs as read.
+	all = ctes
+	for _, n := range wc.Ctes {
+		cte := n.GetCommonTableExpr()
+		all = &cteScope{name: cte.GetCtename(), rel: c.cteRel(cte), parent: all}
 	}
 	return all
 }
 
 // cteRel is a CTE's FROM item: its column alias list, else the output
 // names of its query.
-func cteRel(cte *pg.CommonTableExpr) colRel {
+func (c *columnCheck) cteRel(cte *pg.CommonTableExpr) colRel {
 	var out []*pg.Node
+	var cols []Column
+	known := false
 	switch q := cte.GetCtequery().GetNode().(type) {
 	case *pg.Node_SelectStmt:
-		out = firstArm(q.SelectStmt).GetTargetList()
+		cols, known = c.selectOutputs(q.SelectStmt)
 	case *pg.Node_InsertStmt:
 		out = q.InsertStmt.ReturningList
 	case *pg.Node_UpdateStmt:
@@ -252,9 +265,64 @@ func cteRel(cte *pg.CommonTableExpr) colRel {
 	case *pg.Node_DeleteStmt:
 		out = q.DeleteStmt.ReturningList
 	}
-	cols, known := outputColumns(out)
+	if out != nil {
+		cols, known = outputColumns(out)
+	}
 	cols, known = renameColumns(cols, known, cte.Aliascolnames)
 	return colRel{name: cte.GetCtename(), qual: ttl.QuoteIdent(cte.GetCtename()), cols: cols, known: known}
+}
+
+// levelOutput is the output columns of a query level and whether all of
+// them are known.
+type levelOutput struct {
+	cols  []Column
+	known bool
+}
+
+// selectOutputs returns the output columns of the query sel (its leftmost
+// arm's): `*` as its level's FROM items give it once the level is read,
+// else as outputColumns.
+func (c *columnCheck) selectOutputs(sel *pg.SelectStmt) ([]Column, bool) {
+	arm := firstArm(sel)
+	if out, ok := c.outputs[arm]; ok {
+		return out.cols, out.known
+	}
+	return outputColumns(arm.GetTargetList())
+}
+
+// outputColumns is outputColumns at the level l, whose FROM items give
+// `*` and `q.*` their columns where they are all known (not over a join
+// merging columns).
+func (l *colLevel) outputColumns(list []*pg.Node) ([]Column, bool) {
+	var cols []Column
+	known := true
+	for _, n := range list {
+		rt := n.GetResTarget()
+		if rt == nil {
+			return nil, false
+		}
+		cr := rt.Val.GetColumnRef()
+		if rt.Name != "" || cr == nil || len(cr.Fields) == 0 || cr.Fields[len(cr.Fields)-1].GetAStar() == nil {
+			one, ok := outputColumns([]*pg.Node{n})
+			cols, known = append(cols, one...), known && ok
+			continue
+		}
+		rels := l.starRels(cr.Fields)
+		if len(rels) == 0 || (len(cr.Fields) == 1 && l.merged) {
+			known = false
+			continue
+		}
+		for _, rel := range rels {
+			switch {
+			case rel.filter:
+			case rel.tainted || !rel.known:
+				known = false
+			default:
+				cols = append(cols, rel.cols...)
+			}
+		}
+	}
+	return cols, known
 }
 
 // firstArm returns the leftmost SELECT of a set operation, which names its
@@ -364,7 +432,7 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 		} else {
 			c.selectLevel(sel, l.parent, ctes)
 		}
-		cols, known := outputColumns(firstArm(sel).GetTargetList())
+		cols, known := c.selectOutputs(sel)
 		name := sub.GetAlias().GetAliasname()
 		cols, known = renameColumns(cols, known, sub.GetAlias().GetColnames())
 		l.rels = append(l.rels, &colRel{name: name, qual: ttl.QuoteIdent(name), cols: cols, known: known && name != ""})

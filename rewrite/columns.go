@@ -154,8 +154,10 @@ type columnCheck struct {
 	// unqualified are the references left unresolved because a FROM item
 	// in scope has columns the proxy does not know.
 	unqualified map[*pg.ColumnRef]bool
-	// done are the query levels read.
-	done map[*pg.SelectStmt]bool
+	// done are the query levels read; outputs the output columns of those
+	// whose every `*` the level's FROM items give (colscope.go).
+	done    map[*pg.SelectStmt]bool
+	outputs map[*pg.SelectStmt]levelOutput
 	// funcs are the calls in functional notation read as columns.
 	funcs map[*pg.FuncCall]bool
 	// natural are the NATURAL joins whose merged columns are known and
@@ -215,6 +217,7 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 func (c *columnCheck) run(stmt *pg.Node) {
 	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
 	c.done, c.funcs, c.natural = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}, map[*pg.JoinExpr]bool{}
+	c.outputs = map[*pg.SelectStmt]levelOutput{}
 	c.rowNull = map[*pg.ColumnRef]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).

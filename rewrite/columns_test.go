@@ -141,7 +141,7 @@ func TestExpiringColumnsRefused(t *testing.T) {
 	// Joins and correlated references resolve their scope (coljoin_test.go).
 	predicates["join on"] = true
 	predicates["on conflict set from another table"] = true
-	values := map[string]bool{"target list": true, "qualified": true, "schema qualified": true, "quoted": true, "upper case folds": true, "cte": true,
+	values := map[string]bool{"target list": true, "qualified": true, "schema qualified": true, "TABLE": true, "quoted": true, "upper case folds": true, "cte": true,
 		"second statement of a text": true, "copy query": true, "prepare": true, "declare cursor": true, "create table as": true,
 		"in an expression": true, "having": true, "aggregate": true, "window": true,
 		"star": true, "star with where": true, "star in a cte": true, "star in a subquery": true, "qualified star": true,
