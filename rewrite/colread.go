@@ -67,6 +67,11 @@ type colLevel struct {
 	// qualifiedOnly: a column named without the level's qualifier is not
 	// this level's (ON CONFLICT DO UPDATE, where EXCLUDED is in scope too).
 	qualifiedOnly bool
+	// top: a level of no enclosing query (the statement's own query, a
+	// CTE's or set operation arm's of it, a derived table's of such a
+	// level): its levels are every scope a name in it can reach
+	// (colscope.go, lookup).
+	top bool
 }
 
 // guards are the expiring columns whose references an enclosing guard (or

@@ -167,8 +167,19 @@ func (c *columnCheck) selectLevel(sel *pg.SelectStmt, parent *colLevel, ctes *ct
 		return
 	}
 	c.done[sel] = true
+	top := parent == nil && c.tops[sel]
+	if top && sel.WithClause != nil {
+		for _, n := range sel.WithClause.Ctes {
+			if q := n.GetCommonTableExpr().GetCtequery().GetSelectStmt(); q != nil {
+				c.tops[q] = true
+			}
+		}
+	}
 	ctes = c.withLevel(sel.WithClause, parent, ctes)
 	if sel.Op != pg.SetOperation_SETOP_NONE {
+		if top {
+			c.tops[sel.Larg], c.tops[sel.Rarg] = true, true
+		}
 		c.selectLevel(sel.Larg, parent, ctes)
 		c.selectLevel(sel.Rarg, parent, ctes)
 		// ORDER BY of a set operation names output columns only; any
@@ -181,7 +192,7 @@ func (c *columnCheck) selectLevel(sel *pg.SelectStmt, parent *colLevel, ctes *ct
 		}
 		return
 	}
-	l := &colLevel{c: c, parent: parent, wrapped: map[*pg.ColumnRef]bool{}}
+	l := &colLevel{c: c, parent: parent, wrapped: map[*pg.ColumnRef]bool{}, top: top}
 	for _, f := range sel.FromClause {
 		c.fromItem(l, f, ctes)
 	}
@@ -430,6 +441,9 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 			seen.wrapped = map[*pg.ColumnRef]bool{}
 			c.selectLevel(sel, &seen, ctes)
 		} else {
+			if l.parent == nil && l.top {
+				c.tops[sel] = true
+			}
 			c.selectLevel(sel, l.parent, ctes)
 		}
 		cols, known := c.selectOutputs(sel)
@@ -627,7 +641,9 @@ func (l *colLevel) qualified(schema, table string) (*colRel, *colLevel) {
 // column name, and that level; nil when a FROM item of the level searched
 // has unknown columns (the reference is then marked for the hint to
 // qualify it), when two hold it, or when the item found is hidden behind
-// another of the same name nearer.
+// another of the same name nearer. Where no item the name can reach reads
+// a table with expiring columns (closed), it returns an item of no rule:
+// the name is another relation's column, or none.
 func (l *colLevel) lookup(cr *pg.ColumnRef, name string) (*colRel, *colLevel) {
 	for lv := l; lv != nil; lv = lv.parent {
 		if lv.qualifiedOnly {
@@ -645,6 +661,9 @@ func (l *colLevel) lookup(cr *pg.ColumnRef, name string) (*colRel, *colLevel) {
 			}
 		}
 		if unknown {
+			if l.closed() {
+				return &colRel{}, lv
+			}
 			l.c.unqualified[cr] = true
 			return nil, nil
 		}
@@ -661,7 +680,28 @@ func (l *colLevel) lookup(cr *pg.ColumnRef, name string) (*colRel, *colLevel) {
 			return found, lv
 		}
 	}
+	if l.closed() {
+		return &colRel{}, nil
+	}
 	return nil, nil
+}
+
+// closed reports that no FROM item of l or the levels around it reads a
+// table with expiring columns (directly or through an aliased join), and
+// that these levels are every scope a name in l can reach (top): a name
+// there, whatever it resolves to, is no expiring column's stored value.
+func (l *colLevel) closed() bool {
+	for lv := l; lv != nil; lv = lv.parent {
+		for _, rel := range lv.rels {
+			if rel.r != nil || rel.tainted {
+				return false
+			}
+		}
+		if lv.parent == nil && !lv.top {
+			return false
+		}
+	}
+	return true
 }
 
 // expiringRels calls fn for each FROM item with expiring columns visible at
