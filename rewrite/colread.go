@@ -712,6 +712,22 @@ func (l *colLevel) value(n *pg.Node, g guards) {
 		}
 		l.value(ce.Defresult, g)
 		return
+	case *pg.Node_XmlExpr:
+		// xmlforest(c) and xmlattributes(c) name an element or attribute
+		// after a column reference without AS: V keeps the name with it.
+		l.children(n.ProtoReflect(), g)
+		for _, a := range x.XmlExpr.NamedArgs {
+			rt := a.GetResTarget()
+			cr := rt.GetVal().GetColumnRef()
+			if rt == nil || rt.Name != "" || cr == nil || !l.wrapped[cr] {
+				continue
+			}
+			ts := l.c.w.tokens()
+			if i := ts.at(int(cr.Location)); i >= 0 {
+				l.c.w.insert(ts[ts.nameEnd(i)-1].end, " AS "+ttl.QuoteIdent(lastName(cr)))
+			}
+		}
+		return
 	case *pg.Node_RowExpr:
 		done := l.rowStars(x.RowExpr.Args)
 		for _, a := range x.RowExpr.Args {

@@ -2,8 +2,10 @@ package rewrite
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ttlproxy/ttlproxy/internal/sqlstate"
+	"github.com/ttlproxy/ttlproxy/ttl"
 )
 
 // TestExpiringColumnStarOutputs: a derived table or CTE built with `*`,
@@ -77,4 +79,44 @@ func TestExpiringColumnClosedScope(t *testing.T) {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)
 	}
+}
+
+// TestExpiringColumnXMLNames: xmlforest and xmlattributes name an element
+// after a column reference without AS; the value's expression keeps the
+// column's name with AS.
+func TestExpiringColumnXMLNames(t *testing.T) {
+	rw := newColumnRewriter(t)
+	s := NewState(Session{Catalog: columnCatalog()})
+	o := colText{`"orders"`}
+	from := join(`"public".orders`, `"orders"`, 0)
+	for _, c := range []rwCase{
+		{"xmlforest", `SELECT xmlforest(id, note, client_ip AS ip) FROM orders`,
+			`SELECT xmlforest(id, ` + o.noteV() + ` AS "note", ` + o.ipV() + ` AS ip) FROM ` + from},
+		{"xmlattributes", `SELECT xmlelement(name o, xmlattributes(note), client_ip) FROM orders`,
+			`SELECT xmlelement(name o, xmlattributes(` + o.noteV() + ` AS "note"), ` + o.ipV() + `) FROM ` + from},
+	} {
+		checkRewrite(t, rw, s, c)
+		checkStable(t, rw, s, c)
+	}
+}
+
+// TestExpiringColumnSampleNone: TABLESAMPLE of a table with no row rule
+// (rule: none) is served: the sample is the table's, its expiring
+// columns read as anywhere else.
+func TestExpiringColumnSampleNone(t *testing.T) {
+	rules := []ttl.Rule{{Table: "customers", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{{Column: "phone", ExpiresAtColumn: "phone_exp", DefaultTTL: time.Hour}}}}
+	rw, err := New(rules, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewState(Session{Catalog: NewCatalog(CatalogData{
+		Tables:  map[string]*TableInfo{"public.customers": {Columns: []Column{{Name: "id", Type: "integer"}, {Name: "phone", Type: "text"}, {Name: "phone_exp", Type: "timestamp with time zone"}}}},
+		Schemas: map[string][]string{"customers": {"public"}},
+	})})
+	v := rules[0].Columns[0].ValueExpr(&rules[0], `"customers"`, "text")
+	for _, st := range []*State{nil, s} {
+		checkRewrite(t, rw, st, rwCase{"no expiring column", `SELECT id FROM customers TABLESAMPLE SYSTEM (100)`, `SELECT id FROM "public".customers TABLESAMPLE SYSTEM (100)`})
+	}
+	checkRewrite(t, rw, s, rwCase{"the expiring column", `SELECT id, phone FROM customers TABLESAMPLE BERNOULLI ((SELECT 50)) REPEATABLE (1)`,
+		`SELECT id, ` + v + ` AS "phone" FROM "public".customers TABLESAMPLE BERNOULLI ((SELECT 50)) REPEATABLE (1)`})
 }

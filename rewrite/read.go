@@ -198,6 +198,12 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, tableForm bool) {
 				w.sampleRangeVar(rv, r, ts, sc)
 				return
 			}
+			// No row rule (a table of expiring columns only, read in
+			// its query level): the sample is the table's; the method's
+			// arguments are expressions.
+			w.genericList(ts.Args, sc)
+			w.generic(ts.Repeatable, sc)
+			return
 		}
 		w.generic(n, sc)
 	default:

@@ -389,3 +389,58 @@ func TestRefreshOnUpdateEveryKind(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiringColumnDerivedStar: through the proxy, derived tables and CTEs
+// built with `*`, `t.*` or `TABLE t` over a table with expiring columns
+// have known columns at any depth, so unqualified names over them are
+// served with the expired values NULL; xmlforest keeps an element's name;
+// TABLESAMPLE of a table with no row rule is served. Both protocols.
+func TestExpiringColumnDerivedStar(t *testing.T) {
+	s := scopeStack(t)
+	direct := s.connect(s.direct)
+	cases := []scopeCase{
+		{`SELECT note, id FROM (SELECT * FROM orders WHERE id > 1) s ORDER BY id`, `SELECT note, id FROM (SELECT * FROM ref WHERE id > 1) s ORDER BY id`},
+		{`WITH t AS (SELECT * FROM orders) SELECT client_ip, count(*) FROM t GROUP BY client_ip ORDER BY 1`,
+			`WITH t AS (SELECT * FROM ref) SELECT client_ip, count(*) FROM t GROUP BY client_ip ORDER BY 1`},
+		{`SELECT a, b, note FROM (TABLE orders) AS s (a, b) ORDER BY a`, `SELECT a, b, note FROM (TABLE ref) AS s (a, b) ORDER BY a`},
+		{`SELECT note FROM (SELECT * FROM (SELECT o.* FROM orders o) a) b WHERE note IS NULL`, `SELECT note FROM (SELECT * FROM (SELECT o.* FROM ref o) a) b WHERE note IS NULL`},
+		{`TABLE orders ORDER BY id`, `TABLE ref ORDER BY id`},
+		{`SELECT c.name, note FROM customers c JOIN (SELECT * FROM orders) s ON s.id = c.id ORDER BY 1`,
+			`SELECT c.name, note FROM customers c JOIN (SELECT * FROM ref) s ON s.id = c.id ORDER BY 1`},
+		{`SELECT note::text FROM orders UNION ALL SELECT name FROM customers ORDER BY 1`, `SELECT note::text FROM ref UNION ALL SELECT name FROM customers ORDER BY 1`},
+		{`SELECT xmlforest(id, note, client_ip AS ip)::text FROM orders ORDER BY id`, `SELECT xmlforest(id, note, client_ip AS ip)::text FROM ref ORDER BY id`},
+	}
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := s.connectMode(mode)
+		for _, c := range cases {
+			checkScope(t, mode, conn, direct, c)
+		}
+		// The attacker's: a derived table over a plain table beside the
+		// TTL table, and a correlated name beside a function, stay refused.
+		for _, q := range []string{
+			`SELECT note FROM (SELECT * FROM customers) s, orders`,
+			`SELECT (SELECT client_ip FROM generate_series(1, 2) g LIMIT 1) FROM orders`,
+			`UPDATE orders SET id = id RETURNING (SELECT client_ip FROM generate_series(1, 2) g LIMIT 1) AS c`,
+		} {
+			checkRefused(t, conn, q, "0A000")
+		}
+	}
+	// TABLESAMPLE of a table of expiring columns only.
+	n := newStack(t, stackOptions{
+		rules: []ttl.Rule{{Table: "contacts", Kind: ttl.KindNone, Columns: []ttl.ColumnRule{{Column: "phone", ExpiresAtColumn: "phone_expires_at"}}}},
+		setup: []string{`CREATE TABLE contacts (id int, phone text, phone_expires_at timestamptz)`,
+			`INSERT INTO contacts VALUES (1, 'live', now() + interval '1 day'), (2, 'gone', now() - interval '1 day')`},
+	})
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		conn := n.connectMode(mode)
+		for q, want := range map[string]string{
+			`SELECT count(*) FROM contacts TABLESAMPLE SYSTEM (100)`:                                             "2",
+			`SELECT string_agg(coalesce(phone, '-'), ',' ORDER BY id) FROM contacts TABLESAMPLE BERNOULLI (100)`: "live,-",
+		} {
+			var got string
+			if err := conn.QueryRow(t.Context(), q).Scan(&got); err != nil || got != want {
+				t.Errorf("mode %v: %s: %q %v, want %q", mode, q, got, err, want)
+			}
+		}
+	}
+}
