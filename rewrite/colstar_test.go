@@ -64,6 +64,10 @@ func TestExpiringColumnClosedScope(t *testing.T) {
 			`SELECT ` + colText{`"orders"`}.noteV() + ` AS "note" FROM ` + from + ` UNION ALL SELECT note FROM users`},
 		{"beside a derived table", `SELECT * FROM users JOIN (SELECT note FROM orders LIMIT 1) ss ON id = note`,
 			`SELECT * FROM users JOIN (SELECT ` + colText{`"orders"`}.noteV() + ` AS "note" FROM ` + from + ` LIMIT 1) ss ON id = note`},
+		{"returning of a plain table's write", `UPDATE users SET name = 'x' WHERE note > '' RETURNING note, (SELECT max(id) FROM orders) AS m`,
+			`UPDATE users SET name = 'x' WHERE note > '' RETURNING note, (SELECT max(id) FROM ` + from + `) AS m`},
+		{"joined write over a derived table", `UPDATE users SET name = note FROM (SELECT * FROM orders WHERE note = name) ss`,
+			`UPDATE users SET name = note FROM (SELECT ` + starCols(`"orders"`) + ` FROM ` + from + ` WHERE ` + colText{`"orders"`}.noteLive() + ` AND note = name) ss`},
 		{"a subquery of no FROM item in FROM", `SELECT g FROM generate_series(1, 2) a, (SELECT note AS g) ss WHERE EXISTS (SELECT FROM orders)`,
 			`SELECT g FROM generate_series(1, 2) a, (SELECT note AS g) ss WHERE EXISTS (SELECT FROM ` + from + `)`},
 	} {
@@ -74,6 +78,7 @@ func TestExpiringColumnClosedScope(t *testing.T) {
 		{"in a write's RETURNING", `UPDATE orders SET status = 'x' RETURNING (SELECT client_ip FROM generate_series(1, 2) g LIMIT 1) AS c`, "", []string{"client_ip"}},
 		{"in a DO UPDATE SET", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT client_ip FROM generate_series(1, 2) g LIMIT 1)`, "", []string{"client_ip"}},
 		{"in a DELETE's WHERE", `DELETE FROM orders WHERE EXISTS (SELECT FROM generate_series(1, 2) g WHERE note = 'x')`, "", []string{"note"}},
+		{"a plain table's write reading the table", `UPDATE users SET name = (SELECT note FROM generate_series(1, 2) g, orders LIMIT 1)`, "", []string{"note"}},
 		{"in an INSERT's source", `INSERT INTO users (name) SELECT note FROM generate_series(1, 2) g, orders`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported

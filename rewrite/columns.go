@@ -272,8 +272,14 @@ func (c *columnCheck) visit(n any) {
 		c.selectLevel(x, nil, nil)
 	case *pg.InsertStmt:
 		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
+		if src := x.SelectStmt.GetSelectStmt(); src != nil {
+			c.tops[src] = true // the target is not in its scope
+		}
 		r := c.refs[x.Relation]
 		if r == nil {
+			if oc := x.OnConflictClause; oc == nil || oc.Action != pg.OnConflictAction_ONCONFLICT_UPDATE {
+				c.readPlainWrite(x.Relation, x.WithClause, nil, nil, x.ReturningList)
+			}
 			return
 		}
 		if oc := x.OnConflictClause; oc != nil {
@@ -304,10 +310,16 @@ func (c *columnCheck) visit(n any) {
 			c.readWrite(x.Relation, x.TargetList, x.WhereClause)
 			c.writeUpdate(r, x)
 			c.returning(x.Relation, x.ReturningList)
+			return
 		}
+		c.readPlainWrite(x.Relation, x.WithClause, x.TargetList, x.WhereClause, x.ReturningList)
 	case *pg.DeleteStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.UsingClause...)...)
 		if len(x.UsingClause) == 0 {
+			if c.refs[x.Relation] == nil {
+				c.readPlainWrite(x.Relation, x.WithClause, nil, x.WhereClause, x.ReturningList)
+				return
+			}
 			c.readWrite(x.Relation, nil, x.WhereClause)
 			c.returning(x.Relation, x.ReturningList)
 			return
