@@ -126,6 +126,10 @@ func (c *columnCheck) readSelect(sel *pg.SelectStmt, l *colLevel) {
 	for _, n := range sel.WindowClause {
 		l.children(n.ProtoReflect(), nil)
 	}
+	// VALUES rows: their names are outer levels' (a VALUES has no FROM).
+	for _, row := range sel.ValuesLists {
+		l.value(row, nil)
+	}
 	outputs, known := l.outputNames(sel.TargetList)
 	for _, n := range sel.DistinctClause {
 		l.sortKey(n, outputs, known)

@@ -183,10 +183,11 @@ func (c *columnCheck) selectLevel(sel *pg.SelectStmt, parent *colLevel, ctes *ct
 		c.selectLevel(sel.Larg, parent, ctes)
 		c.selectLevel(sel.Rarg, parent, ctes)
 		// ORDER BY of a set operation names output columns only; any
-		// other name is refused.
-		outputs, _ := outputColumns(firstArm(sel).GetTargetList())
+		// other name PostgreSQL refuses, so where every output name is
+		// known it reads nothing either way.
+		outputs, known := c.selectOutputs(sel)
 		for _, n := range sel.SortClause {
-			if cr := n.GetSortBy().GetNode().GetColumnRef(); cr != nil && len(cr.Fields) == 1 && hasColumn(outputs, cr.Fields[0].GetString_().GetSval()) {
+			if cr := n.GetSortBy().GetNode().GetColumnRef(); cr != nil && len(cr.Fields) == 1 && (known || hasColumn(outputs, cr.Fields[0].GetString_().GetSval())) {
 				c.read[cr] = true
 			}
 		}

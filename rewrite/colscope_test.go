@@ -159,7 +159,7 @@ func TestExpiringColumnOrderGroup(t *testing.T) {
 	}
 	for _, c := range []rejCase{
 		{"an output name the proxy cannot figure", `SELECT (SELECT 1) , id FROM orders ORDER BY note`, "", []string{"note"}},
-		{"order by of a set operation", `SELECT id FROM orders UNION SELECT id FROM orders ORDER BY note`, "", []string{"note"}},
+		{"order by of a set operation beside unknown output names", `SELECT (SELECT 1), id FROM orders UNION SELECT 1, id FROM orders ORDER BY note`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
 		checkReject(t, rw, s, c)

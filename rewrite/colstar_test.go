@@ -68,6 +68,12 @@ func TestExpiringColumnClosedScope(t *testing.T) {
 			`UPDATE users SET name = 'x' WHERE note > '' RETURNING note, (SELECT max(id) FROM ` + from + `) AS m`},
 		{"joined write over a derived table", `UPDATE users SET name = note FROM (SELECT * FROM orders WHERE note = name) ss`,
 			`UPDATE users SET name = note FROM (SELECT ` + starCols(`"orders"`) + ` FROM ` + from + ` WHERE ` + colText{`"orders"`}.noteLive() + ` AND note = name) ss`},
+		// PostgreSQL refuses ORDER BY of a name that is no output column
+		// of a set operation: it reads nothing.
+		{"set operation order by another name", `SELECT id FROM orders UNION SELECT id FROM orders ORDER BY note`,
+			`SELECT id FROM ` + from + ` UNION SELECT id FROM ` + join(`"public".orders`, `"orders"`, 1) + ` ORDER BY note`},
+		{"values of an outer level", `SELECT (WITH c(v) AS (VALUES (note)) SELECT (SELECT v FROM c)) FROM orders`,
+			`SELECT (WITH c(v) AS (VALUES (` + colText{`"orders"`}.noteV() + `)) SELECT (SELECT v FROM c)) FROM ` + from},
 		{"a subquery of no FROM item in FROM", `SELECT g FROM generate_series(1, 2) a, (SELECT note AS g) ss WHERE EXISTS (SELECT FROM orders)`,
 			`SELECT g FROM generate_series(1, 2) a, (SELECT note AS g) ss WHERE EXISTS (SELECT FROM ` + from + `)`},
 	} {
