@@ -454,6 +454,17 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 	case *pg.Node_RangeTableSample:
 		c.fromItem(l, x.RangeTableSample.Relation, ctes)
 	case *pg.Node_RangeFunction:
+		// A function in FROM sees the items before it (it is LATERAL
+		// whether written so or not): its arguments are read there.
+		seen := *l
+		seen.rels = append([]*colRel(nil), l.rels...)
+		seen.wrapped = map[*pg.ColumnRef]bool{}
+		for _, fn := range x.RangeFunction.Functions {
+			if items := fn.GetList().GetItems(); len(items) > 0 {
+				seen.value(items[0], nil)
+				c.subLevels(items[0], &seen, ctes)
+			}
+		}
 		name := x.RangeFunction.GetAlias().GetAliasname()
 		if fs := x.RangeFunction.Functions; name == "" && len(fs) == 1 {
 			if fc := fs[0].GetList().GetItems(); len(fc) > 0 {
@@ -579,6 +590,11 @@ func (l *colLevel) mine(cr *pg.ColumnRef) (*colRel, *ttl.ColumnRule, *colLevel) 
 			return nil, nil, nil
 		}
 		rel, owner = l.named(f[0].GetString_().GetSval())
+		if rel == nil && l.closed() {
+			// No item of the name in reach: another relation's (a
+			// composite column's field) or none.
+			return &colRel{}, nil, nil
+		}
 	case 3:
 		name = f[2].GetString_().GetSval()
 		if name == "" {

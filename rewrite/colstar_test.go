@@ -74,6 +74,12 @@ func TestExpiringColumnClosedScope(t *testing.T) {
 			`SELECT id FROM ` + from + ` UNION SELECT id FROM ` + join(`"public".orders`, `"orders"`, 1) + ` ORDER BY note`},
 		{"values of an outer level", `SELECT (WITH c(v) AS (VALUES (note)) SELECT (SELECT v FROM c)) FROM orders`,
 			`SELECT (WITH c(v) AS (VALUES (` + colText{`"orders"`}.noteV() + `)) SELECT (SELECT v FROM c)) FROM ` + from},
+		{"a function's arguments in FROM", `SELECT g FROM orders o, generate_series(1, length(o.note)) g`,
+			`SELECT g FROM ` + join(`"public".orders o`, `"o"`, 0) + `, generate_series(1, length(` + colText{`"o"`}.noteV() + `)) g`},
+		{"a function's unqualified argument", `SELECT g FROM orders, generate_series(1, length(note)) g`,
+			`SELECT g FROM ` + from + `, generate_series(1, length(` + colText{`"orders"`}.noteV() + `)) g`},
+		{"a qualifier of no item in reach", `SELECT g FROM generate_series(1, 2) a, (SELECT a.note AS g) ss WHERE EXISTS (SELECT FROM orders)`,
+			`SELECT g FROM generate_series(1, 2) a, (SELECT a.note AS g) ss WHERE EXISTS (SELECT FROM ` + from + `)`},
 		{"a subquery of no FROM item in FROM", `SELECT g FROM generate_series(1, 2) a, (SELECT note AS g) ss WHERE EXISTS (SELECT FROM orders)`,
 			`SELECT g FROM generate_series(1, 2) a, (SELECT note AS g) ss WHERE EXISTS (SELECT FROM ` + from + `)`},
 	} {
