@@ -137,3 +137,23 @@ func TestExpiringColumnSampleNone(t *testing.T) {
 	checkRewrite(t, rw, s, rwCase{"the expiring column", `SELECT id, phone FROM customers TABLESAMPLE BERNOULLI ((SELECT 50)) REPEATABLE (1)`,
 		`SELECT id, ` + v + ` AS "phone" FROM "public".customers TABLESAMPLE BERNOULLI ((SELECT 50)) REPEATABLE (1)`})
 }
+
+// TestExpiringColumnStarOverView: `*` over a view created directly that
+// reads an expiring column, in a derived table or CTE whose names are then
+// served unqualified, reads the view's expansion with the value's
+// expression: never the stored value.
+func TestExpiringColumnStarOverView(t *testing.T) {
+	rw := newColumnRewriter(t)
+	d := columnCatalog().d
+	d.Views["public.order_notes"] = View{Reads: []string{"public.orders"}, Definition: ` SELECT orders.id, orders.note FROM orders;`, Columns: []string{"id", "note"}}
+	d.Schemas["order_notes"] = []string{"public"}
+	s := NewState(Session{Catalog: NewCatalog(d)})
+	view := `(SELECT orders.id, ` + colText{`"orders"`}.noteV() + ` AS "note" FROM ` + join(`"public".orders`, `"orders"`, 0) + `) AS "order_notes"("id", "note")`
+	for _, c := range []rwCase{
+		{"derived table", `SELECT note FROM (SELECT * FROM order_notes) s`, `SELECT note FROM (SELECT * FROM ` + view + `) s`},
+		{"cte beside a function", `WITH w AS (SELECT * FROM order_notes) SELECT note FROM w, generate_series(1, 2) g`,
+			`WITH w AS (SELECT * FROM ` + view + `) SELECT note FROM w, generate_series(1, 2) g`},
+	} {
+		checkRewrite(t, rw, s, c)
+	}
+}
