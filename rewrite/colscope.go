@@ -460,9 +460,20 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 		seen.rels = append([]*colRel(nil), l.rels...)
 		seen.wrapped = map[*pg.ColumnRef]bool{}
 		for _, fn := range x.RangeFunction.Functions {
-			if items := fn.GetList().GetItems(); len(items) > 0 {
-				seen.value(items[0], nil)
-				c.subLevels(items[0], &seen, ctes)
+			items := fn.GetList().GetItems()
+			if len(items) == 0 {
+				continue
+			}
+			// The call itself is a function, never a column in
+			// functional notation read here (the column check refuses
+			// one named like an expiring column).
+			args := items[:1]
+			if fc := items[0].GetFuncCall(); fc != nil {
+				args = fc.Args
+			}
+			for _, a := range args {
+				seen.value(a, nil)
+				c.subLevels(a, &seen, ctes)
 			}
 		}
 		name := x.RangeFunction.GetAlias().GetAliasname()

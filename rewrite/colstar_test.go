@@ -91,6 +91,8 @@ func TestExpiringColumnClosedScope(t *testing.T) {
 		{"in a DO UPDATE SET", `INSERT INTO orders (id) VALUES (1) ON CONFLICT (id) DO UPDATE SET status = (SELECT client_ip FROM generate_series(1, 2) g LIMIT 1)`, "", []string{"client_ip"}},
 		{"in a DELETE's WHERE", `DELETE FROM orders WHERE EXISTS (SELECT FROM generate_series(1, 2) g WHERE note = 'x')`, "", []string{"note"}},
 		{"a plain table's write reading the table", `UPDATE users SET name = (SELECT note FROM generate_series(1, 2) g, orders LIMIT 1)`, "", []string{"note"}},
+		{"functional notation as a FROM item", `SELECT x FROM orders o, note(o) AS x`, "", []string{"note", "functional notation"}},
+		{"functional notation as a lateral FROM item", `SELECT x FROM orders o, LATERAL note(o) x`, "", []string{"note", "functional notation"}},
 		{"in an INSERT's source", `INSERT INTO users (name) SELECT note FROM generate_series(1, 2) g, orders`, "", []string{"note"}},
 	} {
 		c.code = sqlstate.FeatureNotSupported
