@@ -16,8 +16,16 @@ import (
 // writeLevel is the level of a write to rv joined with the FROM items
 // from, under the CTEs of with.
 func (c *columnCheck) writeLevel(rv *pg.RangeVar, from []*pg.Node, with *pg.WithClause) (*colLevel, *cteScope) {
+	// The write's level encloses no other; its CTEs see none of it.
+	if with != nil {
+		for _, n := range with.Ctes {
+			if q := n.GetCommonTableExpr().GetCtequery().GetSelectStmt(); q != nil {
+				c.tops[q] = true
+			}
+		}
+	}
 	ctes := c.withLevel(with, nil, nil)
-	l := &colLevel{c: c, wrapped: map[*pg.ColumnRef]bool{}}
+	l := &colLevel{c: c, wrapped: map[*pg.ColumnRef]bool{}, top: true}
 	l.rels = []*colRel{c.rangeRel(rv, ctes)}
 	for _, f := range from {
 		c.fromItem(l, f, ctes)
@@ -39,8 +47,22 @@ func (c *columnCheck) readJoinedWrite(rv *pg.RangeVar, from []*pg.Node, with *pg
 	if len(returning) > 0 {
 		l.targets(returning)
 	}
-	for _, q := range append(append([]*pg.Node(nil), l.quals...), l.fullQuals...) {
+	for _, q := range append(append(append([]*pg.Node(nil), l.quals...), l.fullQuals...), returning...) {
 		c.subLevels(q, l, ctes)
+	}
+}
+
+// readPlainWrite reads an INSERT, UPDATE or DELETE of rv, a table without
+// expiring columns, with no other FROM item: its SET list, WHERE and
+// RETURNING see the target alone, their subqueries nested in its level.
+func (c *columnCheck) readPlainWrite(rv *pg.RangeVar, with *pg.WithClause, set []*pg.Node, where *pg.Node, returning []*pg.Node) {
+	l, ctes := c.writeLevel(rv, nil, with)
+	c.readWriteLevel(l, set, where)
+	if len(returning) > 0 {
+		l.targets(returning)
+	}
+	for _, n := range returning {
+		c.subLevels(n, l, ctes)
 	}
 }
 

@@ -67,6 +67,11 @@ type colLevel struct {
 	// qualifiedOnly: a column named without the level's qualifier is not
 	// this level's (ON CONFLICT DO UPDATE, where EXCLUDED is in scope too).
 	qualifiedOnly bool
+	// top: a level of no enclosing query (the statement's own query, a
+	// CTE's or set operation arm's of it, a derived table's of such a
+	// level): its levels are every scope a name in it can reach
+	// (colscope.go, lookup).
+	top bool
 }
 
 // guards are the expiring columns whose references an enclosing guard (or
@@ -111,13 +116,19 @@ func (c *columnCheck) readSelect(sel *pg.SelectStmt, l *colLevel) {
 	// levels after it (target list, HAVING, ORDER BY, windows) reads V
 	// too, so that PostgreSQL matches it with the GROUP BY's.
 	l.pure = len(sel.GroupClause) > 0
-	l.targets(sel.TargetList)
+	if !isTableForm(sel) || !l.tableStar(sel) {
+		l.targets(sel.TargetList)
+	}
 	for _, n := range sel.GroupClause {
 		l.value(n, nil)
 	}
 	l.filter(sel.HavingClause, nil)
 	for _, n := range sel.WindowClause {
 		l.children(n.ProtoReflect(), nil)
+	}
+	// VALUES rows: their names are outer levels' (a VALUES has no FROM).
+	for _, row := range sel.ValuesLists {
+		l.value(row, nil)
 	}
 	outputs, known := l.outputNames(sel.TargetList)
 	for _, n := range sel.DistinctClause {
@@ -166,15 +177,12 @@ func (l *colLevel) outputNames(list []*pg.Node) (map[string]bool, bool) {
 			continue
 		}
 		if cr := rt.Val.GetColumnRef(); cr != nil && len(cr.Fields) > 0 && cr.Fields[len(cr.Fields)-1].GetAStar() != nil {
-			q := ""
-			if len(cr.Fields) == 2 {
-				q = cr.Fields[0].GetString_().GetSval()
+			rels := l.starRels(cr.Fields)
+			if len(cr.Fields) > 1 && len(rels) == 0 {
+				known = false
 			}
-			for _, rel := range l.rels {
-				if q != "" && rel.name != q {
-					continue
-				}
-				known = known && (rel.known || rel.filter) && len(cr.Fields) <= 2
+			for _, rel := range rels {
+				known = known && (rel.known || rel.filter)
 				for _, col := range rel.cols {
 					out[col.Name] = true
 				}
@@ -378,19 +386,10 @@ func (l *colLevel) targets(list []*pg.Node) {
 // without a name, a join merging columns) is left to be refused.
 func (l *colLevel) star(cr *pg.ColumnRef) bool {
 	f := cr.Fields
-	if len(f) == 0 || f[len(f)-1].GetAStar() == nil || len(f) > 2 {
+	if len(f) == 0 || f[len(f)-1].GetAStar() == nil || len(f) > 3 {
 		return false
 	}
-	rels := l.rels
-	if len(f) == 2 {
-		rels = nil
-		for _, rel := range l.rels {
-			if rel.name == f[0].GetString_().GetSval() {
-				rels = []*colRel{rel}
-				break
-			}
-		}
-	}
+	rels := l.starRels(f)
 	expiring := false
 	for _, rel := range rels {
 		expiring = expiring || rel.r != nil || rel.tainted
@@ -428,6 +427,52 @@ func (l *colLevel) star(cr *pg.ColumnRef) bool {
 		b.WriteString(item)
 	}
 	l.c.w.replace(ts[i].start, ts[end-1].end, b.String())
+	l.c.read[cr] = true
+	return true
+}
+
+// starRels returns the FROM items of this level that `*` (every item),
+// `q.*` or `schema.table.*` (f, the fields of the reference) carries.
+func (l *colLevel) starRels(f []*pg.Node) []*colRel {
+	switch len(f) {
+	case 1:
+		return l.rels
+	case 2:
+		for _, rel := range l.rels {
+			if rel.name == f[0].GetString_().GetSval() {
+				return []*colRel{rel}
+			}
+		}
+	case 3:
+		if rel, lv := l.qualified(f[0].GetString_().GetSval(), f[1].GetString_().GetSval()); lv == l {
+			return []*colRel{rel}
+		}
+	}
+	return nil
+}
+
+// tableStar reads the statement `TABLE t` (sel, isTableForm) of a table
+// with expiring columns as star does `SELECT * FROM t`: TABLE becomes
+// `SELECT <columns> FROM`. It reports whether sel was such a statement;
+// one that cannot be expanded is left to be refused.
+func (l *colLevel) tableStar(sel *pg.SelectStmt) bool {
+	cr := sel.TargetList[0].GetResTarget().GetVal().GetColumnRef()
+	rv := sel.FromClause[0].GetRangeVar()
+	if cr == nil || len(l.rels) != 1 || l.rels[0].r == nil {
+		return false
+	}
+	text := l.rels[0].columnList(true)
+	w := l.c.w
+	first, _, ok := w.itemSpan(rv)
+	if text == "" || !ok {
+		return true
+	}
+	ts := w.tokens()
+	if ts.kind(first-1) != pg.Token_TABLE {
+		return true
+	}
+	w.replace(ts[first-1].start, ts[first-1].end, "SELECT "+text+" FROM")
+	w.tableDone[ts[first-1].start] = true
 	l.c.read[cr] = true
 	return true
 }
@@ -670,6 +715,22 @@ func (l *colLevel) value(n *pg.Node, g guards) {
 			l.value(cw.GetResult(), g)
 		}
 		l.value(ce.Defresult, g)
+		return
+	case *pg.Node_XmlExpr:
+		// xmlforest(c) and xmlattributes(c) name an element or attribute
+		// after a column reference without AS: V keeps the name with it.
+		l.children(n.ProtoReflect(), g)
+		for _, a := range x.XmlExpr.NamedArgs {
+			rt := a.GetResTarget()
+			cr := rt.GetVal().GetColumnRef()
+			if rt == nil || rt.Name != "" || cr == nil || !l.wrapped[cr] {
+				continue
+			}
+			ts := l.c.w.tokens()
+			if i := ts.at(int(cr.Location)); i >= 0 {
+				l.c.w.insert(ts[ts.nameEnd(i)-1].end, " AS "+ttl.QuoteIdent(lastName(cr)))
+			}
+		}
 		return
 	case *pg.Node_RowExpr:
 		done := l.rowStars(x.RowExpr.Args)

@@ -47,6 +47,10 @@ type colRel struct {
 	tainted bool
 	// filter: the proxy's own filter join (`_ttl_N`), which adds no column.
 	filter bool
+	// schema and table name the table of an item without an alias whose
+	// schema is known (a TTL table's, or one written schema-qualified):
+	// `schema.table.c` names it ("" otherwise).
+	schema, table string
 }
 
 // has reports that the item holds a column name: an expiring column of its
@@ -163,24 +167,38 @@ func (c *columnCheck) selectLevel(sel *pg.SelectStmt, parent *colLevel, ctes *ct
 		return
 	}
 	c.done[sel] = true
+	top := parent == nil && c.tops[sel]
+	if top && sel.WithClause != nil {
+		for _, n := range sel.WithClause.Ctes {
+			if q := n.GetCommonTableExpr().GetCtequery().GetSelectStmt(); q != nil {
+				c.tops[q] = true
+			}
+		}
+	}
 	ctes = c.withLevel(sel.WithClause, parent, ctes)
 	if sel.Op != pg.SetOperation_SETOP_NONE {
+		if top {
+			c.tops[sel.Larg], c.tops[sel.Rarg] = true, true
+		}
 		c.selectLevel(sel.Larg, parent, ctes)
 		c.selectLevel(sel.Rarg, parent, ctes)
 		// ORDER BY of a set operation names output columns only; any
-		// other name is refused.
-		outputs, _ := outputColumns(firstArm(sel).GetTargetList())
+		// other name PostgreSQL refuses, so where every output name is
+		// known it reads nothing either way.
+		outputs, known := c.selectOutputs(sel)
 		for _, n := range sel.SortClause {
-			if cr := n.GetSortBy().GetNode().GetColumnRef(); cr != nil && len(cr.Fields) == 1 && hasColumn(outputs, cr.Fields[0].GetString_().GetSval()) {
+			if cr := n.GetSortBy().GetNode().GetColumnRef(); cr != nil && len(cr.Fields) == 1 && (known || hasColumn(outputs, cr.Fields[0].GetString_().GetSval())) {
 				c.read[cr] = true
 			}
 		}
 		return
 	}
-	l := &colLevel{c: c, parent: parent, wrapped: map[*pg.ColumnRef]bool{}}
+	l := &colLevel{c: c, parent: parent, wrapped: map[*pg.ColumnRef]bool{}, top: top}
 	for _, f := range sel.FromClause {
 		c.fromItem(l, f, ctes)
 	}
+	cols, known := l.outputColumns(sel.TargetList)
+	c.outputs[sel] = levelOutput{cols, known}
 	c.readSelect(sel, l)
 	for _, list := range [][]*pg.Node{sel.TargetList, sel.GroupClause, sel.WindowClause, sel.SortClause, sel.DistinctClause, l.quals, l.fullQuals,
 		{sel.WhereClause, sel.HavingClause, sel.LimitCount, sel.LimitOffset}} {
@@ -217,7 +235,7 @@ func (c *columnCheck) withLevel(wc *pg.WithClause, parent *colLevel, ctes *cteSc
 	all := ctes
 	for _, n := range wc.Ctes {
 		cte := n.GetCommonTableExpr()
-		all = &cteScope{name: cte.GetCtename(), rel: cteRel(cte), parent: all}
+		all = &cteScope{name: cte.GetCtename(), rel: c.cteRel(cte), parent: all}
 	}
 	cur := ctes
 	for _, n := range wc.Ctes {
@@ -229,18 +247,29 @@ func (c *columnCheck) withLevel(wc *pg.WithClause, parent *colLevel, ctes *cteSc
 		if sel := cte.GetCtequery().GetSelectStmt(); sel != nil {
 			c.selectLevel(sel, parent, seen)
 		}
-		cur = &cteScope{name: cte.GetCtename(), rel: cteRel(cte), parent: cur}
+		cur = &cteScope{name: cte.GetCtename(), rel: c.cteRel(cte), parent: cur}
+	}
+	if !wc.Recursive {
+		return cur
+	}
+	// The query after a recursive WITH sees the CTEs' outputs as read.
+	all = ctes
+	for _, n := range wc.Ctes {
+		cte := n.GetCommonTableExpr()
+		all = &cteScope{name: cte.GetCtename(), rel: c.cteRel(cte), parent: all}
 	}
 	return all
 }
 
 // cteRel is a CTE's FROM item: its column alias list, else the output
 // names of its query.
-func cteRel(cte *pg.CommonTableExpr) colRel {
+func (c *columnCheck) cteRel(cte *pg.CommonTableExpr) colRel {
 	var out []*pg.Node
+	var cols []Column
+	known := false
 	switch q := cte.GetCtequery().GetNode().(type) {
 	case *pg.Node_SelectStmt:
-		out = firstArm(q.SelectStmt).GetTargetList()
+		cols, known = c.selectOutputs(q.SelectStmt)
 	case *pg.Node_InsertStmt:
 		out = q.InsertStmt.ReturningList
 	case *pg.Node_UpdateStmt:
@@ -248,9 +277,64 @@ func cteRel(cte *pg.CommonTableExpr) colRel {
 	case *pg.Node_DeleteStmt:
 		out = q.DeleteStmt.ReturningList
 	}
-	cols, known := outputColumns(out)
+	if out != nil {
+		cols, known = outputColumns(out)
+	}
 	cols, known = renameColumns(cols, known, cte.Aliascolnames)
 	return colRel{name: cte.GetCtename(), qual: ttl.QuoteIdent(cte.GetCtename()), cols: cols, known: known}
+}
+
+// levelOutput is the output columns of a query level and whether all of
+// them are known.
+type levelOutput struct {
+	cols  []Column
+	known bool
+}
+
+// selectOutputs returns the output columns of the query sel (its leftmost
+// arm's): `*` as its level's FROM items give it once the level is read,
+// else as outputColumns.
+func (c *columnCheck) selectOutputs(sel *pg.SelectStmt) ([]Column, bool) {
+	arm := firstArm(sel)
+	if out, ok := c.outputs[arm]; ok {
+		return out.cols, out.known
+	}
+	return outputColumns(arm.GetTargetList())
+}
+
+// outputColumns is outputColumns at the level l, whose FROM items give
+// `*` and `q.*` their columns where they are all known (not over a join
+// merging columns).
+func (l *colLevel) outputColumns(list []*pg.Node) ([]Column, bool) {
+	var cols []Column
+	known := true
+	for _, n := range list {
+		rt := n.GetResTarget()
+		if rt == nil {
+			return nil, false
+		}
+		cr := rt.Val.GetColumnRef()
+		if rt.Name != "" || cr == nil || len(cr.Fields) == 0 || cr.Fields[len(cr.Fields)-1].GetAStar() == nil {
+			one, ok := outputColumns([]*pg.Node{n})
+			cols, known = append(cols, one...), known && ok
+			continue
+		}
+		rels := l.starRels(cr.Fields)
+		if len(rels) == 0 || (len(cr.Fields) == 1 && l.merged) {
+			known = false
+			continue
+		}
+		for _, rel := range rels {
+			switch {
+			case rel.filter:
+			case rel.tainted || !rel.known:
+				known = false
+			default:
+				cols = append(cols, rel.cols...)
+			}
+		}
+	}
+	return cols, known
 }
 
 // firstArm returns the leftmost SELECT of a set operation, which names its
@@ -358,15 +442,40 @@ func (c *columnCheck) fromItem(l *colLevel, n *pg.Node, ctes *cteScope) {
 			seen.wrapped = map[*pg.ColumnRef]bool{}
 			c.selectLevel(sel, &seen, ctes)
 		} else {
+			if l.parent == nil && l.top {
+				c.tops[sel] = true
+			}
 			c.selectLevel(sel, l.parent, ctes)
 		}
-		cols, known := outputColumns(firstArm(sel).GetTargetList())
+		cols, known := c.selectOutputs(sel)
 		name := sub.GetAlias().GetAliasname()
 		cols, known = renameColumns(cols, known, sub.GetAlias().GetColnames())
 		l.rels = append(l.rels, &colRel{name: name, qual: ttl.QuoteIdent(name), cols: cols, known: known && name != ""})
 	case *pg.Node_RangeTableSample:
 		c.fromItem(l, x.RangeTableSample.Relation, ctes)
 	case *pg.Node_RangeFunction:
+		// A function in FROM sees the items before it (it is LATERAL
+		// whether written so or not): its arguments are read there.
+		seen := *l
+		seen.rels = append([]*colRel(nil), l.rels...)
+		seen.wrapped = map[*pg.ColumnRef]bool{}
+		for _, fn := range x.RangeFunction.Functions {
+			items := fn.GetList().GetItems()
+			if len(items) == 0 {
+				continue
+			}
+			// The call itself is a function, never a column in
+			// functional notation read here (the column check refuses
+			// one named like an expiring column).
+			args := items[:1]
+			if fc := items[0].GetFuncCall(); fc != nil {
+				args = fc.Args
+			}
+			for _, a := range args {
+				seen.value(a, nil)
+				c.subLevels(a, &seen, ctes)
+			}
+		}
 		name := x.RangeFunction.GetAlias().GetAliasname()
 		if fs := x.RangeFunction.Functions; name == "" && len(fs) == 1 {
 			if fc := fs[0].GetList().GetItems(); len(fc) > 0 {
@@ -431,7 +540,13 @@ func (c *columnCheck) rangeRel(rv *pg.RangeVar, ctes *cteScope) *colRel {
 		rel.cols, rel.known = renameColumns(cte.rel.cols, cte.rel.known, colnames)
 		return rel
 	}
+	if rv.Alias == nil {
+		rel.schema, rel.table = rv.Schemaname, rv.Relname
+	}
 	if r := c.refs[rv]; r != nil {
+		if rv.Alias == nil {
+			rel.schema, rel.table = r.SchemaName(), r.Table
+		}
 		rel.r, rel.cols = r, c.w.columns(r)
 		rel.known = rel.cols != nil
 		if len(colnames) > 0 {
@@ -449,6 +564,9 @@ func (c *columnCheck) rangeRel(rv *pg.RangeVar, ctes *cteScope) *colRel {
 		return rel
 	}
 	if r := c.w.peekRule(rv); r != nil {
+		if rv.Alias == nil {
+			rel.schema, rel.table = r.SchemaName(), r.Table
+		}
 		cols := c.w.columns(r)
 		rel.cols, rel.known = renameColumns(cols, cols != nil, colnames)
 	}
@@ -483,6 +601,17 @@ func (l *colLevel) mine(cr *pg.ColumnRef) (*colRel, *ttl.ColumnRule, *colLevel) 
 			return nil, nil, nil
 		}
 		rel, owner = l.named(f[0].GetString_().GetSval())
+		if rel == nil && l.closed() {
+			// No item of the name in reach: another relation's (a
+			// composite column's field) or none.
+			return &colRel{}, nil, nil
+		}
+	case 3:
+		name = f[2].GetString_().GetSval()
+		if name == "" {
+			return nil, nil, nil
+		}
+		rel, owner = l.qualified(f[0].GetString_().GetSval(), f[1].GetString_().GetSval())
 	default:
 		return nil, nil, nil
 	}
@@ -507,11 +636,42 @@ func (l *colLevel) named(q string) (*colRel, *colLevel) {
 	return nil, nil
 }
 
+// qualified returns the FROM item `schema.table` names, and its level:
+// as PostgreSQL resolves a schema-qualified reference, the nearest item
+// without an alias that is that table. The reads write its qualifier as
+// the item's name alone, so it must be the one item the name reaches
+// from l (no other of that name at its level or nearer): else nil, and
+// the reference is left to be refused.
+func (l *colLevel) qualified(schema, table string) (*colRel, *colLevel) {
+	if schema == "" || table == "" {
+		return nil, nil
+	}
+	for lv := l; lv != nil; lv = lv.parent {
+		for _, rel := range lv.rels {
+			if rel.schema != schema || rel.table != table {
+				continue
+			}
+			if near, _ := l.named(rel.name); near != rel {
+				return nil, nil
+			}
+			for _, other := range lv.rels {
+				if other != rel && other.name == rel.name {
+					return nil, nil
+				}
+			}
+			return rel, lv
+		}
+	}
+	return nil, nil
+}
+
 // lookup returns the one FROM item of the nearest level that holds the
 // column name, and that level; nil when a FROM item of the level searched
 // has unknown columns (the reference is then marked for the hint to
 // qualify it), when two hold it, or when the item found is hidden behind
-// another of the same name nearer.
+// another of the same name nearer. Where no item the name can reach reads
+// a table with expiring columns (closed), it returns an item of no rule:
+// the name is another relation's column, or none.
 func (l *colLevel) lookup(cr *pg.ColumnRef, name string) (*colRel, *colLevel) {
 	for lv := l; lv != nil; lv = lv.parent {
 		if lv.qualifiedOnly {
@@ -529,6 +689,9 @@ func (l *colLevel) lookup(cr *pg.ColumnRef, name string) (*colRel, *colLevel) {
 			}
 		}
 		if unknown {
+			if l.closed() {
+				return &colRel{}, lv
+			}
 			l.c.unqualified[cr] = true
 			return nil, nil
 		}
@@ -545,7 +708,28 @@ func (l *colLevel) lookup(cr *pg.ColumnRef, name string) (*colRel, *colLevel) {
 			return found, lv
 		}
 	}
+	if l.closed() {
+		return &colRel{}, nil
+	}
 	return nil, nil
+}
+
+// closed reports that no FROM item of l or the levels around it reads a
+// table with expiring columns (directly or through an aliased join), and
+// that these levels are every scope a name in l can reach (top): a name
+// there, whatever it resolves to, is no expiring column's stored value.
+func (l *colLevel) closed() bool {
+	for lv := l; lv != nil; lv = lv.parent {
+		for _, rel := range lv.rels {
+			if rel.r != nil || rel.tainted {
+				return false
+			}
+		}
+		if lv.parent == nil && !lv.top {
+			return false
+		}
+	}
+	return true
 }
 
 // expiringRels calls fn for each FROM item with expiring columns visible at

@@ -154,8 +154,12 @@ type columnCheck struct {
 	// unqualified are the references left unresolved because a FROM item
 	// in scope has columns the proxy does not know.
 	unqualified map[*pg.ColumnRef]bool
-	// done are the query levels read.
-	done map[*pg.SelectStmt]bool
+	// done are the query levels read; outputs the output columns of those
+	// whose every `*` the level's FROM items give (colscope.go).
+	done    map[*pg.SelectStmt]bool
+	outputs map[*pg.SelectStmt]levelOutput
+	// tops are the queries of no enclosing query level (colLevel.top).
+	tops map[*pg.SelectStmt]bool
 	// funcs are the calls in functional notation read as columns.
 	funcs map[*pg.FuncCall]bool
 	// natural are the NATURAL joins whose merged columns are known and
@@ -215,6 +219,10 @@ func (c *columnCheck) allowStars(list []*pg.Node, from ...*pg.Node) {
 func (c *columnCheck) run(stmt *pg.Node) {
 	c.stars, c.read, c.unqualified = map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}, map[*pg.ColumnRef]bool{}
 	c.done, c.funcs, c.natural = map[*pg.SelectStmt]bool{}, map[*pg.FuncCall]bool{}, map[*pg.JoinExpr]bool{}
+	c.outputs, c.tops = map[*pg.SelectStmt]levelOutput{}, map[*pg.SelectStmt]bool{}
+	if sel := topQuery(stmt); sel != nil {
+		c.tops[sel] = true
+	}
 	c.rowNull = map[*pg.ColumnRef]bool{}
 	// A join's alias may be named (`j.*`) before the walk reaches the join
 	// (the target list comes before FROM).
@@ -264,8 +272,14 @@ func (c *columnCheck) visit(n any) {
 		c.selectLevel(x, nil, nil)
 	case *pg.InsertStmt:
 		c.allowStars(x.ReturningList, &pg.Node{Node: &pg.Node_RangeVar{RangeVar: x.Relation}})
+		if src := x.SelectStmt.GetSelectStmt(); src != nil {
+			c.tops[src] = true // the target is not in its scope
+		}
 		r := c.refs[x.Relation]
 		if r == nil {
+			if oc := x.OnConflictClause; oc == nil || oc.Action != pg.OnConflictAction_ONCONFLICT_UPDATE {
+				c.readPlainWrite(x.Relation, x.WithClause, nil, nil, x.ReturningList)
+			}
 			return
 		}
 		if oc := x.OnConflictClause; oc != nil {
@@ -296,10 +310,16 @@ func (c *columnCheck) visit(n any) {
 			c.readWrite(x.Relation, x.TargetList, x.WhereClause)
 			c.writeUpdate(r, x)
 			c.returning(x.Relation, x.ReturningList)
+			return
 		}
+		c.readPlainWrite(x.Relation, x.WithClause, x.TargetList, x.WhereClause, x.ReturningList)
 	case *pg.DeleteStmt:
 		c.allowStars(x.ReturningList, append([]*pg.Node{{Node: &pg.Node_RangeVar{RangeVar: x.Relation}}}, x.UsingClause...)...)
 		if len(x.UsingClause) == 0 {
+			if c.refs[x.Relation] == nil {
+				c.readPlainWrite(x.Relation, x.WithClause, nil, x.WhereClause, x.ReturningList)
+				return
+			}
 			c.readWrite(x.Relation, nil, x.WhereClause)
 			c.returning(x.Relation, x.ReturningList)
 			return
@@ -409,6 +429,30 @@ func (c *columnCheck) columnRef(cr *pg.ColumnRef) {
 	name := f[len(f)-1].GetString_().GetSval()
 	if r := c.names[name]; r != nil {
 		c.fail(r, r.Columns[0].Column, "the whole-row reference "+columnRefText(f))
+	}
+}
+
+// topQuery returns the query of stmt that no other query level encloses:
+// a SELECT, or the one an EXPLAIN, DECLARE, CREATE TABLE AS, CREATE VIEW
+// or PREPARE of a SELECT holds; nil for any other statement.
+func topQuery(stmt *pg.Node) *pg.SelectStmt {
+	for {
+		switch x := stmt.GetNode().(type) {
+		case *pg.Node_SelectStmt:
+			return x.SelectStmt
+		case *pg.Node_ExplainStmt:
+			stmt = x.ExplainStmt.Query
+		case *pg.Node_DeclareCursorStmt:
+			stmt = x.DeclareCursorStmt.Query
+		case *pg.Node_CreateTableAsStmt:
+			stmt = x.CreateTableAsStmt.Query
+		case *pg.Node_ViewStmt:
+			stmt = x.ViewStmt.Query
+		case *pg.Node_PrepareStmt:
+			stmt = x.PrepareStmt.Query
+		default:
+			return nil
+		}
 	}
 }
 

@@ -23,6 +23,13 @@ func setsColumn(targets []*pg.Node, col string) bool {
 	return false
 }
 
+// setsClock reports that a SET list writes the row's expiry itself: the
+// stamp column, or a derived rule's base column (the row's lifetime
+// counts from it), which refresh then leaves as written.
+func setsClock(targets []*pg.Node, rule *ttl.Rule) bool {
+	return setsColumn(targets, rule.StampColumn()) || (rule.RuleKind() == ttl.KindDerived && setsColumn(targets, rule.BaseColumn))
+}
+
 // writeTarget is the prologue of every write (INSERT, UPDATE, DELETE,
 // MERGE): the scope of its WITH clause and the rule of its target rv (nil
 // when rv is no TTL table, or is a CTE of sc). The caller then walks the
@@ -81,7 +88,7 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 		return
 	}
 	body := w.bodyEnd(after, end)
-	if lifetime, ok := refreshFor(rule, w.s); ok && !setsColumn(u.TargetList, rule.StampColumn()) && w.sessionTTLUsable(rule) {
+	if lifetime, ok := refreshFor(rule, w.s); ok && !setsClock(u.TargetList, rule) && w.sessionTTLUsable(rule) {
 		set := ts.findTop(after, body, pg.Token_SET)
 		if set < 0 {
 			w.fail(internalError("cannot locate SET"))
@@ -100,9 +107,10 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 			w.fail(internalError("cannot locate the SET list"))
 			return
 		}
-		w.insert(ts[last].end, ", "+ttl.QuoteIdent(rule.StampColumn())+" = "+rule.StampValue(lifetime))
+		w.insert(ts[last].end, ", "+ttl.QuoteIdent(rule.StampColumn())+" = "+rule.RefreshValue(qualifier(rv), lifetime))
 	}
 	w.whereLive(u.WhereClause, rule, qualifier(rv), after, body)
+	w.refreshSidecar(u, rule, end)
 }
 
 // deleteStmt filters the target of a DELETE in its WHERE clause; its USING
@@ -194,8 +202,8 @@ func (w *walker) insertStmt(ins *pg.InsertStmt, sc *scope, end int) {
 		}
 	}
 	if oc != nil && oc.Action == pg.OnConflictAction_ONCONFLICT_UPDATE {
-		if lifetime, ok := refreshFor(rule, w.s); ok && !setsColumn(oc.TargetList, col) && w.sessionTTLUsable(rule) {
-			w.refreshConflict(oc, col, rule.StampValue(lifetime), end)
+		if lifetime, ok := refreshFor(rule, w.s); ok && !setsClock(oc.TargetList, rule) && w.sessionTTLUsable(rule) {
+			w.refreshConflict(oc, col, rule.RefreshValue(qualifier(rv), lifetime), end)
 		}
 		w.conflictLive(oc, rule, qualifier(rv), end)
 	}

@@ -56,7 +56,7 @@ func TestRewriteUpdateDelete(t *testing.T) {
 		{"update without refresh rule", `UPDATE events SET x = 1`,
 			`UPDATE "public".events SET x = 1 WHERE ` + ruleLive(t, "public.events", `"events"`)},
 		{"update refresh of a per-row lifetime", `UPDATE jobs SET state = 'run' WHERE id = 1`,
-			`UPDATE "public".jobs SET state = 'run', "ttl_seconds" = 7200 WHERE (id = 1) AND ` + ruleLive(t, "public.jobs", `"jobs"`)},
+			`UPDATE "public".jobs SET state = 'run', "ttl_seconds" = ` + testRule(t, "public.jobs").RefreshValue(`"jobs"`, 2*time.Hour) + ` WHERE (id = 1) AND ` + ruleLive(t, "public.jobs", `"jobs"`)},
 		{"delete without where", `DELETE FROM sessions`,
 			`DELETE FROM "public".sessions WHERE ` + live(S)},
 		{"delete with where returning", `DELETE FROM sessions s WHERE s.id = $1 RETURNING s.id`,

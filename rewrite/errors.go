@@ -134,13 +134,13 @@ func errStampNoColumn(r *ttl.Rule, form, col string) *Error {
 	}
 }
 
-// errSidecarForm: an INSERT form whose rows cannot be registered in the
-// sidecar registry (0A000).
+// errSidecarForm: an INSERT or UPDATE form whose rows cannot be registered
+// in the sidecar registry (0A000).
 func errSidecarForm(r *ttl.Rule, form string) *Error {
 	return &Error{
 		Code:    sqlstate.FeatureNotSupported,
-		Message: fmt.Sprintf("ttlproxy: cannot insert into TTL table %s with %s: the sidecar expiry cannot be registered for this form", r.QualifiedName(), form),
-		Hint:    fmt.Sprintf("Use a plain INSERT INTO %s … without RETURNING, outside WITH, or insert the registry row yourself.", r.Table),
+		Message: fmt.Sprintf("ttlproxy: cannot write to TTL table %s with %s: the sidecar expiry cannot be registered for this form", r.QualifiedName(), form),
+		Hint:    fmt.Sprintf("Write to %s outside WITH, give RETURNING entries a name with AS, or write the registry row yourself.", r.Table),
 	}
 }
 

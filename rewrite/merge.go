@@ -60,7 +60,7 @@ func (w *walker) mergeStmt(m *pg.MergeStmt, sc *scope, end int) {
 		if k+1 < len(whens) {
 			lim = ts[whens[k+1]].start
 		}
-		w.mergeWhen(c, rule, live, whens[k], lim)
+		w.mergeWhen(c, rule, qual, live, whens[k], lim)
 		if w.err != nil {
 			return
 		}
@@ -126,8 +126,9 @@ func thenOf(ts tokens, i, limit int) int {
 }
 
 // mergeWhen edits one WHEN clause whose tokens start at when and whose text
-// ends before the offset limit.
-func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *ttl.Rule, live string, when, limit int) {
+// ends before the offset limit; qual is the target's qualifier, live its
+// live condition.
+func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *ttl.Rule, qual, live string, when, limit int) {
 	ts := w.tokens()
 	then := thenOf(ts, when+1, limit)
 	if then < 0 {
@@ -163,8 +164,8 @@ func (w *walker) mergeWhen(c *pg.MergeWhenClause, rule *ttl.Rule, live string, w
 	col := rule.StampColumn()
 	switch c.CommandType {
 	case pg.CmdType_CMD_UPDATE:
-		if lifetime, ok := refreshFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {
-			w.insert(ts[last].end, ", "+ttl.QuoteIdent(col)+" = "+rule.StampValue(lifetime))
+		if lifetime, ok := refreshFor(rule, w.s); ok && !setsClock(c.TargetList, rule) && w.sessionTTLUsable(rule) {
+			w.insert(ts[last].end, ", "+ttl.QuoteIdent(col)+" = "+rule.RefreshValue(qual, lifetime))
 		}
 	case pg.CmdType_CMD_INSERT:
 		if lifetime, ok := ttlFor(rule, w.s); ok && !setsColumn(c.TargetList, col) && w.sessionTTLUsable(rule) {

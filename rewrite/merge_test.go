@@ -1,6 +1,9 @@
 package rewrite
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestRewriteMerge(t *testing.T) {
 	rw := newTestRewriter(t)
@@ -51,7 +54,7 @@ WHEN NOT MATCHED THEN DO NOTHING`},
 		{"EXPLAIN and a trailing comment", "EXPLAIN MERGE INTO sessions s USING src ON s.id = src.id WHEN MATCHED THEN DELETE; -- x",
 			`EXPLAIN MERGE INTO "public".sessions s USING src ON (s.id = src.id) AND ` + ls + " WHEN MATCHED THEN DELETE; -- x"},
 		{"derived per-row lifetime", `MERGE INTO jobs j USING src ON j.id = src.id WHEN MATCHED THEN UPDATE SET state = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)`,
-			`MERGE INTO "public".jobs j USING src ON (j.id = src.id) AND ` + ruleLive(t, "public.jobs", `"j"`) + ` WHEN MATCHED THEN UPDATE SET state = 'x', "ttl_seconds" = 7200 WHEN NOT MATCHED THEN INSERT (id, "ttl_seconds") VALUES (src.id, 7200)`},
+			`MERGE INTO "public".jobs j USING src ON (j.id = src.id) AND ` + ruleLive(t, "public.jobs", `"j"`) + ` WHEN MATCHED THEN UPDATE SET state = 'x', "ttl_seconds" = ` + testRule(t, "public.jobs").RefreshValue(`"j"`, 2*time.Hour) + ` WHEN NOT MATCHED THEN INSERT (id, "ttl_seconds") VALUES (src.id, 7200)`},
 		{"no stamping without default ttl", `MERGE INTO events e USING src ON e.id = src.id WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)`,
 			`MERGE INTO "public".events e USING src ON (e.id = src.id) AND ` + ruleLive(t, "public.events", `"e"`) + ` WHEN NOT MATCHED THEN INSERT (id) VALUES (src.id)`},
 		{"other tables pass", `MERGE INTO t USING src ON t.id = src.id WHEN MATCHED THEN DELETE`, ``},

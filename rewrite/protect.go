@@ -1,6 +1,7 @@
 package rewrite
 
 import (
+	"slices"
 	"strings"
 
 	pg "github.com/pganalyze/pg_query_go/v6"
@@ -252,17 +253,27 @@ func (w *walker) ownRegistryReads(n *pg.Node) map[*pg.RangeVar]bool {
 			if x.WithClause != nil {
 				for _, c := range x.WithClause.Ctes {
 					cte := c.GetCommonTableExpr()
-					inner := cte.GetCtequery().GetInsertStmt()
-					if cte.GetCtename() != sidecarCTE || inner == nil {
+					var target *pg.RangeVar
+					var returning []*pg.Node
+					switch name := cte.GetCtename(); {
+					case name == sidecarCTE && cte.GetCtequery().GetInsertStmt() != nil:
+						ins := cte.GetCtequery().GetInsertStmt()
+						target, returning = ins.Relation, ins.ReturningList
+					case name == sidecarUpdateCTE && cte.GetCtequery().GetUpdateStmt() != nil:
+						upd := cte.GetCtequery().GetUpdateStmt()
+						target, returning = upd.Relation, upd.ReturningList
+					default:
 						continue
 					}
-					_, r := w.protectedName(inner.Relation)
+					_, r := w.protectedName(target)
 					reg := w.registryRule(x.Relation)
-					if reg == nil || r == nil || r.RuleKind() != ttl.KindSidecar || reg.SidecarName() != r.SidecarName() {
+					if reg == nil || r == nil || r.RuleKind() != ttl.KindSidecar || reg.SidecarName() != r.SidecarName() ||
+						!returnsOwnKeys(cte, returning, r.KeyColumns) {
 						continue
 					}
-					// Only the keys the CTE's INSERT returned are
-					// registered: its new rows (and, upserted, live ones).
+					// Only the keys the CTE's write returned are
+					// registered: its new rows (and, upserted or
+					// updated, live ones).
 					keys := make([]string, len(r.KeyColumns))
 					for k, c := range r.KeyColumns {
 						keys[k] = ttl.QuoteIdent(c)
@@ -270,7 +281,7 @@ func (w *walker) ownRegistryReads(n *pg.Node) map[*pg.RangeVar]bool {
 					list := strings.Join(keys, ", ")
 					sel := x.SelectStmt.GetSelectStmt()
 					if sel != nil && len(sel.FromClause) == 1 && sel.WhereClause == nil && x.Relation.Location >= 0 &&
-						sel.FromClause[0].GetRangeVar().GetRelname() == sidecarCTE && sel.FromClause[0].GetRangeVar().GetSchemaname() == "" &&
+						sel.FromClause[0].GetRangeVar().GetRelname() == cte.GetCtename() && sel.FromClause[0].GetRangeVar().GetSchemaname() == "" &&
 						w.matchText(int(x.Relation.Location), r.SidecarName()+" ("+list+", expires_at) SELECT "+list+", ") {
 						own[x.Relation] = true
 					}
@@ -280,4 +291,38 @@ func (w *walker) ownRegistryReads(n *pg.Node) map[*pg.RangeVar]bool {
 		return true
 	})
 	return own
+}
+
+// returnsOwnKeys reports that the CTE of a registration (the write's
+// RETURNING list returning) gives the registry the written rows' own keys:
+// the list ends with the key columns as bare names, and a column alias list
+// of the CTE names them so in the same last places and nowhere before. Any
+// other output named as a key then makes the registration's reference to it
+// ambiguous, which PostgreSQL refuses.
+func returnsOwnKeys(cte *pg.CommonTableExpr, returning []*pg.Node, keys []string) bool {
+	n, k := len(returning), len(keys)
+	if n < k {
+		return false
+	}
+	for i, key := range keys {
+		rt := returning[n-k+i].GetResTarget()
+		f := rt.GetVal().GetColumnRef().GetFields()
+		if rt == nil || rt.Name != "" || len(f) != 1 || f[0].GetString_().GetSval() != key {
+			return false
+		}
+	}
+	if aliases := cte.Aliascolnames; len(aliases) > 0 {
+		m := len(aliases)
+		if m < k {
+			return false
+		}
+		for i, a := range aliases {
+			name := a.GetString_().GetSval()
+			isKey := slices.Contains(keys, name)
+			if i < m-k && isKey || i >= m-k && name != keys[i-(m-k)] {
+				return false
+			}
+		}
+	}
+	return true
 }

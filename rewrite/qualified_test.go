@@ -30,7 +30,7 @@ func TestPredicatesQualified(t *testing.T) {
 	for _, r := range rules {
 		for _, at := range []string{ttl.Now, "$1::pg_catalog.timestamptz"} {
 			for _, e := range []string{r.LiveCondition(`"t"`, at), r.ExpiredCondition(`"t"`, at),
-				r.ExpiryValue(time.Hour), r.StampValue(90 * time.Second)} {
+				r.ExpiryValue(time.Hour), r.StampValue(90 * time.Second), r.RefreshValue(`"t"`, time.Hour)} {
 				checkQualified(t, e)
 			}
 		}

@@ -198,6 +198,12 @@ func (w *walker) fromItem(n *pg.Node, sc *scope, tableForm bool) {
 				w.sampleRangeVar(rv, r, ts, sc)
 				return
 			}
+			// No row rule (a table of expiring columns only, read in
+			// its query level): the sample is the table's; the method's
+			// arguments are expressions.
+			w.genericList(ts.Args, sc)
+			w.generic(ts.Repeatable, sc)
+			return
 		}
 		w.generic(n, sc)
 	default:
@@ -237,19 +243,20 @@ func (w *walker) readRangeVar(rv *pg.RangeVar, sc *scope, tableForm bool) {
 }
 
 // replaceItem replaces the FROM item of tokens [first, after) by text, a
-// FROM item too; in the statement form `TABLE t` (tableForm) it replaces
-// the whole statement by `SELECT * FROM text`.
+// FROM item too; in the statement form `TABLE t` (tableForm) TABLE becomes
+// `SELECT * FROM`, unless the reads of expiring columns have written it
+// with the table's columns (colLevel.tableStar).
 func (w *walker) replaceItem(ts tokens, first, after int, tableForm bool, text string) {
-	from, to := ts[first].start, ts[after-1].end
 	if tableForm {
 		if ts.kind(first-1) != pg.Token_TABLE {
 			w.fail(internalError("cannot locate TABLE"))
 			return
 		}
-		from = ts[first-1].start
-		text = "SELECT * FROM " + text
+		if !w.tableDone[ts[first-1].start] {
+			w.replace(ts[first-1].start, ts[first-1].end, "SELECT * FROM")
+		}
 	}
-	w.replace(from, to, text)
+	w.replace(ts[first].start, ts[after-1].end, text)
 }
 
 // filterJoin returns ` JOIN (SELECT) AS _ttl_N ON <live>` for a TTL table

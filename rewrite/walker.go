@@ -34,6 +34,12 @@ type walker struct {
 	// registered marks INSERTs whose sidecar registration the text already
 	// holds.
 	registered map[*pg.InsertStmt]bool
+	// refreshed marks the UPDATEs whose sidecar refresh the text already
+	// holds (markRegistered).
+	refreshed map[*pg.UpdateStmt]bool
+	// tableDone marks the TABLE keywords (by offset) of `TABLE t` that the
+	// reads of expiring columns replaced with `SELECT <columns> FROM`.
+	tableDone map[int]bool
 	// ownRegistry holds the registry references of the statement in
 	// rawStmt's safety net that are the proxy's own text (protect.go).
 	ownRegistry map[*pg.RangeVar]bool
@@ -66,7 +72,7 @@ type walker struct {
 
 // newWalker returns a walker for sql; lits, when known, are its literals.
 func newWalker(rw *Rewriter, sql string, s *Session, lits []literal) *walker {
-	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, listed: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql, lits)}
+	return &walker{rw: rw, sql: sql, s: s, handled: map[*pg.RangeVar]bool{}, registered: map[*pg.InsertStmt]bool{}, refreshed: map[*pg.UpdateStmt]bool{}, tableDone: map[int]bool{}, listed: map[*pg.InsertStmt]bool{}, alias: nextAlias(sql, lits)}
 }
 
 // nextAlias returns one more than the largest N of a _ttl_N in sql outside

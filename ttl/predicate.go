@@ -160,6 +160,23 @@ func (r *Rule) StampValue(ttl time.Duration) string {
 	return r.ExpiryValue(ttl)
 }
 
+// RefreshValue returns the SQL expression an UPDATE of the row, visible
+// under qualifier, sets StampColumn to so that the row expires ttl after
+// now(): StampValue, but for a derived rule's per-row lifetime, which counts
+// from the base column: the row's age (in UTC, as LiveCondition adds it)
+// plus ttl, whole seconds rounded up. A row without a base stays without
+// a lifetime (it never expires either way).
+func (r *Rule) RefreshValue(qualifier string, ttl time.Duration) string {
+	if r.RuleKind() != KindDerived {
+		return r.StampValue(ttl)
+	}
+	age := fmt.Sprintf("((%s AT TIME ZONE 'UTC')"+opMinus+"(%s.%s AT TIME ZONE 'UTC'))", Now, qualifier, QuoteIdent(r.BaseColumn))
+	if r.IntervalSeconds {
+		return fmt.Sprintf("(pg_catalog.ceil(extract(epoch from %s))::bigint"+opPlus+"%d)", age, int64(ttl/time.Second))
+	}
+	return "(" + age + opPlus + IntervalLiteral(ttl) + ")"
+}
+
 // ExpiryValue returns the SQL expression for the instant now()+ttl in the
 // expiry column's type (also the sidecar registry's timestamptz).
 func (r *Rule) ExpiryValue(ttl time.Duration) string {
