@@ -73,7 +73,12 @@ func (c *columnCheck) writeInsert(r *ttl.Rule, x *pg.InsertStmt) {
 	for i := range r.Columns {
 		col := &r.Columns[i]
 		at := indexOf(written, col.Column)
-		if at < 0 || col.ExpiresAtColumn == "" || col.DefaultTTL <= 0 || indexOf(written, col.ExpiresAtColumn) >= 0 {
+		if at < 0 || col.ExpiresAtColumn == "" || col.DefaultTTL <= 0 {
+			continue
+		}
+		if e := indexOf(written, col.ExpiresAtColumn); e >= 0 {
+			// Its expiry written as DEFAULT: stamped, as the row's.
+			c.w.stampDefaults(sel, e, stampValue(r, col))
 			continue
 		}
 		stamps = append(stamps, colStamp{col, at})

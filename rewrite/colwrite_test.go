@@ -43,6 +43,8 @@ func TestExpiringColumnWrites(t *testing.T) {
 		{"insert rows, NULL clears", `INSERT INTO orders (client_ip, id) VALUES ('10.0.0.1', 1), (NULL, 2), (NULL::inet, 3), (DEFAULT, 4)`,
 			`INSERT INTO "public".orders (client_ip, id, "client_ip_expires_at") VALUES ('10.0.0.1', 1, ` + cstamp + `), (NULL, 2, NULL), (NULL::inet, 3, NULL), (DEFAULT, 4, ` + cstamp + `)`},
 		{"insert with the expiry", `INSERT INTO orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', now())`, `INSERT INTO "public".orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', now())`},
+		{"insert with the expiry DEFAULT", `INSERT INTO orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', DEFAULT), (2, '10.0.0.2', now())`,
+			`INSERT INTO "public".orders (id, client_ip, client_ip_expires_at) VALUES (1, '10.0.0.1', ` + cstamp + `), (2, '10.0.0.2', now())`},
 		{"insert of a derived column", `INSERT INTO orders (id, note) VALUES (1, 'x')`, `INSERT INTO "public".orders (id, note) VALUES (1, 'x')`},
 		{"insert select", `INSERT INTO orders (id, client_ip) SELECT id, ip FROM users`,
 			`INSERT INTO "public".orders (id, client_ip, "client_ip_expires_at") SELECT id, ip, ` + cstamp + ` FROM users`},

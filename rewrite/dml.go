@@ -23,6 +23,17 @@ func setsColumn(targets []*pg.Node, col string) bool {
 	return false
 }
 
+// setsDefault returns the DEFAULT a SET list assigns to col (`col =
+// DEFAULT`, not in a multi-column assignment), or nil.
+func setsDefault(targets []*pg.Node, col string) *pg.SetToDefault {
+	for _, t := range targets {
+		if rt := t.GetResTarget(); rt.GetName() == col {
+			return rt.GetVal().GetSetToDefault()
+		}
+	}
+	return nil
+}
+
 // setsClock reports that a SET list writes the row's expiry itself: the
 // stamp column, or a derived rule's base column (the row's lifetime
 // counts from it), which refresh then leaves as written.
@@ -88,6 +99,16 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 		return
 	}
 	body := w.bodyEnd(after, end)
+	if lifetime, ok := ttlFor(rule, w.s); ok && setsDefault(u.TargetList, rule.StampColumn()) != nil && w.sessionTTLUsable(rule) {
+		// SET expires_at = DEFAULT: the stamp, as an INSERT's DEFAULT.
+		d := setsDefault(u.TargetList, rule.StampColumn())
+		k := ts.at(int(d.Location))
+		if k < 0 || ts.kind(k) != pg.Token_DEFAULT {
+			w.fail(internalError("cannot locate DEFAULT"))
+			return
+		}
+		w.replace(ts[k].start, ts[k].end, rule.StampValue(lifetime))
+	}
 	if lifetime, ok := refreshFor(rule, w.s); ok && !setsClock(u.TargetList, rule) && w.sessionTTLUsable(rule) {
 		set := ts.findTop(after, body, pg.Token_SET)
 		if set < 0 {
@@ -241,9 +262,13 @@ func (w *walker) conflictLive(oc *pg.OnConflictClause, rule *ttl.Rule, qual stri
 }
 
 // stampInsert adds the stamp column and its value to an INSERT that does not
-// give it. A value the client gives (NULL and DEFAULT included) wins.
+// give it. A value the client gives (NULL included) wins, but DEFAULT,
+// which asks for the column's default: the stamp stands in for it as for
+// an omitted column (ORMs write DEFAULT for every column a model leaves
+// unset).
 func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *ttl.Rule, col, value string, end int) {
-	if setsColumn(ins.Cols, col) {
+	if at := columnIndex(ins.Cols, col); at >= 0 {
+		w.stampDefaults(sel, at, value)
 		return
 	}
 	ts := w.tokens()
@@ -278,6 +303,37 @@ func (w *walker) stampInsert(ins *pg.InsertStmt, sel *pg.SelectStmt, rule *ttl.R
 	if plan.wrapFrom >= 0 {
 		w.insert(plan.wrapFrom, "SELECT *, "+value+" FROM (")
 		w.insert(plan.wrapTo, ") AS _ttl_src")
+	}
+}
+
+// columnIndex returns the position of col in an INSERT's column list, or -1.
+func columnIndex(cols []*pg.Node, col string) int {
+	for i, t := range cols {
+		if t.GetResTarget().GetName() == col {
+			return i
+		}
+	}
+	return -1
+}
+
+// stampDefaults replaces with value each DEFAULT written at position at of
+// the rows of a plain VALUES list (isPlainValues).
+func (w *walker) stampDefaults(sel *pg.SelectStmt, at int, value string) {
+	if sel == nil || !isPlainValues(sel) {
+		return
+	}
+	ts := w.tokens()
+	for _, row := range sel.ValuesLists {
+		items := row.GetList().GetItems()
+		if at >= len(items) || items[at].GetSetToDefault() == nil {
+			continue
+		}
+		k := ts.at(int(items[at].GetSetToDefault().Location))
+		if k < 0 || ts.kind(k) != pg.Token_DEFAULT {
+			w.fail(internalError("cannot locate DEFAULT"))
+			return
+		}
+		w.replace(ts[k].start, ts[k].end, value)
 	}
 }
 
