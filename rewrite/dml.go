@@ -14,14 +14,7 @@ func qualifier(rv *pg.RangeVar) string {
 	return ttl.QuoteIdent(rv.Relname)
 }
 
-func setsColumn(targets []*pg.Node, col string) bool {
-	for _, t := range targets {
-		if t.GetResTarget().GetName() == col {
-			return true
-		}
-	}
-	return false
-}
+func setsColumn(targets []*pg.Node, col string) bool { return columnIndex(targets, col) >= 0 }
 
 // setsDefault returns the DEFAULT a SET list assigns to col (`col =
 // DEFAULT`, not in a multi-column assignment), or nil.
@@ -99,15 +92,13 @@ func (w *walker) updateStmt(u *pg.UpdateStmt, sc *scope, end int) {
 		return
 	}
 	body := w.bodyEnd(after, end)
-	if lifetime, ok := ttlFor(rule, w.s); ok && setsDefault(u.TargetList, rule.StampColumn()) != nil && w.sessionTTLUsable(rule) {
-		// SET expires_at = DEFAULT: the stamp, as an INSERT's DEFAULT.
-		d := setsDefault(u.TargetList, rule.StampColumn())
-		k := ts.at(int(d.Location))
-		if k < 0 || ts.kind(k) != pg.Token_DEFAULT {
-			w.fail(internalError("cannot locate DEFAULT"))
-			return
+	if d := setsDefault(u.TargetList, rule.StampColumn()); d != nil {
+		if lifetime, ok := ttlFor(rule, w.s); ok && w.sessionTTLUsable(rule) {
+			// SET expires_at = DEFAULT: the stamp, as an INSERT's DEFAULT.
+			if !w.stampDefault(d, rule.StampValue(lifetime)) {
+				return
+			}
 		}
-		w.replace(ts[k].start, ts[k].end, rule.StampValue(lifetime))
 	}
 	if lifetime, ok := refreshFor(rule, w.s); ok && !setsClock(u.TargetList, rule) && w.sessionTTLUsable(rule) {
 		set := ts.findTop(after, body, pg.Token_SET)
@@ -322,19 +313,25 @@ func (w *walker) stampDefaults(sel *pg.SelectStmt, at int, value string) {
 	if sel == nil || !isPlainValues(sel) {
 		return
 	}
-	ts := w.tokens()
 	for _, row := range sel.ValuesLists {
 		items := row.GetList().GetItems()
-		if at >= len(items) || items[at].GetSetToDefault() == nil {
-			continue
-		}
-		k := ts.at(int(items[at].GetSetToDefault().Location))
-		if k < 0 || ts.kind(k) != pg.Token_DEFAULT {
-			w.fail(internalError("cannot locate DEFAULT"))
+		if at < len(items) && items[at].GetSetToDefault() != nil && !w.stampDefault(items[at].GetSetToDefault(), value) {
 			return
 		}
-		w.replace(ts[k].start, ts[k].end, value)
 	}
+}
+
+// stampDefault replaces the DEFAULT d with value; false when its token
+// is not found (the walk has failed).
+func (w *walker) stampDefault(d *pg.SetToDefault, value string) bool {
+	ts := w.tokens()
+	k := ts.at(int(d.Location))
+	if k < 0 || ts.kind(k) != pg.Token_DEFAULT {
+		w.fail(internalError("cannot locate DEFAULT"))
+		return false
+	}
+	w.replace(ts[k].start, ts[k].end, value)
+	return true
 }
 
 // stampColumn adds the stamp column col to an INSERT's column list whose
