@@ -549,8 +549,9 @@ func (im *pgbImporter) finish() (*PgBouncerImport, error) {
 	doc.HeadComment = "ttlproxy configuration made by `ttlproxy import-pgbouncer` from a PgBouncer configuration.\n" +
 		"Add the TTL tables under `tables` (docs/configuration.md)."
 	nested := map[string]*yaml.Node{}
+	keys := sortedKeys(im.values)
 	for _, key := range pgbOrder {
-		for _, full := range sortedKeys(im.values) {
+		for _, full := range keys {
 			parent, child, isNested := strings.Cut(full, ".")
 			if parent != key {
 				continue
