@@ -41,6 +41,11 @@ type Options struct {
 	// one when the catalog is unknown. Sessions of bypass roles are not
 	// filtered and not refused.
 	RequireRowSecurity bool
+	// ClassifyState computes Result.StateFree for every text, parsing (once
+	// per shape, cached) texts that name no TTL table as well: transaction
+	// pooling hands a server whose last transaction was state-free to the
+	// next client without a reset.
+	ClassifyState bool
 }
 
 // Defaults of Options left zero.

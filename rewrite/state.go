@@ -202,6 +202,31 @@ type CatalogData struct {
 	// function bodies exactly; other languages are matched by name in their
 	// source, which errs toward listing.
 	Functions map[string]string
+	// State is what Options.ClassifyState needs to call a statement
+	// state-free; nil: no statement that names a relation, a function, an
+	// operator or a type is.
+	State *StateCatalog
+}
+
+// StateCatalog lists, by unqualified name (any schema), the user objects a
+// statement may reach (docs/design/pooling.md §9). Names err toward dirty:
+// a call, operator or cast is state-free only when no user object of its
+// name exists, whatever the search_path.
+type StateCatalog struct {
+	// Relations maps each relation name (pg_class.relname of tables,
+	// partitioned tables, views, materialized views, foreign tables and
+	// sequences, system ones included) to true when no relation of that
+	// name carries user code: a non-internal trigger, a rule other than a
+	// view's _RETURN, a policy, a default, check, generated column, index
+	// expression or domain check that calls a user function, or, for a
+	// view, a query that reaches such a relation or a user function. A
+	// name absent here (a relation made after the catalog was read) is not
+	// state-free.
+	Relations map[string]bool
+	// UserFunctions, UserOperators and UserTypes hold the names (proname,
+	// oprname, typname) of functions, procedures and aggregates, operators
+	// and types whose OID is FirstNormalObjectId (16384) or above.
+	UserFunctions, UserOperators, UserTypes map[string]bool
 }
 
 // View is a view or materialized view that reads a TTL table inside the
@@ -387,6 +412,14 @@ func (d CatalogData) clone() CatalogData {
 		out.Schemas = make(map[string][]string, len(d.Schemas))
 		for k, v := range d.Schemas {
 			out.Schemas[k] = slices.Clone(v)
+		}
+	}
+	if d.State != nil {
+		out.State = &StateCatalog{
+			Relations:     maps.Clone(d.State.Relations),
+			UserFunctions: maps.Clone(d.State.UserFunctions),
+			UserOperators: maps.Clone(d.State.UserOperators),
+			UserTypes:     maps.Clone(d.State.UserTypes),
 		}
 	}
 	return out

@@ -11,6 +11,13 @@ type Result struct {
 	Parsed bool
 	// CacheHit reports that the result came from the rewrite cache.
 	CacheHit bool
+	// StateFree reports that every statement of the text provably leaves
+	// no session state on the server (docs/design/pooling.md §9): it is
+	// understood, calls only built-in functions, operators and casts that
+	// change no state, and touches only relations that carry no user code
+	// (CatalogData.State). False when unsure, and always false unless
+	// Options.ClassifyState is set.
+	StateFree bool
 }
 
 // Error is a rejection: the statement touches a TTL table but cannot be made
